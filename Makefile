@@ -1,0 +1,44 @@
+# countersign — `make test` and `make demo` set up everything they need on a fresh machine.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install system-deps test demo lint format mypy bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP) system-deps
+
+# Real Redis servers for the tests and the embedded default; Chromium for the browser tests.
+system-deps:
+	@./scripts/system-deps.sh
+
+test: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy agent_host bot
+	$(BIN)/pytest -q -p no:cacheprovider
+
+demo: install
+	$(BIN)/countersign demo
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+mypy: install
+	$(BIN)/mypy agent_host bot
+
+bench: install
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .countersign .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,106 @@
+"""Every error countersign's agent host raises, in one tree.
+
+    CountersignError
+    ├── ConfigurationError        a setting is missing or invalid: fix the named variable
+    ├── AgentError
+    │   ├── UnknownAgentError     no factory of that name in the registry
+    │   └── ToolDefinitionError   a tool function cannot be turned into a schema
+    ├── CheckpointError
+    │   ├── UnsupportedCheckpointVersion   written by an unknown or newer countersign
+    │   ├── AgentChangedError     the agent's tools or policy changed while the run waited
+    │   └── CheckpointDecryptError         ciphertext tampered with, moved, or key missing
+    ├── DecisionError
+    │   ├── MissingDecisionError  resume called without a decision for every pending call
+    │   ├── InvalidDecisionError  a decision that does not fit its pending call
+    │   └── DecisionMismatchError the decider saw a different call than the one pending
+    ├── ModelError                the model endpoint failed or answered something unusable
+    ├── PolicyRuleError           an operator's rule file is malformed
+    └── StoreError                Redis-side failures (see agent_host.store)
+
+Each message says what happened and what to do about it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AgentChangedError",
+    "AgentError",
+    "CheckpointDecryptError",
+    "CheckpointError",
+    "ConfigurationError",
+    "CountersignError",
+    "DecisionError",
+    "DecisionMismatchError",
+    "InvalidDecisionError",
+    "MissingDecisionError",
+    "ModelError",
+    "PolicyRuleError",
+    "StoreError",
+    "ToolDefinitionError",
+    "UnknownAgentError",
+    "UnsupportedCheckpointVersion",
+]
+
+
+class CountersignError(Exception):
+    """Base of every countersign error."""
+
+
+class ConfigurationError(CountersignError):
+    pass
+
+
+class AgentError(CountersignError):
+    pass
+
+
+class UnknownAgentError(AgentError):
+    pass
+
+
+class ToolDefinitionError(AgentError):
+    pass
+
+
+class CheckpointError(CountersignError):
+    pass
+
+
+class UnsupportedCheckpointVersion(CheckpointError):
+    pass
+
+
+class AgentChangedError(CheckpointError):
+    pass
+
+
+class CheckpointDecryptError(CheckpointError):
+    pass
+
+
+class DecisionError(CountersignError):
+    pass
+
+
+class MissingDecisionError(DecisionError):
+    pass
+
+
+class InvalidDecisionError(DecisionError):
+    pass
+
+
+class DecisionMismatchError(DecisionError):
+    pass
+
+
+class ModelError(CountersignError):
+    pass
+
+
+class PolicyRuleError(CountersignError):
+    pass
+
+
+class StoreError(CountersignError):
+    pass

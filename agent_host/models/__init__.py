@@ -1,0 +1,15 @@
+"""Models: the deterministic scripted model and an OpenAI-compatible Chat Completions client."""
+
+from .base import Model, allow_model_requests, check_allow_model_requests, set_allow_model_requests
+from .scripted import Conversation, ScriptedModel, call, reply
+
+__all__ = [
+    "Conversation",
+    "Model",
+    "ScriptedModel",
+    "allow_model_requests",
+    "call",
+    "check_allow_model_requests",
+    "reply",
+    "set_allow_model_requests",
+]

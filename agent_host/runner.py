@@ -1,0 +1,301 @@
+"""The runner: model turns, the policy per call, pauses and resumes.
+
+A turn's calls are all judged before any runs. If any is ASK the whole turn pauses, so
+after resumption nothing of it runs twice (seed 001). Decisions arrive one per pending
+call; a missing one is an error (fail closed). Tool calls go through the execution ledger,
+so a call is executed at most once per call id, whatever crashes or retries happen.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .agents import Agent, AgentRegistry
+from .checkpoint import CallRecord, RunState, call_hash
+from .decisions import Answer, Approve, Decision, Expired, Reject, RequestChanges
+from .errors import (
+    AgentChangedError,
+    DecisionMismatchError,
+    InvalidDecisionError,
+    MissingDecisionError,
+    ModelError,
+)
+from .ledger import ExecutionLedger, InMemoryLedger
+from .messages import Message, ToolCall
+from .pause import PauseRequest
+from .policy import Permission, Verdict
+from .tools import InvalidArguments, ToolContext
+
+__all__ = ["Failed", "Paused", "RunOutcome", "Runner", "Succeeded"]
+
+log = logging.getLogger(__name__)
+
+UNKNOWN_OUTCOME = (
+    "The outcome of this call is unknown: the worker running it stopped before recording a "
+    "result. It was not run again; check its effect before retrying."
+)
+
+
+@dataclass(frozen=True)
+class Succeeded:
+    state: RunState
+    output: str
+    kind: Literal["succeeded"] = "succeeded"
+
+
+@dataclass(frozen=True)
+class Paused:
+    state: RunState
+    pending: list[CallRecord]
+    kind: Literal["paused"] = "paused"
+
+
+@dataclass(frozen=True)
+class Failed:
+    state: RunState
+    error: str
+    kind: Literal["failed"] = "failed"
+
+
+RunOutcome = Succeeded | Paused | Failed
+
+
+class Runner:
+    def __init__(self, registry: AgentRegistry, ledger: ExecutionLedger | None = None) -> None:
+        self.registry = registry
+        self.ledger: ExecutionLedger = ledger or InMemoryLedger()
+
+    async def run(
+        self,
+        agent_name: str,
+        input: str,
+        *,
+        run_id: str | None = None,
+        requested_by: str | None = None,
+        context: Mapping[str, Any] | None = None,
+    ) -> RunOutcome:
+        agent = self.registry.build(agent_name)
+        state = RunState(
+            run_id=run_id or f"run_{uuid.uuid4().hex[:20]}",
+            agent=agent.name,
+            agent_fingerprint=agent.fingerprint(),
+            fingerprint_parts=agent.fingerprint_parts(),
+            input=input,
+            requested_by=requested_by,
+            context=dict(context or {}),
+            transcript=[
+                Message(role="system", content=agent.instructions),
+                Message(role="user", content=input),
+            ],
+        )
+        return await self._advance(state, agent)
+
+    def restore(self, state: RunState) -> Agent:
+        """Rebuild the run's agent; refuse if its tools or policy changed while it waited."""
+        agent = self.registry.build(state.agent)
+        if agent.fingerprint() != state.agent_fingerprint:
+            raise AgentChangedError(
+                f"agent {state.agent!r} changed since run {state.run_id} paused "
+                f"({agent.describe_changes(state.fingerprint_parts)}); its pending calls must "
+                "be asked again in a new run"
+            )
+        return agent
+
+    async def resume(self, state: RunState, decisions: Mapping[str, Decision]) -> RunOutcome:
+        """Apply one decision per pending call (by call id) and continue the run."""
+        state = state.model_copy(deep=True)
+        agent = self.restore(state)
+        if state.status != "paused":
+            raise InvalidDecisionError(f"run {state.run_id} is {state.status}, not paused")
+        pending = {c.call_id: c for c in state.pending}
+        if missing := sorted(set(pending) - set(decisions)):
+            raise MissingDecisionError(
+                f"run {state.run_id}: no decision for pending call(s) {', '.join(missing)}; "
+                "every pending call needs one (nothing was run)"
+            )
+        if extra := sorted(set(decisions) - set(pending)):
+            raise InvalidDecisionError(
+                f"run {state.run_id}: call(s) {', '.join(extra)} are not pending; "
+                "decide only the calls listed as pending"
+            )
+        for call_id, record in pending.items():
+            _apply(state, record, decisions[call_id])
+        state.status = "running"
+        return await self._advance(state, agent)
+
+    async def _advance(self, state: RunState, agent: Agent) -> RunOutcome:
+        while True:
+            if state.open_calls:
+                if pending := state.pending:
+                    state.status = "paused"
+                    return Paused(state, pending)
+                if paused := await self._settle_turn(state, agent):
+                    return paused
+                continue
+            if state.turns >= agent.max_turns:
+                return _fail(state, f"the agent took more than {agent.max_turns} turns; stopped")
+            try:
+                response = await agent.model.respond(state.transcript, agent.tool_specs())
+            except ModelError as exc:
+                return _fail(state, f"model error: {exc}")
+            state.turns += 1
+            if not response.tool_calls:
+                state.transcript.append(Message(role="assistant", content=response.text))
+                state.status, state.output = "succeeded", response.text
+                return Succeeded(state, response.text)
+            state.transcript.append(
+                Message(role="assistant", content=response.text, tool_calls=response.tool_calls)
+            )
+            for proposed in response.tool_calls:
+                state.calls.append(_plan(state, agent, proposed))
+
+    async def _settle_turn(self, state: RunState, agent: Agent) -> Paused | None:
+        for record in state.open_calls:
+            await self._settle(state, agent, record)
+            if record.waiting:  # the tool asked a question: pause the run here
+                state.status = "paused"
+                return Paused(state, state.pending)
+        for record in (c for c in state.calls if c.turn == state.turns):
+            state.transcript.append(
+                Message(
+                    role="tool",
+                    content=record.result or "",
+                    tool_call_id=record.call_id,
+                    name=record.tool,
+                )
+            )
+        return None
+
+    async def _settle(self, state: RunState, agent: Agent, record: CallRecord) -> None:
+        decision = record.decision
+        if isinstance(decision, Answer):
+            record.outcome, record.result = "answered", decision.text
+        elif isinstance(decision, Reject | RequestChanges):
+            record.outcome, record.result = "rejected", decision.text()
+        elif isinstance(decision, Expired):
+            record.outcome, record.result = "expired", decision.text()
+        elif record.gate in ("allow", "ask"):  # allowed, or approved
+            await self._execute(state, agent, record)
+
+    async def _execute(self, state: RunState, agent: Agent, record: CallRecord) -> None:
+        tool = agent.tool(record.tool)
+        assert tool is not None and isinstance(record.arguments, dict)  # planned as valid
+        claim = await self.ledger.claim(state.run_id, record.call_id)
+        if claim.status == "finished":
+            record.outcome, record.result = "executed", claim.result
+            return
+        if claim.status == "in_doubt" and not tool.idempotent:
+            log.warning("run %s call %s: outcome unknown, not re-run", state.run_id, record.call_id)
+            record.outcome, record.result = "unknown_outcome", UNKNOWN_OUTCOME
+            return
+        ctx = ToolContext(state.run_id, record.call_id, agent.name, state.context)
+        try:
+            value = await tool.invoke(record.arguments, ctx)
+            record.outcome, record.result = "executed", _as_text(value)
+        except PauseRequest as request:
+            record.gate, record.question = "question", request.question
+            record.severity, record.reason = request.severity.value, request.question
+            record.allow_always = False
+            return  # the ledger keeps the claim: the tool is never re-run, the answer is its result
+        except Exception as exc:  # a tool's failure goes to the model, not up the stack
+            log.info(
+                "run %s call %s: tool %s raised %s",
+                state.run_id,
+                record.call_id,
+                tool.name,
+                type(exc).__name__,
+            )
+            record.outcome, record.result = "error", f"Tool {tool.name} failed: {exc}"
+        await self.ledger.finish(state.run_id, record.call_id, record.result or "")
+
+
+def _plan(state: RunState, agent: Agent, proposed: ToolCall) -> CallRecord:
+    """Judge one proposed call: validate, then operator rules, tool policy, sticky decisions."""
+    base: dict[str, Any] = {"call_id": proposed.id, "tool": proposed.name, "turn": state.turns}
+    tool = agent.tool(proposed.name)
+    if tool is None:
+        known = ", ".join(t.name for t in agent.tools)
+        return CallRecord(
+            **base,
+            arguments=proposed.arguments,
+            call_hash=call_hash(state.agent_fingerprint, proposed.name, proposed.arguments),
+            gate="invalid",
+            outcome="invalid",
+            result=f"Unknown tool {proposed.name!r}; available tools: {known}.",
+        )
+    try:
+        arguments = tool.validate(proposed.arguments)
+    except InvalidArguments as exc:
+        return CallRecord(
+            **base,
+            arguments=proposed.arguments,
+            call_hash=call_hash(state.agent_fingerprint, proposed.name, proposed.arguments),
+            gate="invalid",
+            outcome="invalid",
+            result=f"{exc}. Fix the arguments and call the tool again.",
+        )
+    context = {**state.context, "run_id": state.run_id, "requested_by": state.requested_by}
+    verdict = agent.rules.first_match(agent.name, tool.name, arguments) or tool.judge(
+        arguments, context
+    )
+    record = CallRecord(
+        **base,
+        arguments=arguments,
+        call_hash=call_hash(state.agent_fingerprint, tool.name, arguments),
+        gate=verdict.permission.value,
+        reason=verdict.reason,
+        severity=verdict.severity.value,
+        allow_always=verdict.allow_always,
+    )
+    if verdict.permission is Permission.DENY:
+        record.outcome = "denied"
+        record.result = (
+            f"Tool {tool.name} is not permitted: {verdict.reason or 'denied by policy'}."
+        )
+    elif verdict.permission is Permission.ASK:
+        _apply_sticky(state, record, verdict)
+    return record
+
+
+def _apply_sticky(state: RunState, record: CallRecord, verdict: Verdict) -> None:
+    sticky = state.sticky.get(record.tool)
+    if sticky == "approve":
+        record.decision = Approve(decided_by="approve-always", call_hash=record.call_hash)
+    elif sticky == "reject":
+        record.decision = Reject(decided_by="reject-always", call_hash=record.call_hash)
+
+
+def _apply(state: RunState, record: CallRecord, decision: Decision) -> None:
+    if decision.call_hash is not None and decision.call_hash != record.call_hash:
+        raise DecisionMismatchError(
+            f"call {record.call_id}: the decision was made on a different call "
+            f"(hash {decision.call_hash[:12]}, pending {record.call_hash[:12]}); nothing was run"
+        )
+    if record.gate == "question" and isinstance(decision, Approve):
+        raise InvalidDecisionError(f"call {record.call_id} asks a question: answer or reject it")
+    if record.gate == "ask" and isinstance(decision, Answer):
+        raise InvalidDecisionError(f"call {record.call_id} needs approve or reject, not an answer")
+    if isinstance(decision, Approve | Reject) and decision.always:
+        if not record.allow_always and isinstance(decision, Approve):
+            raise InvalidDecisionError(f"tool {record.tool} may not be approved for the whole run")
+        state.sticky[record.tool] = decision.kind
+    record.decision = decision
+
+
+def _fail(state: RunState, error: str) -> Failed:
+    state.status, state.error = "failed", error
+    return Failed(state, error)
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, default=str)
+    except (TypeError, ValueError):
+        return str(value)
