@@ -177,3 +177,11 @@ def build_registry(effects: ExampleEffects | None = None) -> AgentRegistry:
             "support-agent": lambda: support_agent(effects),
         }
     )
+
+
+def default_registry() -> AgentRegistry:
+    """The registry `COUNTERSIGN_AGENTS` names by default; effects journalled if asked."""
+    import os
+
+    journal = os.environ.get("COUNTERSIGN_EXAMPLE_JOURNAL")
+    return build_registry(ExampleEffects(Path(journal) if journal else None))

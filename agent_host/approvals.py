@@ -1,0 +1,166 @@
+"""Approval requests: one per gated call of a paused turn, as stored in Redis.
+
+Also the routing interface: where a request goes and who may decide it is the chat side's
+business (`bot.routing`), so `agent_host` only asks a `Router` and stores the answer.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, Protocol
+
+__all__ = [
+    "DEFAULT_EXPIRY_SECONDS",
+    "ApprovalRequest",
+    "DecideResult",
+    "FixedRouter",
+    "Route",
+    "Router",
+]
+
+DEFAULT_EXPIRY_SECONDS = 72 * 3600  # seed 003's default
+
+RequestStatus = Literal[
+    "pending", "approved", "rejected", "changes_requested", "answered", "expired"
+]
+TERMINAL = ("approved", "rejected", "changes_requested", "answered", "expired")
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a request is posted and who may decide it."""
+
+    route_id: str = "default"
+    destination: str = ""  # a chat channel id
+    reviewers: tuple[str, ...] = ()  # user ids and user-group ids; empty: anyone
+    quorum: int = 1
+    expiry_seconds: int = DEFAULT_EXPIRY_SECONDS
+    allow_self_approval: bool = False
+
+
+class Router(Protocol):
+    async def route(self, agent: str, tool: str, severity: str) -> Route: ...
+
+
+class FixedRouter:
+    """Every request to one destination: for running without routing rules."""
+
+    def __init__(self, destination: str = "", expiry_seconds: int = DEFAULT_EXPIRY_SECONDS) -> None:
+        self._route = Route(destination=destination, expiry_seconds=expiry_seconds)
+
+    async def route(self, agent: str, tool: str, severity: str) -> Route:
+        return self._route
+
+
+@dataclass
+class ApprovalRequest:
+    request_id: str
+    run_id: str
+    call_id: str
+    agent: str
+    tool: str
+    arguments: Any
+    call_hash: str
+    kind: Literal["approval", "question"]
+    reason: str
+    severity: str
+    requested_by: str
+    created_at: float
+    expires_at: float
+    route: Route
+    allow_always: bool = True
+    question: str = ""
+    status: RequestStatus = "pending"
+    decision: dict[str, Any] | None = None
+    decided_by: str = ""
+    decided_at: float | None = None
+    approvals: list[str] = field(default_factory=list)
+    message_channel: str = ""
+    message_ts: str = ""
+    pause_id: str = ""
+
+    @property
+    def decided(self) -> bool:
+        return self.status != "pending"
+
+    def to_hash(self) -> dict[str, str]:
+        data = asdict(self)
+        data["route"] = json.dumps(data["route"])
+        data["arguments"] = json.dumps(self.arguments)
+        data["decision"] = json.dumps(self.decision) if self.decision is not None else ""
+        data["approvals"] = json.dumps(self.approvals)
+        data["allow_always"] = "1" if self.allow_always else "0"
+        data["decided_at"] = "" if self.decided_at is None else repr(self.decided_at)
+        return {k: v if isinstance(v, str) else repr(v) for k, v in data.items()}
+
+    @classmethod
+    def from_hash(cls, raw: dict[str, str]) -> ApprovalRequest:
+        route = json.loads(raw["route"])
+        route["reviewers"] = tuple(route.get("reviewers", ()))
+        return cls(
+            request_id=raw["request_id"],
+            run_id=raw["run_id"],
+            call_id=raw["call_id"],
+            agent=raw["agent"],
+            tool=raw["tool"],
+            arguments=json.loads(raw["arguments"]),
+            call_hash=raw["call_hash"],
+            kind=raw["kind"],  # type: ignore[arg-type]
+            reason=raw["reason"],
+            severity=raw["severity"],
+            requested_by=raw.get("requested_by", ""),
+            created_at=float(raw["created_at"]),
+            expires_at=float(raw["expires_at"]),
+            route=Route(**route),
+            allow_always=raw.get("allow_always") == "1",
+            question=raw.get("question", ""),
+            status=raw.get("status", "pending"),  # type: ignore[arg-type]
+            decision=json.loads(raw["decision"]) if raw.get("decision") else None,
+            decided_by=raw.get("decided_by", ""),
+            decided_at=float(raw["decided_at"]) if raw.get("decided_at") else None,
+            approvals=json.loads(raw.get("approvals") or "[]"),
+            message_channel=raw.get("message_channel", ""),
+            message_ts=raw.get("message_ts", ""),
+            pause_id=raw.get("pause_id", ""),
+        )
+
+    def public(self) -> dict[str, Any]:
+        """The request as the HTTP API shows it."""
+        return {
+            "request_id": self.request_id,
+            "run_id": self.run_id,
+            "call_id": self.call_id,
+            "agent": self.agent,
+            "tool": self.tool,
+            "kind": self.kind,
+            "arguments": self.arguments,
+            "call_hash": self.call_hash,
+            "reason": self.reason,
+            "question": self.question or None,
+            "severity": self.severity,
+            "requested_by": self.requested_by or None,
+            "status": self.status,
+            "decision": self.decision,
+            "decided_by": self.decided_by or None,
+            "decided_at": self.decided_at,
+            "approvals": self.approvals,
+            "quorum": self.route.quorum,
+            "created_at": self.created_at,
+            "expires_at": self.expires_at,
+            "channel": self.route.destination or None,
+            "message_ts": self.message_ts or None,
+        }
+
+
+@dataclass(frozen=True)
+class DecideResult:
+    """What the compare-and-set answered."""
+
+    outcome: Literal["decided", "progress", "already_decided", "not_found", "duplicate_vote"]
+    request: ApprovalRequest | None = None
+    resume_queued: bool = False
+
+    @property
+    def accepted(self) -> bool:
+        return self.outcome in ("decided", "progress")

@@ -1,0 +1,142 @@
+"""The agent host assembled: Redis, key ring, store, runner, workers, sweeper, outbox.
+
+Built once at start-up from Settings and passed to whatever serves it (the HTTP API, the
+Slack bot, the CLI). Every background task it starts is owned here and stopped by `stop`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import os
+import socket
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from redis.asyncio import Redis
+
+from .agents import AgentRegistry
+from .approvals import FixedRouter, Router
+from .crypto import KeyRing, generate_key
+from .errors import ConfigurationError
+from .notifier import LoggingNotifier, Notifier
+from .outbox import Outbox
+from .redis_ledger import RedisLedger
+from .redis_server import RedisServer
+from .runner import Runner
+from .settings import Settings
+from .store import RunStore
+from .sweeper import Sweeper
+from .worker import ResumeWorker
+
+__all__ = ["Host", "load_keyring", "load_registry", "open_redis"]
+
+log = logging.getLogger(__name__)
+
+
+def load_registry(spec: str) -> AgentRegistry:
+    """`module:attribute`, an AgentRegistry or a function returning one."""
+    module_name, _, attribute = spec.partition(":")
+    try:
+        target = getattr(importlib.import_module(module_name), attribute or "registry")
+    except (ImportError, AttributeError) as exc:
+        raise ConfigurationError(
+            f"COUNTERSIGN_AGENTS={spec!r} cannot be loaded ({exc}); use module:attribute"
+        ) from exc
+    registry = target() if callable(target) and not isinstance(target, AgentRegistry) else target
+    if not isinstance(registry, AgentRegistry):
+        raise ConfigurationError(f"COUNTERSIGN_AGENTS={spec!r} is not an AgentRegistry")
+    return registry
+
+
+def load_keyring(settings: Settings) -> KeyRing:
+    """From COUNTERSIGN_ENCRYPTION_KEYS; unset, a key file in the data dir (made on first use)."""
+    if settings.encryption_keys:
+        return KeyRing.parse(settings.encryption_keys)
+    path = settings.data_dir / "encryption.keys"
+    if not path.exists():
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(generate_key() + "\n")
+        log.warning("COUNTERSIGN_ENCRYPTION_KEYS unset: generated a key into %s", path)
+    return KeyRing.parse(path.read_text().strip())
+
+
+async def open_redis(settings: Settings) -> tuple[Redis, RedisServer | None]:
+    """A client for REDIS_URL, or an embedded redis-server with AOF in the data dir."""
+    server = None
+    url = settings.redis_url
+    if not url:
+        server = RedisServer(Path(settings.data_dir) / "redis", appendfsync="everysec")
+        server.start()
+        url = server.url
+        log.info("embedded Redis at %s (data in %s)", url, server.data_dir)
+    client = Redis.from_url(
+        url, socket_timeout=5, socket_connect_timeout=5, health_check_interval=30
+    )
+    return client, server
+
+
+@dataclass
+class Host:
+    settings: Settings
+    redis: Redis
+    registry: AgentRegistry
+    keyring: KeyRing
+    router: Router
+    notifier: Notifier = field(default_factory=LoggingNotifier)
+    embedded: RedisServer | None = None
+    consumer_name: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.store = RunStore(self.redis, self.keyring, self.router)
+        self.runner = Runner(self.registry, RedisLedger(self.redis))
+
+    @classmethod
+    async def from_settings(
+        cls, settings: Settings, *, notifier: Notifier | None = None, router: Router | None = None
+    ) -> Host:
+        registry = load_registry(settings.agents)
+        keyring = load_keyring(settings)
+        redis, embedded = await open_redis(settings)
+        return cls(
+            settings=settings,
+            redis=redis,
+            registry=registry,
+            keyring=keyring,
+            router=router or FixedRouter(settings.default_channel),
+            notifier=notifier or LoggingNotifier(),
+            embedded=embedded,
+        )
+
+    def start_background(
+        self, workers: int = 1, *, sweeper: bool = True, outbox: bool = True
+    ) -> None:
+        """Start N resume workers, the sweeper and the outbox as owned tasks."""
+        for n in range(workers):
+            worker = ResumeWorker(self.store, self.runner, f"{self.consumer_name}-w{n}")
+            self._spawn(worker.consumer.run(self._stop), f"resume-worker-{n}")
+        if sweeper:
+            self._spawn(Sweeper(self.store).run(self._stop), "sweeper")
+        if outbox:
+            box = Outbox(self.store, self.notifier, f"{self.consumer_name}-outbox")
+            self._spawn(box.consumer.run(self._stop), "outbox")
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        self._tasks.append(asyncio.create_task(coro, name=name))
+
+    async def stop(self) -> None:
+        self._stop.set()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        await self.redis.aclose()
+        if self.embedded is not None:
+            self.embedded.stop()

@@ -1,0 +1,59 @@
+"""/metrics in Prometheus' text format, read from Redis so every replica reports the same."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from . import keys as K
+
+if TYPE_CHECKING:
+    from .host import Host
+
+__all__ = ["render_metrics"]
+
+
+async def render_metrics(host: Host) -> str:
+    redis = host.redis
+    counters = {
+        (k.decode() if isinstance(k, bytes) else k): float(v)
+        for k, v in (await redis.hgetall(K.METRICS)).items()
+    }
+    outbox_depth = await _group_backlog(redis, K.OUTBOX, K.OUTBOX_GROUP)
+    resume_backlog = await _group_backlog(redis, K.RESUME, K.RESUME_GROUP)
+    lines = [
+        "# HELP countersign_pending_requests Approval requests waiting for a decision.",
+        "# TYPE countersign_pending_requests gauge",
+        f"countersign_pending_requests {await host.store.pending_count()}",
+        "# HELP countersign_decisions_total Terminal decisions by status.",
+        "# TYPE countersign_decisions_total counter",
+    ]
+    for status in ("approved", "rejected", "changes_requested", "answered", "expired"):
+        value = int(counters.get(f"decisions_{status}", 0))
+        lines.append(f'countersign_decisions_total{{status="{status}"}} {value}')
+    lines += [
+        "# HELP countersign_resume_latency_seconds From the last decision to the resume.",
+        "# TYPE countersign_resume_latency_seconds summary",
+        f"countersign_resume_latency_seconds_sum {counters.get('resume_latency_seconds_sum', 0.0)}",
+        "countersign_resume_latency_seconds_count "
+        f"{int(counters.get('resume_latency_seconds_count', 0))}",
+        "# HELP countersign_outbox_depth Chat notifications not yet delivered.",
+        "# TYPE countersign_outbox_depth gauge",
+        f"countersign_outbox_depth {outbox_depth}",
+        "# HELP countersign_resume_backlog Runs waiting for a worker.",
+        "# TYPE countersign_resume_backlog gauge",
+        f"countersign_resume_backlog {resume_backlog}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+async def _group_backlog(redis: Any, stream: str, group: str) -> int:
+    """Entries not yet delivered (lag) plus delivered but not acknowledged (pending)."""
+    try:
+        groups = await redis.xinfo_groups(stream)
+    except Exception:
+        return int(await redis.xlen(stream)) if await redis.exists(stream) else 0
+    for info in groups:
+        name = info.get("name")
+        if (name.decode() if isinstance(name, bytes) else name) == group:
+            return int(info.get("lag") or 0) + int(info.get("pending") or 0)
+    return int(await redis.xlen(stream))

@@ -1,0 +1,59 @@
+"""The outbox: notifications for the chat side, delivered at least once.
+
+Entries are written by the store's scripts in the same step as the change they announce;
+this loop hands each to the notifier and acknowledges it only once the notifier succeeded.
+"""
+
+from __future__ import annotations
+
+from . import keys as K
+from .notifier import Notifier, RunSummary
+from .store import RunStore
+from .streams import StreamConsumer
+
+__all__ = ["Outbox", "RetryLater"]
+
+
+class RetryLater(Exception):
+    """Raised by a handler when an entry cannot be delivered yet."""
+
+
+class Outbox:
+    def __init__(
+        self, store: RunStore, notifier: Notifier, consumer: str, *, idle_ms: int = 5_000
+    ) -> None:
+        self.store, self.notifier = store, notifier
+        self.consumer = StreamConsumer(
+            store.redis, K.OUTBOX, K.OUTBOX_GROUP, consumer, self.handle, idle_ms=idle_ms
+        )
+
+    async def handle(self, entry_id: str, fields: dict[str, str]) -> None:
+        kind = fields.get("type")
+        if kind == "run_finished":
+            await self._run_finished(fields["run_id"])
+            return
+        request = await self.store.get_request(fields.get("request_id", ""))
+        if request is None:
+            return
+        if kind == "request_posted":
+            if request.message_ts:  # posted already (a redelivery after the ts was saved)
+                return
+            ref = await self.notifier.request_posted(request)
+            if ref is not None:
+                await self.store.set_message_ref(request.request_id, ref.channel, ref.ts)
+        elif kind in ("request_decided", "request_progress"):
+            await self.notifier.request_updated(request)
+
+    async def _run_finished(self, run_id: str) -> None:
+        info = await self.store.run_info(run_id)
+        if info is None:
+            return
+        summary = RunSummary(
+            run_id=run_id,
+            agent=info.get("agent", ""),
+            status=info.get("status", ""),
+            output=info.get("output", ""),
+            error=info.get("error", ""),
+            requested_by=info.get("requested_by", ""),
+        )
+        await self.notifier.run_finished(summary, await self.store.run_requests(run_id))

@@ -1,0 +1,97 @@
+"""The Lua scripts that make each state change of a run atomic.
+
+Every script checks before it writes, so a stale or duplicate caller changes nothing:
+`pause` and `finish` are fenced by the run's current pause id, `decide` is a
+compare-and-set on the request's status.
+"""
+
+from __future__ import annotations
+
+__all__ = ["DECIDE", "FINISH", "PAUSE"]
+
+# KEYS: run, checkpoint, requests, run audit, PENDING, DEADLINES, OUTBOX, then per request:
+#       request hash, pending-by-destination zset
+# ARGV: expected pause id, new pause id, checkpoint blob, now, actor, n, then per request:
+#       request id, created score, expiry score, fields as JSON
+PAUSE = """
+local current = redis.call('HGET', KEYS[1], 'pause_id') or ''
+if current ~= ARGV[1] then return 0 end
+local n = tonumber(ARGV[6])
+redis.call('SET', KEYS[2], ARGV[3])
+local ids = {}
+for i = 1, n do
+  local base = 6 + (i - 1) * 4
+  local rid, created, expires = ARGV[base + 1], ARGV[base + 2], ARGV[base + 3]
+  local fields = cjson.decode(ARGV[base + 4])
+  local flat = {}
+  for k, v in pairs(fields) do flat[#flat + 1] = k; flat[#flat + 1] = v end
+  local req_key, by_dest = KEYS[7 + (i - 1) * 2 + 1], KEYS[7 + (i - 1) * 2 + 2]
+  redis.call('HSET', req_key, unpack(flat))
+  redis.call('RPUSH', KEYS[3], rid)
+  redis.call('ZADD', KEYS[5], created, rid)
+  redis.call('ZADD', by_dest, created, rid)
+  redis.call('ZADD', KEYS[6], expires, rid)
+  redis.call('XADD', KEYS[7], '*', 'type', 'request_posted', 'request_id', rid)
+  ids[#ids + 1] = rid
+end
+redis.call('HSET', KEYS[1], 'status', 'waiting', 'pause_id', ARGV[2], 'undecided', n,
+  'pause_requests', cjson.encode(ids), 'updated_at', ARGV[4])
+redis.call('XADD', KEYS[4], '*', 'at', ARGV[4], 'actor', ARGV[5], 'event', 'paused',
+  'detail', cjson.encode(ids))
+return 1
+"""
+
+# KEYS: request, approvers, run, run audit, PENDING, DEADLINES, RESUME, OUTBOX, METRICS,
+#       pending-by-destination
+# ARGV: request id, kind, terminal status, decision JSON, decider, now, seen hash
+DECIDE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'not_found', 0} end
+local f = redis.call('HMGET', KEYS[1], 'status', 'call_hash', 'quorum', 'run_id', 'pause_id')
+if f[1] ~= 'pending' then return {'already_decided', 0} end
+if ARGV[7] ~= '' and ARGV[7] ~= f[2] then return {'hash_mismatch', 0} end
+local hash = f[2]
+if ARGV[2] == 'approve' then
+  if redis.call('SADD', KEYS[2], ARGV[5]) == 0 then return {'duplicate_vote', 0} end
+  local approvals = redis.call('HGET', KEYS[1], 'approvals')
+  local list = cjson.decode(approvals ~= '' and approvals or '[]')
+  list[#list + 1] = ARGV[5]
+  redis.call('HSET', KEYS[1], 'approvals', cjson.encode(list))
+  if #list < tonumber(f[3] or '1') then
+    redis.call('XADD', KEYS[4], '*', 'at', ARGV[6], 'actor', ARGV[5], 'event', 'approval',
+      'request_id', ARGV[1], 'call_hash', hash, 'detail', #list .. ' of ' .. f[3])
+    redis.call('XADD', KEYS[8], '*', 'type', 'request_progress', 'request_id', ARGV[1])
+    return {'progress', 0}
+  end
+end
+redis.call('HSET', KEYS[1], 'status', ARGV[3], 'decision', ARGV[4], 'decided_by', ARGV[5],
+  'decided_at', ARGV[6])
+redis.call('ZREM', KEYS[5], ARGV[1])
+redis.call('ZREM', KEYS[10], ARGV[1])
+redis.call('ZREM', KEYS[6], ARGV[1])
+redis.call('HINCRBY', KEYS[9], 'decisions_' .. ARGV[3], 1)
+redis.call('XADD', KEYS[4], '*', 'at', ARGV[6], 'actor', ARGV[5], 'event', ARGV[3],
+  'request_id', ARGV[1], 'call_hash', hash, 'detail', ARGV[4])
+redis.call('XADD', KEYS[8], '*', 'type', 'request_decided', 'request_id', ARGV[1])
+local left = redis.call('HINCRBY', KEYS[3], 'undecided', -1)
+if left == 0 then
+  redis.call('HSET', KEYS[3], 'status', 'resuming', 'decided_at', ARGV[6])
+  redis.call('XADD', KEYS[7], '*', 'type', 'resume', 'run_id', f[4], 'pause_id', f[5])
+  return {'decided', 1}
+end
+return {'decided', 0}
+"""
+
+# KEYS: run, checkpoint, run audit, OUTBOX
+# ARGV: expected pause id, status, output, error, final state blob, now, actor, final pause id
+FINISH = """
+local current = redis.call('HGET', KEYS[1], 'pause_id') or ''
+if current ~= ARGV[1] then return 0 end
+if ARGV[5] ~= '' then redis.call('SET', KEYS[2], ARGV[5]) end
+redis.call('HSET', KEYS[1], 'status', ARGV[2], 'output', ARGV[3], 'error', ARGV[4],
+  'pause_id', ARGV[8], 'undecided', 0, 'updated_at', ARGV[6])
+redis.call('XADD', KEYS[3], '*', 'at', ARGV[6], 'actor', ARGV[7], 'event', ARGV[2],
+  'detail', ARGV[4] ~= '' and ARGV[4] or ARGV[3])
+local run_id = redis.call('HGET', KEYS[1], 'run_id')
+redis.call('XADD', KEYS[4], '*', 'type', 'run_finished', 'run_id', run_id)
+return 1
+"""

@@ -1,0 +1,320 @@
+"""The Redis store: runs, encrypted checkpoints, approval requests, decisions.
+
+Each state change is one Lua script (see `scripts`), so a crash leaves either all of it or
+none. The checkpoint of a pause is written in the same step as its requests, the pending
+index and the outbox entries that will post them: nothing can be clicked before it exists.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+
+from . import keys as K
+from .approvals import ApprovalRequest, DecideResult, Router
+from .checkpoint import RunState
+from .crypto import KeyRing
+from .decisions import Decision, decision_adapter
+from .errors import StoreError
+from .runner import Failed, Paused, RunOutcome
+from .scripts import DECIDE, FINISH, PAUSE
+
+__all__ = ["PendingPage", "RunStore"]
+
+log = logging.getLogger(__name__)
+
+TERMINAL_STATUS = {
+    "approve": "approved",
+    "reject": "rejected",
+    "request_changes": "changes_requested",
+    "answer": "answered",
+    "expired": "expired",
+}
+
+
+@dataclass(frozen=True)
+class PendingPage:
+    requests: list[ApprovalRequest]
+    next_cursor: str | None
+
+
+class RunStore:
+    def __init__(
+        self,
+        redis: Redis,
+        keyring: KeyRing,
+        router: Router,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.redis = redis
+        self.keyring = keyring
+        self.router = router
+        self.clock = clock
+        self._pause = redis.register_script(PAUSE)
+        self._decide = redis.register_script(DECIDE)
+        self._finish = redis.register_script(FINISH)
+
+    # -- runs ---------------------------------------------------------------------------
+    async def create_run(
+        self, agent: str, input: str, requested_by: str | None, run_id: str | None = None
+    ) -> str:
+        """Record a new run and queue its start for a worker."""
+        run_id = run_id or K.new_run_id()
+        k, now = K.Keys(run_id), self.clock()
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(
+                k.run,
+                mapping={
+                    "run_id": run_id,
+                    "agent": agent,
+                    "input": input,
+                    "requested_by": requested_by or "",
+                    "status": "running",
+                    "pause_id": "",
+                    "created_at": repr(now),
+                    "updated_at": repr(now),
+                },
+            )
+            pipe.zadd(K.RUNS, {run_id: int(now * 1000)})
+            pipe.xadd(
+                k.audit, {"at": repr(now), "actor": requested_by or "api", "event": "started"}
+            )
+            pipe.xadd(K.RESUME, {"type": "start", "run_id": run_id, "pause_id": ""})
+            await pipe.execute()
+        return run_id
+
+    async def run_info(self, run_id: str) -> dict[str, str] | None:
+        raw = await self.redis.hgetall(K.Keys(run_id).run)
+        return _decode_map(raw) or None
+
+    async def save_outcome(self, outcome: RunOutcome, expected_pause_id: str, actor: str) -> bool:
+        """Persist a run's outcome if nobody else did first (fenced by the pause id)."""
+        if isinstance(outcome, Paused):
+            return await self._save_pause(outcome, expected_pause_id, actor)
+        error = outcome.error if isinstance(outcome, Failed) else ""
+        output = "" if isinstance(outcome, Failed) else outcome.output
+        return await self.finish(
+            outcome.state.run_id,
+            expected_pause_id,
+            outcome.kind,
+            output,
+            error,
+            actor,
+            outcome.state,
+        )
+
+    async def finish(
+        self,
+        run_id: str,
+        expected_pause_id: str,
+        status: str,
+        output: str,
+        error: str,
+        actor: str,
+        state: RunState | None = None,
+    ) -> bool:
+        k, now = K.Keys(run_id), self.clock()
+        final_id = f"final_{k.token}"
+        blob = b""
+        if state is not None:
+            blob = self.keyring.encrypt(
+                state.to_json().encode(), run_id=run_id, request_id=final_id
+            )
+        done = await self._finish(
+            keys=[k.run, k.checkpoint, k.audit, K.OUTBOX],
+            args=[expected_pause_id, status, output, error, blob, repr(now), actor, final_id],
+        )
+        return bool(done)
+
+    async def _save_pause(self, outcome: Paused, expected_pause_id: str, actor: str) -> bool:
+        state = outcome.state
+        run_id, now = state.run_id, self.clock()
+        k = K.Keys(run_id)
+        index = {c.call_id: i for i, c in enumerate(state.calls)}
+        requests = []
+        for record in outcome.pending:
+            route = await self.router.route(state.agent, record.tool, record.severity)
+            requests.append(
+                ApprovalRequest(
+                    request_id=K.request_id(run_id, index[record.call_id] + 1),
+                    run_id=run_id,
+                    call_id=record.call_id,
+                    agent=state.agent,
+                    tool=record.tool,
+                    arguments=record.arguments,
+                    call_hash=record.call_hash,
+                    kind="question" if record.gate == "question" else "approval",
+                    reason=record.reason,
+                    severity=record.severity,
+                    requested_by=state.requested_by or "",
+                    created_at=now,
+                    expires_at=now + route.expiry_seconds,
+                    route=route,
+                    allow_always=record.allow_always,
+                    question=record.question or "",
+                )
+            )
+        pause_id = requests[0].request_id
+        blob = self.keyring.encrypt(state.to_json().encode(), run_id=run_id, request_id=pause_id)
+        script_keys = [k.run, k.checkpoint, k.requests, k.audit, K.PENDING, K.DEADLINES, K.OUTBOX]
+        args: list[Any] = [expected_pause_id, pause_id, blob, repr(now), actor, len(requests)]
+        for request in requests:
+            request.pause_id = pause_id
+            fields = request.to_hash() | {"quorum": str(request.route.quorum)}
+            script_keys += [
+                k.request(request.request_id),
+                _by_destination(request.route.destination),
+            ]
+            args += [
+                request.request_id,
+                _score(now),
+                _score(request.expires_at),
+                json.dumps(fields),
+            ]
+        return bool(await self._pause(keys=script_keys, args=args))
+
+    async def load_checkpoint(self, run_id: str, pause_id: str) -> RunState:
+        """Decrypt and parse the run's checkpoint; CheckpointError subclasses if it cannot be."""
+        blob: Any = await self.redis.get(K.Keys(run_id).checkpoint)
+        if blob is None:
+            raise StoreError(f"run {run_id} has no checkpoint; it cannot be resumed")
+        plaintext = self.keyring.decrypt(blob, run_id=run_id, request_id=pause_id)
+        return RunState.from_json(plaintext)
+
+    async def decisions_for(self, run_id: str, pause_id: str) -> dict[str, Decision]:
+        """The recorded decision of every request of a pause, by call id."""
+        info = await self.run_info(run_id)
+        ids = json.loads((info or {}).get("pause_requests") or "[]")
+        decisions: dict[str, Decision] = {}
+        for request in await self.get_requests(run_id, ids):
+            if request.pause_id == pause_id and request.decision is not None:
+                decisions[request.call_id] = decision_adapter.validate_python(request.decision)
+        return decisions
+
+    # -- requests -----------------------------------------------------------------------
+    async def get_request(self, request_id: str) -> ApprovalRequest | None:
+        try:
+            k = K.Keys(request_id)
+        except ValueError:
+            return None
+        raw = _decode_map(await self.redis.hgetall(k.request(request_id)))
+        return ApprovalRequest.from_hash(raw) if raw else None
+
+    async def get_requests(self, run_id: str, request_ids: list[str]) -> list[ApprovalRequest]:
+        k = K.Keys(run_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for rid in request_ids:
+                pipe.hgetall(k.request(rid))
+            rows = await pipe.execute()
+        return [ApprovalRequest.from_hash(_decode_map(r)) for r in rows if r]
+
+    async def run_requests(self, run_id: str) -> list[ApprovalRequest]:
+        ids = [_text(i) for i in await self.redis.lrange(K.Keys(run_id).requests, 0, -1)]
+        return await self.get_requests(run_id, ids)
+
+    async def decide(self, request_id: str, decision: Decision) -> DecideResult:
+        """The compare-and-set: the first valid decision (or the quorum) wins, atomically."""
+        try:
+            k = K.Keys(request_id)
+        except ValueError:
+            return DecideResult("not_found")
+        current = await self.get_request(request_id)
+        if current is None:
+            return DecideResult("not_found")
+        outcome, queued = await self._decide(
+            keys=[
+                k.request(request_id),
+                k.approvers(request_id),
+                k.run,
+                k.audit,
+                K.PENDING,
+                K.DEADLINES,
+                K.RESUME,
+                K.OUTBOX,
+                K.METRICS,
+                _by_destination(current.route.destination),
+            ],
+            args=[
+                request_id,
+                decision.kind,
+                TERMINAL_STATUS[decision.kind],
+                decision_adapter.dump_json(decision).decode(),
+                decision.decided_by,
+                repr(self.clock()),
+                decision.call_hash or "",
+            ],
+        )
+        return DecideResult(_text(outcome), await self.get_request(request_id), bool(queued))  # type: ignore[arg-type]
+
+    async def set_message_ref(self, request_id: str, channel: str, ts: str) -> None:
+        k = K.Keys(request_id)
+        await self.redis.hset(
+            k.request(request_id), mapping={"message_channel": channel, "message_ts": ts}
+        )
+
+    async def list_pending(
+        self, destination: str | None = None, cursor: str | None = None, limit: int = 20
+    ) -> PendingPage:
+        """Newest first, from the index (never SCAN). The cursor is `<score>:<request id>`."""
+        index = K.PENDING if destination is None else _by_destination(destination)
+        top: str | float = "+inf"
+        after = None
+        if cursor:
+            score, _, after = cursor.partition(":")
+            top = float(score)
+        rows: list[Any] = await self.redis.zrange(
+            index, top, "-inf", desc=True, byscore=True, offset=0, num=limit + 50, withscores=True
+        )
+        if after is not None:
+            ids = [_text(r) for r, _ in rows]
+            if after in ids:
+                rows = rows[ids.index(after) + 1 :]
+        rows = rows[: limit + 1]
+        page = rows[:limit]
+        found = [
+            r for r in [await self.get_request(_text(rid)) for rid, _ in page] if r is not None
+        ]
+        next_cursor = None
+        if len(rows) > limit and page:
+            last_id, last_score = page[-1]
+            next_cursor = f"{int(last_score)}:{_text(last_id)}"
+        return PendingPage(found, next_cursor)
+
+    async def record_resume_latency(self, info: dict[str, str]) -> None:
+        """Time from the last decision to its resume, for /metrics."""
+        decided_at = info.get("decided_at")
+        if decided_at:
+            latency = max(0.0, self.clock() - float(decided_at))
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.hincrbyfloat(K.METRICS, "resume_latency_seconds_sum", latency)
+                pipe.hincrby(K.METRICS, "resume_latency_seconds_count", 1)
+                await pipe.execute()
+
+    async def pending_count(self) -> int:
+        return int(await self.redis.zcard(K.PENDING))
+
+    async def audit(self, run_id: str) -> list[dict[str, str]]:
+        entries: Any = await self.redis.xrange(K.Keys(run_id).audit)
+        return [_decode_map(fields) | {"id": _text(entry_id)} for entry_id, fields in entries]
+
+
+def _by_destination(destination: str) -> str:
+    return f"{K.PENDING}:{destination or '-'}"
+
+
+def _score(at: float) -> int:
+    return int(at * 1000)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _decode_map(raw: dict[Any, Any]) -> dict[str, str]:
+    return {_text(k): _text(v) for k, v in raw.items()}

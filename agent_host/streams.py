@@ -1,0 +1,106 @@
+"""A consumer-group reader shared by the resume workers and the outbox.
+
+Entries are acknowledged only after their handler succeeded; an entry whose consumer died
+(or whose handler raised) is reclaimed with XAUTOCLAIM once it has been idle long enough.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+__all__ = ["StreamConsumer"]
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[str, dict[str, str]], Awaitable[None]]
+
+
+class StreamConsumer:
+    def __init__(
+        self,
+        redis: Redis,
+        stream: str,
+        group: str,
+        consumer: str,
+        handler: Handler,
+        *,
+        idle_ms: int = 30_000,
+        block_ms: int = 1_000,
+        count: int = 10,
+    ) -> None:
+        self.redis, self.stream, self.group, self.consumer = redis, stream, group, consumer
+        self.handler = handler
+        self.idle_ms, self.block_ms, self.count = idle_ms, block_ms, count
+
+    async def ensure_group(self) -> None:
+        try:
+            await self.redis.xgroup_create(self.stream, self.group, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def poll(self, block_ms: int | None = None) -> int:
+        """Handle reclaimed entries, then new ones; returns how many were handled."""
+        entries = await self._reclaim()
+        if not entries:
+            reply: Any = await self.redis.xreadgroup(
+                self.group,
+                self.consumer,
+                {self.stream: ">"},
+                count=self.count,
+                block=self.block_ms if block_ms is None else block_ms,
+            )
+            entries = reply[0][1] if reply else []
+        handled = 0
+        for entry_id, fields in entries:
+            if fields is None:  # trimmed while pending
+                await self.redis.xack(self.stream, self.group, entry_id)
+                continue
+            ok = await self._handle(
+                _text(entry_id), {_text(k): _text(v) for k, v in fields.items()}
+            )
+            handled += ok
+        return handled
+
+    async def _handle(self, entry_id: str, fields: dict[str, str]) -> bool:
+        try:
+            await self.handler(entry_id, fields)
+        except Exception:
+            # Left pending: reclaimed after idle_ms and tried again.
+            log.exception("%s entry %s failed; it will be retried", self.stream, entry_id)
+            return False
+        await self.redis.xack(self.stream, self.group, entry_id)
+        return True
+
+    async def _reclaim(self) -> list[tuple[bytes, dict[bytes, bytes] | None]]:
+        reply: Any = await self.redis.xautoclaim(
+            self.stream, self.group, self.consumer, self.idle_ms, start_id="0-0", count=self.count
+        )
+        return list(reply[1])
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.ensure_group()
+        while not stop.is_set():
+            try:
+                await self.poll()
+            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+                log.warning("%s: Redis unavailable (%s); retrying", self.stream, exc)
+                await _sleep_or_stop(stop, 1.0)
+
+
+async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,52 @@
+"""The expiry sweeper: requests past their deadline are decided `expired`.
+
+Deadlines live in a sorted set and are decided through the same compare-and-set as a
+click, so two sweepers, or a sweeper racing a reviewer, still give exactly one outcome.
+Key-expiry events are never used: they are not delivered reliably.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from . import keys as K
+from .decisions import Expired
+from .store import RunStore
+
+__all__ = ["EXPIRED_BY", "Sweeper"]
+
+log = logging.getLogger(__name__)
+
+EXPIRED_BY = "countersign (expired)"
+
+
+class Sweeper:
+    def __init__(self, store: RunStore, *, interval: float = 1.0, batch: int = 100) -> None:
+        self.store, self.interval, self.batch = store, interval, batch
+
+    async def sweep(self) -> int:
+        """Expire every request whose deadline passed; returns how many this sweeper decided."""
+        now_ms = int(self.store.clock() * 1000)
+        due = await self.store.redis.zrange(
+            K.DEADLINES, 0, now_ms, byscore=True, offset=0, num=self.batch
+        )
+        expired = 0
+        for raw in due:
+            request_id = raw.decode() if isinstance(raw, bytes) else str(raw)
+            result = await self.store.decide(request_id, Expired(decided_by=EXPIRED_BY))
+            if result.outcome == "decided":
+                expired += 1
+            elif result.outcome == "not_found":
+                await self.store.redis.zrem(K.DEADLINES, request_id)
+        return expired
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.sweep()
+            except Exception as exc:  # keep sweeping through Redis outages
+                log.warning("sweep failed (%s); retrying", exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.interval)

@@ -1,0 +1,126 @@
+"""The `countersign` command: serve, worker, demo, keys.
+
+This is the composition root: it builds the agent host and, when Slack is configured, the
+Slack bot around it. It lives in `bot` because imports go bot -> agent_host only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from aiohttp import web
+
+from agent_host.crypto import generate_key
+from agent_host.errors import ConfigurationError
+from agent_host.host import Host, load_keyring, open_redis
+from agent_host.http_api import create_app
+from agent_host.rotation import rotate_checkpoints
+from agent_host.settings import Settings, load_settings
+
+__all__ = ["main"]
+
+log = logging.getLogger("countersign")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="countersign", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="HTTP server (Slack + API) plus resume workers")
+    serve.add_argument("--host", default="0.0.0.0")
+    serve.add_argument("--port", type=int, default=None, help="default: PORT or 3000")
+    serve.add_argument("--workers", type=int, default=1)
+    commands.add_parser("worker", help="resume workers, sweeper and outbox only")
+    demo = commands.add_parser("demo", help="the local sandbox: Redis, Slack stand-in, bot")
+    demo.add_argument("--port", type=int, default=3000)
+    keys = commands.add_parser("keys", help="encryption keys")
+    keys_commands = keys.add_subparsers(dest="keys_command", required=True)
+    keys_commands.add_parser("generate", help="print a new kid:base64 key")
+    keys_commands.add_parser("rotate", help="re-encrypt every checkpoint under the first key")
+    args = parser.parse_args(argv)
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if args.command == "keys" and args.keys_command == "generate":
+        print(generate_key())
+        return 0
+    try:
+        settings = load_settings()
+        if args.command == "serve":
+            asyncio.run(_serve(settings, args.host, args.port or settings.port, args.workers))
+        elif args.command == "worker":
+            asyncio.run(_worker(settings))
+        elif args.command == "demo":
+            from .demo import run_demo
+
+            asyncio.run(run_demo(settings, args.port))
+        else:
+            asyncio.run(_rotate(settings))
+    except ConfigurationError as exc:
+        print(f"countersign: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+async def build_host(settings: Settings) -> Host:
+    """The agent host, with the Slack notifier and router when Slack is configured."""
+    from .wiring import slack_parts
+
+    notifier, router = await slack_parts(settings)
+    return await Host.from_settings(settings, notifier=notifier, router=router)
+
+
+async def _serve(settings: Settings, host_name: str, port: int, workers: int) -> None:
+    from .wiring import mount_slack
+
+    host = await build_host(settings)
+    app = create_app(host)
+    await mount_slack(app, host)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host_name, port).start()
+    host.start_background(workers)
+    log.info("countersign serving on http://%s:%d (workers: %d)", host_name, port, workers)
+    try:
+        await _until_signalled()
+    finally:
+        await runner.cleanup()
+        await host.stop()
+
+
+async def _worker(settings: Settings) -> None:
+    host = await build_host(settings)
+    host.start_background(1)
+    log.info("countersign worker started")
+    try:
+        await _until_signalled()
+    finally:
+        await host.stop()
+
+
+async def _rotate(settings: Settings) -> None:
+    keyring = load_keyring(settings)
+    redis, server = await open_redis(settings)
+    try:
+        report = await rotate_checkpoints(redis, keyring)
+        print(
+            f"examined {report.examined} runs, re-encrypted {report.rotated} checkpoints "
+            f"under key {keyring.active_kid!r}, {report.skipped} already current or empty"
+        )
+    finally:
+        await redis.aclose()
+        if server is not None:
+            server.stop()
+
+
+async def _until_signalled() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
