@@ -157,7 +157,9 @@ class ApprovalRequest:
 class DecideResult:
     """What the compare-and-set answered."""
 
-    outcome: Literal["decided", "progress", "already_decided", "not_found", "duplicate_vote"]
+    outcome: Literal[
+        "decided", "progress", "already_decided", "not_found", "duplicate_vote", "hash_mismatch"
+    ]
     request: ApprovalRequest | None = None
     resume_queued: bool = False
 

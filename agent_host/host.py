@@ -91,6 +91,9 @@ class Host:
     notifier: Notifier = field(default_factory=LoggingNotifier)
     embedded: RedisServer | None = None
     consumer_name: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    retry_idle_ms: int = 5_000  # how long an undelivered outbox entry waits to be retried
+    resume_idle_ms: int = 30_000  # how long a resume entry of a silent worker waits to be reclaimed
+    sweep_interval: float = 1.0
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -120,12 +123,24 @@ class Host:
     ) -> None:
         """Start N resume workers, the sweeper and the outbox as owned tasks."""
         for n in range(workers):
-            worker = ResumeWorker(self.store, self.runner, f"{self.consumer_name}-w{n}")
+            worker = ResumeWorker(
+                self.store,
+                self.runner,
+                f"{self.consumer_name}-w{n}",
+                idle_ms=max(30_000, self.retry_idle_ms),
+            )
             self._spawn(worker.consumer.run(self._stop), f"resume-worker-{n}")
         if sweeper:
-            self._spawn(Sweeper(self.store).run(self._stop), "sweeper")
+            self._spawn(
+                Sweeper(self.store, interval=self.sweep_interval).run(self._stop), "sweeper"
+            )
         if outbox:
-            box = Outbox(self.store, self.notifier, f"{self.consumer_name}-outbox")
+            box = Outbox(
+                self.store,
+                self.notifier,
+                f"{self.consumer_name}-outbox",
+                idle_ms=self.retry_idle_ms,
+            )
             self._spawn(box.consumer.run(self._stop), "outbox")
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:

@@ -24,7 +24,14 @@ class Outbox:
     ) -> None:
         self.store, self.notifier = store, notifier
         self.consumer = StreamConsumer(
-            store.redis, K.OUTBOX, K.OUTBOX_GROUP, consumer, self.handle, idle_ms=idle_ms
+            store.redis,
+            K.OUTBOX,
+            K.OUTBOX_GROUP,
+            consumer,
+            self.handle,
+            idle_ms=idle_ms,
+            count=100,
+            concurrent=True,
         )
 
     async def handle(self, entry_id: str, fields: dict[str, str]) -> None:

@@ -17,9 +17,14 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-__all__ = ["StreamConsumer"]
+__all__ = ["RetryLater", "StreamConsumer"]
 
 log = logging.getLogger(__name__)
+
+
+class RetryLater(Exception):
+    """Raised by a handler when an entry cannot be handled yet; it is retried after idle_ms."""
+
 
 Handler = Callable[[str, dict[str, str]], Awaitable[None]]
 
@@ -36,10 +41,13 @@ class StreamConsumer:
         idle_ms: int = 30_000,
         block_ms: int = 1_000,
         count: int = 10,
+        concurrent: bool = False,
     ) -> None:
         self.redis, self.stream, self.group, self.consumer = redis, stream, group, consumer
         self.handler = handler
         self.idle_ms, self.block_ms, self.count = idle_ms, block_ms, count
+        self.concurrent = concurrent  # handle a batch at once (the outbox: one slow channel
+        # must not hold up the others)
 
     async def ensure_group(self) -> None:
         try:
@@ -74,6 +82,9 @@ class StreamConsumer:
     async def _handle(self, entry_id: str, fields: dict[str, str]) -> bool:
         try:
             await self.handler(entry_id, fields)
+        except RetryLater as exc:
+            log.info("%s entry %s deferred: %s", self.stream, entry_id, exc)
+            return False
         except Exception:
             # Left pending: reclaimed after idle_ms and tried again.
             log.exception("%s entry %s failed; it will be retried", self.stream, entry_id)

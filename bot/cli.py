@@ -17,10 +17,12 @@ from aiohttp import web
 
 from agent_host.crypto import generate_key
 from agent_host.errors import ConfigurationError
-from agent_host.host import Host, load_keyring, open_redis
+from agent_host.host import load_keyring, open_redis
 from agent_host.http_api import create_app
 from agent_host.rotation import rotate_checkpoints
 from agent_host.settings import Settings, load_settings
+
+from .wiring import build, mount_slack
 
 __all__ = ["main"]
 
@@ -37,6 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands.add_parser("worker", help="resume workers, sweeper and outbox only")
     demo = commands.add_parser("demo", help="the local sandbox: Redis, Slack stand-in, bot")
     demo.add_argument("--port", type=int, default=3000)
+    demo.add_argument("--terminal", action="store_true", help="in the terminal, no Redis/Slack")
     keys = commands.add_parser("keys", help="encryption keys")
     keys_commands = keys.add_subparsers(dest="keys_command", required=True)
     keys_commands.add_parser("generate", help="print a new kid:base64 key")
@@ -53,6 +56,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             asyncio.run(_serve(settings, args.host, args.port or settings.port, args.workers))
         elif args.command == "worker":
             asyncio.run(_worker(settings))
+        elif args.command == "demo" and args.terminal:
+            from .terminal_demo import run_terminal_demo
+
+            asyncio.run(run_terminal_demo())
         elif args.command == "demo":
             from .demo import run_demo
 
@@ -67,20 +74,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-async def build_host(settings: Settings) -> Host:
-    """The agent host, with the Slack notifier and router when Slack is configured."""
-    from .wiring import slack_parts
-
-    notifier, router = await slack_parts(settings)
-    return await Host.from_settings(settings, notifier=notifier, router=router)
-
-
 async def _serve(settings: Settings, host_name: str, port: int, workers: int) -> None:
-    from .wiring import mount_slack
-
-    host = await build_host(settings)
+    host, bot = await build(settings)
     app = create_app(host)
-    await mount_slack(app, host)
+    mount_slack(app, bot)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host_name, port).start()
@@ -90,11 +87,12 @@ async def _serve(settings: Settings, host_name: str, port: int, workers: int) ->
         await _until_signalled()
     finally:
         await runner.cleanup()
+        await bot.tasks.drain()
         await host.stop()
 
 
 async def _worker(settings: Settings) -> None:
-    host = await build_host(settings)
+    host, _ = await build(settings)
     host.start_background(1)
     log.info("countersign worker started")
     try:
@@ -124,3 +122,7 @@ async def _until_signalled() -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,233 @@
+"""The Bolt app: Approve / Reject / Answer buttons, their modals, and `/approvals`.
+
+Bolt verifies every request's signature first (401 on a bad or stale one). Each listener
+then applies the reviewer rules and the store's compare-and-set and acks; anything slow
+(opening a modal, ephemeral replies) runs after the ack as an owned background task, and
+message updates and the resume happen through the outbox and the workers. The app runs
+with `process_before_response=True`, so Bolt sends the response as soon as the listener
+returns instead of polling for the ack every 10 ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+from redis.exceptions import RedisError
+from slack_bolt.async_app import AsyncAck, AsyncApp
+
+from agent_host.approvals import ApprovalRequest, DecideResult
+from agent_host.decisions import Answer, Approve, Decision, Reject
+from agent_host.store import RunStore
+
+from . import blocks
+from .commands import SlashCommands
+from .reviewers import ReviewerRules
+
+__all__ = ["BackgroundTasks", "build_bolt_app"]
+
+log = logging.getLogger(__name__)
+
+REDIS_TIMEOUT = 1.0  # seconds a click waits on Redis before answering "try again"
+UNAVAILABLE = (
+    ":hourglass: countersign could not record your decision right now (its database is not "
+    "reachable). Nothing was changed; please click again in a moment."
+)
+
+
+class BackgroundTasks:
+    """Owns the work a listener starts after its ack."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background task failed", exc_info=task.exception())
+
+    async def drain(self) -> None:
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+class Decider:
+    """The shared path of every decision: load, check who may decide, compare-and-set."""
+
+    def __init__(self, store: RunStore, reviewers: ReviewerRules) -> None:
+        self.store, self.reviewers = store, reviewers
+
+    async def load(self, request_id: str) -> ApprovalRequest | None:
+        return await asyncio.wait_for(self.store.get_request(request_id), REDIS_TIMEOUT)
+
+    async def refusal(self, user: str, channel: str | None, request: ApprovalRequest | None) -> str:
+        """Why `user` may not decide `request` from `channel`; empty when they may."""
+        if request is None:
+            return "This approval request does not exist (any more). Nothing was changed."
+        if channel and request.message_channel and channel != request.message_channel:
+            return "This button does not belong to this request's message. Nothing was changed."
+        if request.decided:
+            return already_decided(request)
+        verdict = await self.reviewers.may_decide(user, request)
+        return "" if verdict.allowed else f":no_entry: Not allowed: {verdict.reason}."
+
+    async def decide(self, request: ApprovalRequest, decision: Decision) -> DecideResult:
+        return await asyncio.wait_for(
+            self.store.decide(request.request_id, decision), REDIS_TIMEOUT
+        )
+
+
+def already_decided(request: ApprovalRequest) -> str:
+    who = f"<@{request.decided_by}>" if request.decided_by.startswith("U") else request.decided_by
+    status = request.status.replace("_", " ")
+    return f"This request was already *{status}* by {who}. Nothing was changed."
+
+
+def result_text(result: DecideResult) -> str:
+    request = result.request
+    if result.outcome == "progress" and request is not None:
+        return (
+            f":ballot_box_with_check: Your approval is recorded: {len(request.approvals)} of "
+            f"{request.route.quorum} approvals."
+        )
+    if result.outcome == "duplicate_vote":
+        return "You have already approved this request; another reviewer must approve too."
+    if result.outcome == "already_decided" and request is not None:
+        return already_decided(request)
+    if result.outcome == "hash_mismatch":
+        return "The request changed after it was shown to you; nothing was decided."
+    if result.outcome == "not_found":
+        return "This approval request does not exist (any more). Nothing was changed."
+    return ""
+
+
+def build_bolt_app(
+    *,
+    client: Any,
+    signing_secret: str,
+    store: RunStore,
+    reviewers: ReviewerRules,
+    commands: SlashCommands,
+    tasks: BackgroundTasks,
+) -> AsyncApp:
+    app = AsyncApp(
+        client=client,
+        signing_secret=signing_secret,
+        process_before_response=True,
+        ignoring_self_events_enabled=False,
+    )
+    decider = Decider(store, reviewers)
+
+    def ephemeral(channel: str, user: str, text: str) -> None:
+        if text and channel:
+            tasks.spawn(_post_ephemeral(client, channel, user, text))
+
+    async def on_button(ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        action = body["actions"][0]
+        user, channel = body["user"]["id"], (body.get("channel") or {}).get("id", "")
+        try:
+            request = await decider.load(str(action.get("value", "")))
+            refusal = await decider.refusal(user, channel, request)
+            if refusal or request is None:
+                ephemeral(channel, user, refusal)
+                return
+            action_id = action["action_id"]
+            if action_id in (blocks.REJECT, blocks.ANSWER):
+                view = (blocks.reject_modal if action_id == blocks.REJECT else blocks.answer_modal)(
+                    request
+                )
+                tasks.spawn(_open_view(client, body["trigger_id"], view, channel, user))
+                return
+            always = action_id == blocks.APPROVE_ALWAYS and request.allow_always
+            decision = Approve(decided_by=user, call_hash=request.call_hash, always=always)
+            ephemeral(channel, user, result_text(await decider.decide(request, decision)))
+        except (RedisError, TimeoutError, OSError):
+            log.warning("click by %s could not reach Redis", user)
+            ephemeral(channel, user, UNAVAILABLE)
+
+    for action_id in (blocks.APPROVE, blocks.APPROVE_ALWAYS, blocks.REJECT, blocks.ANSWER):
+        app.action(action_id)(on_button)
+
+    async def on_submit(ack: AsyncAck, body: dict[str, Any], view: dict[str, Any]) -> None:
+        user = body["user"]["id"]
+        values = view.get("state", {}).get("values", {})
+        is_answer = view.get("callback_id") == blocks.ANSWER_MODAL
+        block, field = (
+            (blocks.ANSWER_BLOCK, blocks.ANSWER_INPUT)
+            if is_answer
+            else (blocks.REASON_BLOCK, blocks.REASON_INPUT)
+        )
+        text = ((values.get(block) or {}).get(field) or {}).get("value") or ""
+        try:
+            request = await decider.load(str(view.get("private_metadata", "")))
+            refusal = await decider.refusal(user, None, request)
+            if refusal or request is None:
+                await ack(response_action="errors", errors={block: _plain(refusal)})
+                return
+            if is_answer and not text.strip():
+                await ack(response_action="errors", errors={block: "Write an answer to send."})
+                return
+            decision: Decision = (
+                Answer(text=text, decided_by=user, call_hash=request.call_hash)
+                if is_answer
+                else Reject(message=text, decided_by=user, call_hash=request.call_hash)
+            )
+            result = await decider.decide(request, decision)
+        except (RedisError, TimeoutError, OSError):
+            await ack(response_action="errors", errors={block: _plain(UNAVAILABLE)})
+            return
+        if result.accepted:
+            await ack()
+        else:
+            await ack(response_action="errors", errors={block: _plain(result_text(result))})
+
+    app.view(blocks.REJECT_MODAL)(on_submit)
+    app.view(blocks.ANSWER_MODAL)(on_submit)
+
+    async def on_command(ack: AsyncAck, command: dict[str, Any]) -> None:
+        try:
+            text = await asyncio.wait_for(
+                commands.handle(
+                    command["user_id"], command.get("channel_id", ""), command.get("text", "")
+                ),
+                REDIS_TIMEOUT * 2,
+            )
+        except (RedisError, TimeoutError, OSError):
+            text = (
+                ":hourglass: countersign's database is not reachable right now; try again shortly."
+            )
+        await ack(response_type="ephemeral", text=text)
+
+    app.command("/approvals")(on_command)
+    return app
+
+
+def _plain(text: str) -> str:
+    return text.replace("*", "")[:150]
+
+
+async def _post_ephemeral(client: Any, channel: str, user: str, text: str) -> None:
+    try:
+        await asyncio.wait_for(client.chat_postEphemeral(channel=channel, user=user, text=text), 10)
+    except Exception as exc:
+        log.warning("ephemeral reply to %s failed: %s", user, exc)
+
+
+async def _open_view(
+    client: Any, trigger_id: str, view: dict[str, Any], channel: str, user: str
+) -> None:
+    try:
+        await asyncio.wait_for(client.views_open(trigger_id=trigger_id, view=view), 2.5)
+    except Exception as exc:
+        log.warning("views.open failed: %s", exc)
+        await _post_ephemeral(
+            client, channel, user, "Could not open the form; click the button again."
+        )

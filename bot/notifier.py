@@ -1,0 +1,122 @@
+"""The Slack side of agent_host's notifier: posts, updates and thread replies.
+
+Posting is paced per channel near Slack's one message per second; a 429 is answered by
+waiting its Retry-After, 5xx and timeouts by retrying with backoff. When Slack stays
+unavailable the call raises, and the outbox keeps the notification for later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from slack_sdk.errors import SlackApiError
+
+from agent_host.approvals import ApprovalRequest
+from agent_host.notifier import MessageRef, RunSummary
+from agent_host.outbox import RetryLater
+
+from . import blocks
+
+__all__ = ["ChannelPacer", "SlackNotifier"]
+
+log = logging.getLogger(__name__)
+
+
+class ChannelPacer:
+    """At most one post per `interval` seconds into each channel."""
+
+    def __init__(self, interval: float = 1.0) -> None:
+        self.interval = interval
+        self._next: dict[str, float] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def wait_turn(self, channel: str) -> None:
+        lock = self._locks.setdefault(channel, asyncio.Lock())
+        async with lock:
+            now = time.monotonic()
+            start = max(now, self._next.get(channel, 0.0))
+            self._next[channel] = start + self.interval
+        if start > now:
+            await asyncio.sleep(start - now)
+
+    def push_back(self, channel: str, seconds: float) -> None:
+        self._next[channel] = max(self._next.get(channel, 0.0), time.monotonic() + seconds)
+
+
+class SlackNotifier:
+    def __init__(
+        self,
+        client: Any,
+        default_channel: str,
+        *,
+        pacer: ChannelPacer | None = None,
+        attempts: int = 5,
+        timeout: float = 10.0,
+        backoff: float = 0.5,
+    ) -> None:
+        self.client, self.default_channel = client, default_channel
+        self.pacer = pacer or ChannelPacer()
+        self.attempts, self.timeout, self.backoff = attempts, timeout, backoff
+
+    async def request_posted(self, request: ApprovalRequest) -> MessageRef | None:
+        channel = request.route.destination or self.default_channel
+        if not channel:
+            log.warning(
+                "request %s has no channel: set COUNTERSIGN_DEFAULT_CHANNEL", request.request_id
+            )
+            raise RetryLater("no channel to post to")
+        text, body = blocks.approval_message(request)
+        reply = await self._call(
+            channel, lambda: self.client.chat_postMessage(channel=channel, text=text, blocks=body)
+        )
+        return MessageRef(reply["channel"], reply["ts"])
+
+    async def request_updated(self, request: ApprovalRequest) -> None:
+        if not request.message_ts:
+            raise RetryLater(f"request {request.request_id} is not posted yet")
+        render = blocks.decided_message if request.decided else blocks.approval_message
+        text, body = render(request)
+        channel, ts = request.message_channel, request.message_ts
+        await self._call(
+            None, lambda: self.client.chat_update(channel=channel, ts=ts, text=text, blocks=body)
+        )
+
+    async def run_finished(self, run: RunSummary, requests: list[ApprovalRequest]) -> None:
+        posted = [r for r in requests if r.message_ts]
+        if not posted:
+            return
+        last = posted[-1]
+        text = blocks.outcome_message(run, requests)
+        await self._call(
+            last.message_channel,
+            lambda: self.client.chat_postMessage(
+                channel=last.message_channel, thread_ts=last.message_ts, text=text
+            ),
+        )
+
+    async def _call(self, channel: str | None, send: Callable[[], Awaitable[Any]]) -> Any:
+        for attempt in range(1, self.attempts + 1):
+            if channel:
+                await self.pacer.wait_turn(channel)
+            try:
+                return await asyncio.wait_for(send(), self.timeout)
+            except SlackApiError as exc:
+                status = exc.response.status_code
+                if status == 429:
+                    wait = float(exc.response.headers.get("Retry-After", "1") or 1)
+                    if channel:
+                        self.pacer.push_back(channel, wait)
+                    else:
+                        await asyncio.sleep(wait)
+                    continue
+                if status < 500 or attempt == self.attempts:
+                    raise
+            except (TimeoutError, OSError) as exc:
+                if attempt == self.attempts:
+                    raise RetryLater(f"Slack unreachable: {exc}") from exc
+            await asyncio.sleep(self.backoff * 2 ** (attempt - 1))
+        raise RetryLater("Slack kept answering 429; will retry")

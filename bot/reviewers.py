@@ -1,0 +1,83 @@
+"""Who may decide a request: the route's reviewers (users and user groups) and self-approval.
+
+User-group members are looked up with `usergroups.users.list` and cached briefly, so a
+click usually costs no Slack call at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from agent_host.approvals import ApprovalRequest
+
+__all__ = ["ReviewerRules", "Verdict"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    allowed: bool
+    reason: str = ""
+
+
+class ReviewerRules:
+    def __init__(
+        self,
+        client: Any,
+        *,
+        cache_seconds: float = 60.0,
+        timeout: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client, self.cache_seconds, self.timeout, self.clock = (
+            client,
+            cache_seconds,
+            timeout,
+            clock,
+        )
+        self._groups: dict[str, tuple[float, frozenset[str]]] = {}
+
+    async def may_decide(self, user_id: str, request: ApprovalRequest) -> Verdict:
+        route = request.route
+        if user_id == request.requested_by and not route.allow_self_approval:
+            return Verdict(
+                False,
+                "you started this run, and this route does not allow approving your own request; "
+                "ask another reviewer",
+            )
+        if not route.reviewers:
+            return Verdict(True)
+        if user_id in route.reviewers:
+            return Verdict(True)
+        for group in (r for r in route.reviewers if r.startswith("S")):
+            if user_id in await self.group_members(group):
+                return Verdict(True)
+        listed = ", ".join(_mention(r) for r in route.reviewers)
+        return Verdict(
+            False, f"you are not a reviewer for this request; it can be decided by {listed}"
+        )
+
+    async def group_members(self, group_id: str) -> frozenset[str]:
+        cached = self._groups.get(group_id)
+        if cached and self.clock() - cached[0] < self.cache_seconds:
+            return cached[1]
+        try:
+            reply = await asyncio.wait_for(
+                self.client.usergroups_users_list(usergroup=group_id), self.timeout
+            )
+            members = frozenset(reply.get("users") or [])
+        except Exception as exc:  # fail closed: an unknown membership allows nobody
+            log.warning("usergroups.users.list %s failed: %s", group_id, exc)
+            return cached[1] if cached else frozenset()
+        self._groups[group_id] = (self.clock(), members)
+        return members
+
+
+def _mention(reviewer: str) -> str:
+    return f"<!subteam^{reviewer}>" if reviewer.startswith("S") else f"<@{reviewer}>"

@@ -1,0 +1,249 @@
+"""The RunState checkpoint: versioning, a frozen v1 file, and a lossless JSON round trip."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, get_args
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agent_host.checkpoint import (
+    CHECKPOINT_VERSIONS,
+    SCHEMA_VERSION,
+    CallRecord,
+    Gate,
+    Outcome,
+    RunState,
+    RunStatus,
+    call_hash,
+)
+from agent_host.decisions import Answer, Approve, Expired, Reject, RequestChanges
+from agent_host.errors import CheckpointError, UnsupportedCheckpointVersion
+from agent_host.examples import ExampleEffects, build_registry
+from agent_host.messages import Message, ToolCall
+from agent_host.policy import Severity
+from agent_host.runner import Paused, Runner, Succeeded
+
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "checkpoints" / "v1.json"
+
+
+_DROP = object()  # marks a key to leave out of a checkpoint document
+
+
+def minimal(**overrides: Any) -> dict[str, Any]:
+    document: dict[str, Any] = {
+        "schema_version": 1,
+        "run_id": "run_min",
+        "agent": "refund-agent",
+        "agent_fingerprint": "f" * 64,
+        "fingerprint_parts": {},
+        "input": "hi",
+    }
+    document.update(overrides)
+    return {k: v for k, v in document.items() if v is not _DROP}
+
+
+def test_current_schema_version_is_written_and_known() -> None:
+    assert SCHEMA_VERSION == 1
+    assert SCHEMA_VERSION in CHECKPOINT_VERSIONS
+    state = RunState.model_validate(minimal())
+    assert json.loads(state.to_json())["schema_version"] == 1
+    assert RunState.from_json(json.dumps(minimal())).schema_version == 1
+
+
+@pytest.mark.parametrize("version", [2, 99, 0, -1, None, "1", "v1", 1.5, _DROP])
+def test_unknown_or_newer_versions_are_refused(version: Any) -> None:
+    text = json.dumps(minimal(schema_version=version))
+    with pytest.raises(UnsupportedCheckpointVersion) as info:
+        RunState.from_json(text)
+    message = str(info.value)
+    assert "is not one this countersign reads (known: 1)" in message
+    assert "upgrade countersign" in message
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ("{not json", r"checkpoint is not valid JSON"),
+        (b"\xff\xfe\x00", r"checkpoint is not valid JSON"),
+        ("[1, 2]", r"checkpoint must be a JSON object"),
+        (json.dumps(minimal(run_id=_DROP)), r"(?s)does not match schema v1.*run_id"),
+        (json.dumps(minimal(status="sleeping")), r"(?s)does not match schema v1.*status"),
+        (
+            json.dumps(minimal(calls=[{"call_id": "c", "tool": "t"}])),
+            r"does not match schema v1",
+        ),
+    ],
+)
+def test_damaged_checkpoints_raise_checkpoint_error(data: str | bytes, message: str) -> None:
+    with pytest.raises(CheckpointError, match=message) as info:
+        RunState.from_json(data)
+    assert not isinstance(info.value, UnsupportedCheckpointVersion)
+
+
+# -- the frozen v1 file: an old checkpoint must stay resumable ----------------------------------
+
+
+def test_frozen_v1_checkpoint_loads() -> None:
+    state = RunState.from_json(FIXTURE.read_bytes())
+
+    assert (state.schema_version, state.run_id, state.agent, state.status) == (
+        1,
+        "run_fixture_v1",
+        "refund-agent",
+        "paused",
+    )
+    assert state.requested_by == "U_CUSTOMER_SUCCESS"
+    assert state.context == {"channel": "C_REFUNDS"}
+    [pending] = state.pending
+    assert (pending.call_id, pending.tool, pending.arguments) == (
+        "call_1_1",
+        "issue_refund",
+        {"order_id": "124", "amount": 1200.0},
+    )
+    # what a reviewer approved before an upgrade must still match the call after it
+    assert pending.call_hash == call_hash(
+        state.agent_fingerprint, "issue_refund", {"amount": 1200.0, "order_id": "124"}
+    )
+    assert build_registry().build("refund-agent").fingerprint() == state.agent_fingerprint
+
+
+async def test_frozen_v1_checkpoint_resumes_to_success() -> None:
+    effects = ExampleEffects()
+    state = RunState.from_json(FIXTURE.read_text(encoding="utf-8"))
+    [pending] = state.pending
+
+    outcome = await Runner(build_registry(effects)).resume(
+        state, {pending.call_id: Approve(call_hash=pending.call_hash, decided_by="U_LEAD")}
+    )
+
+    assert isinstance(outcome, Succeeded)
+    assert outcome.output == (
+        "Done. Refund issued: $1200.00 to order 124 (idempotency key run_fixture_v1:call_1_1)."
+    )
+    assert effects.events == [
+        {"kind": "refund", "order_id": "124", "amount": 1200.0, "key": "run_fixture_v1:call_1_1"}
+    ]
+
+
+async def test_frozen_v1_checkpoint_can_be_rejected() -> None:
+    effects = ExampleEffects()
+    state = RunState.from_json(FIXTURE.read_text(encoding="utf-8"))
+    outcome = await Runner(build_registry(effects)).resume(
+        state, {"call_1_1": Reject(message="chargeback already filed")}
+    )
+    assert isinstance(outcome, Succeeded)
+    assert outcome.output == ("The refund for order 124 was not approved: chargeback already filed")
+    assert effects.events == []
+
+
+async def test_a_fresh_paused_run_has_the_same_shape_as_the_frozen_file() -> None:
+    """If this fails, the checkpoint format moved: bump SCHEMA_VERSION and keep v1 readable."""
+    outcome = await Runner(build_registry()).run(
+        "refund-agent",
+        "Please refund order 124, I was billed twice.",
+        run_id="run_fixture_v1",
+        requested_by="U_CUSTOMER_SUCCESS",
+        context={"channel": "C_REFUNDS"},
+    )
+    assert isinstance(outcome, Paused)
+    assert json.loads(outcome.state.to_json()) == json.loads(FIXTURE.read_text(encoding="utf-8"))
+
+
+async def test_resume_leaves_the_callers_state_untouched() -> None:
+    state = RunState.from_json(FIXTURE.read_text(encoding="utf-8"))
+    before = state.to_json()
+    await Runner(build_registry()).resume(state, {"call_1_1": Approve()})
+    assert state.to_json() == before
+    assert state.status == "paused" and state.pending[0].decision is None
+
+
+# -- property: any RunState round-trips losslessly ---------------------------------------------
+
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(), children, max_size=3)
+    ),
+    max_leaves=8,
+)
+arguments = st.dictionaries(st.text(), json_values, max_size=4) | st.text()
+hashes = st.text(alphabet="0123456789abcdef", min_size=64, max_size=64)
+maybe_text = st.none() | st.text()
+
+tool_calls = st.builds(ToolCall, id=st.text(), name=st.text(), arguments=arguments)
+messages = st.builds(
+    Message,
+    role=st.sampled_from(["system", "user", "assistant", "tool"]),
+    content=st.text(),
+    tool_calls=st.lists(tool_calls, max_size=3),
+    tool_call_id=maybe_text,
+    name=maybe_text,
+)
+common = {"decided_by": st.text(), "call_hash": st.none() | hashes}
+decisions = st.one_of(
+    st.builds(Approve, always=st.booleans(), **common),
+    st.builds(Reject, message=st.text(), always=st.booleans(), **common),
+    st.builds(RequestChanges, feedback=st.text(), **common),
+    st.builds(Answer, text=st.text(), **common),
+    st.builds(Expired, **common),
+)
+call_records = st.builds(
+    CallRecord,
+    call_id=st.text(),
+    tool=st.text(),
+    arguments=arguments,
+    call_hash=hashes,
+    turn=st.integers(min_value=0, max_value=1000),
+    gate=st.sampled_from(get_args(Gate)),
+    reason=st.text(),
+    severity=st.sampled_from([s.value for s in Severity]),
+    allow_always=st.booleans(),
+    question=maybe_text,
+    decision=st.none() | decisions,
+    outcome=st.none() | st.sampled_from(get_args(Outcome)),
+    result=maybe_text,
+)
+run_states = st.builds(
+    RunState,
+    run_id=st.text(min_size=1),
+    agent=st.text(min_size=1),
+    agent_fingerprint=hashes,
+    fingerprint_parts=st.dictionaries(st.text(), json_values, max_size=3),
+    input=st.text(),
+    requested_by=maybe_text,
+    context=st.dictionaries(st.text(), json_values, max_size=3),
+    transcript=st.lists(messages, max_size=4),
+    calls=st.lists(call_records, max_size=4),
+    sticky=st.dictionaries(st.text(), st.sampled_from(["approve", "reject"]), max_size=3),
+    turns=st.integers(min_value=0, max_value=1000),
+    status=st.sampled_from(get_args(RunStatus)),
+    output=maybe_text,
+    error=maybe_text,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(run_states)
+def test_any_run_state_round_trips_losslessly(state: RunState) -> None:
+    text = state.to_json()
+    restored = RunState.from_json(text)
+
+    assert restored == state
+    assert restored.model_dump() == state.model_dump()
+    assert RunState.from_json(text.encode()) == state
+    assert restored.to_json() == text  # stable: a second trip changes nothing
+    for before, after in zip(state.calls, restored.calls, strict=True):
+        assert type(after.decision) is type(before.decision)
+        assert after.waiting == before.waiting
+    assert [c.call_id for c in restored.pending] == [c.call_id for c in state.pending]

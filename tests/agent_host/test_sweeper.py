@@ -1,0 +1,142 @@
+"""The expiry sweeper: deadlines from a sorted set, decided through the same compare-and-set."""
+
+from __future__ import annotations
+
+import asyncio
+
+from redis.asyncio import Redis
+
+from agent_host import keys as K
+from agent_host.approvals import DEFAULT_EXPIRY_SECONDS, FixedRouter
+from agent_host.decisions import DEFAULT_EXPIRED_MESSAGE, Approve
+from agent_host.sweeper import EXPIRED_BY, Sweeper
+
+from .host_helpers import FakeClock, QuorumRouter, make_env, resume_entries
+
+
+async def test_nothing_expires_before_its_deadline(redis: Redis) -> None:
+    clock = FakeClock()
+    env = make_env(redis, clock=clock, router=FixedRouter())
+    run_id = await env.start("refund-agent", "refund order 123")
+    clock.advance(DEFAULT_EXPIRY_SECONDS - 5)
+    assert await Sweeper(env.store).sweep() == 0
+    (request,) = await env.requests(run_id)
+    assert request.status == "pending" and await redis.zcard(K.DEADLINES) == 1
+
+
+async def test_two_sweepers_expire_once_and_the_run_resumes_rejected(redis: Redis) -> None:
+    clock = FakeClock()
+    env = make_env(redis, clock=clock, router=FixedRouter())
+    run_id = await env.start("refund-agent", "refund order 123")
+    (request,) = await env.requests(run_id)
+    assert abs(request.expires_at - request.created_at - DEFAULT_EXPIRY_SECONDS) < 1e-3
+    clock.advance(DEFAULT_EXPIRY_SECONDS + 1)
+
+    one, two = Sweeper(env.store), Sweeper(env.store)
+    counts = await asyncio.gather(one.sweep(), two.sweep(), one.sweep(), two.sweep())
+    assert sum(counts) == 1
+
+    expired = await env.store.get_request(request.request_id)
+    assert expired is not None
+    assert expired.status == "expired" and expired.decided_by == EXPIRED_BY
+    assert await redis.zcard(K.DEADLINES) == 0 and await redis.zcard(K.PENDING) == 0
+    assert len(await resume_entries(redis, run_id)) == 1
+    assert int(await redis.hget(K.METRICS, "decisions_expired") or 0) == 1
+
+    late = await env.store.decide(request.request_id, Approve(decided_by="bob"))
+    assert late.outcome == "already_decided"
+    assert late.request is not None and late.request.decided_by == EXPIRED_BY
+
+    await env.drain()
+    info = await env.info(run_id)
+    assert info["status"] == "succeeded"
+    assert "not approved" in info["output"] and "expired" in info["output"]
+    assert env.effects.count("refund") == 0
+    refund = (await env.final_state(run_id)).call(request.call_id)
+    assert refund is not None
+    assert refund.outcome == "expired" and refund.result == DEFAULT_EXPIRED_MESSAGE
+
+
+async def test_click_racing_the_sweeper_gives_one_terminal_outcome(redis: Redis) -> None:
+    clock = FakeClock()
+    env = make_env(redis, clock=clock)
+    sweeper = Sweeper(env.store)
+    runs, winners = [], {"click": 0, "sweeper": 0}
+    for _ in range(8):
+        run_id = await env.start("refund-agent", "refund order 123")
+        runs.append(run_id)
+        (request,) = await env.requests(run_id)
+        clock.advance(DEFAULT_EXPIRY_SECONDS + 1)  # only this run's request is due
+        swept, click = await asyncio.gather(
+            sweeper.sweep(), env.store.decide(request.request_id, Approve(decided_by="bob"))
+        )
+        final = await env.store.get_request(request.request_id)
+        assert final is not None and final.status in ("approved", "expired")
+        assert (click.outcome == "decided") + swept == 1  # exactly one of them decided
+        assert (click.outcome == "decided") == (final.status == "approved")
+        assert click.request is not None and click.request.status == final.status
+        assert len(await resume_entries(redis, run_id)) == 1
+        winners["click" if swept == 0 else "sweeper"] += 1
+
+    await env.drain()
+    assert env.effects.count("refund") == winners["click"]
+    for run_id in runs:
+        assert await env.status(run_id) == "succeeded"
+    assert await redis.zcard(K.DEADLINES) == 0 and await redis.zcard(K.PENDING) == 0
+
+
+async def test_many_sweepers_share_the_work_without_double_expiry(redis: Redis) -> None:
+    clock = FakeClock()
+    env = make_env(redis, clock=clock)
+    run_id = await env.start("cleanup-agent", " ".join(f"/tmp/f{n}" for n in range(12)))
+    assert len(await env.requests(run_id)) == 12
+    clock.advance(DEFAULT_EXPIRY_SECONDS + 1)
+    sweepers = [Sweeper(env.store, batch=5) for _ in range(4)]
+    total = 0
+    for _ in range(4):
+        total += sum(await asyncio.gather(*(s.sweep() for s in sweepers)))
+    assert total == 12
+    assert len(await resume_entries(redis, run_id)) == 1
+    await env.drain()
+    assert env.effects.count("delete_file") == 0
+    assert await env.status(run_id) == "succeeded"
+
+
+async def test_quorum_in_progress_still_expires(redis: Redis) -> None:
+    clock = FakeClock()
+    env = make_env(redis, clock=clock, router=QuorumRouter(2, expiry_seconds=60))
+    run_id = await env.start("refund-agent", "refund order 123")
+    (request,) = await env.requests(run_id)
+    assert (await env.store.decide(request.request_id, Approve(decided_by="a"))).outcome == (
+        "progress"
+    )
+    clock.advance(61)
+    assert await Sweeper(env.store).sweep() == 1
+    after = await env.store.decide(request.request_id, Approve(decided_by="b"))
+    assert after.outcome == "already_decided"
+    await env.drain()
+    assert env.effects.count("refund") == 0
+
+
+async def test_deadline_of_a_vanished_request_is_dropped(redis: Redis) -> None:
+    env = make_env(redis)
+    await redis.zadd(K.DEADLINES, {"req_0123456789abcdef_1": 1, "garbage": 2})
+    assert await Sweeper(env.store).sweep() == 0
+    assert await redis.zcard(K.DEADLINES) == 0
+
+
+async def test_sweeper_run_loop_expires_and_stops(redis: Redis) -> None:
+    clock = FakeClock()
+    env = make_env(redis, clock=clock, router=FixedRouter(expiry_seconds=10))
+    run_id = await env.start("refund-agent", "refund order 123")
+    clock.advance(11)
+    stop = asyncio.Event()
+    task = asyncio.create_task(Sweeper(env.store, interval=0.01).run(stop))
+    for _ in range(200):
+        (request,) = await env.requests(run_id)
+        if request.status == "expired":
+            break
+        await asyncio.sleep(0.01)
+    stop.set()
+    await asyncio.wait_for(task, 2)
+    assert request.status == "expired"

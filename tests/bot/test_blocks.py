@@ -1,0 +1,695 @@
+"""Block Kit rendering: ids, buttons, masking, escaping and Block Kit's limits."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agent_host.approvals import ApprovalRequest, RequestStatus, Route
+from agent_host.notifier import RunSummary
+from bot import blocks as B
+from bot.sandbox.blockkit import check_blocks, check_view
+
+NOW = 1_700_000_000.0
+
+
+def make_request(**changes: Any) -> ApprovalRequest:
+    base = ApprovalRequest(
+        request_id="req_abc123_1",
+        run_id="run_abc123",
+        call_id="call_1",
+        agent="refund-agent",
+        tool="issue_refund",
+        arguments={"order_id": "123", "amount": 42.5},
+        call_hash="0123456789abcdef" * 4,
+        kind="approval",
+        reason="moves money back to the customer",
+        severity="medium",
+        requested_by="U0REQUESTER",
+        created_at=NOW,
+        expires_at=NOW + 3600,
+        route=Route(),
+    )
+    return replace(base, **changes)
+
+
+def question(**changes: Any) -> ApprovalRequest:
+    fields: dict[str, Any] = {
+        "kind": "question",
+        "tool": "ask_operator",
+        "agent": "support-agent",
+        "arguments": {"question": "Refund or replace?"},
+        "question": "Refund or replace?",
+        "reason": "",
+        "allow_always": False,
+    }
+    fields.update(changes)
+    return make_request(**fields)
+
+
+# -- helpers --------------------------------------------------------------------------------
+def strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from strings(k)
+            yield from strings(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from strings(v)
+
+
+def units(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+def by_type(body: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [b for b in body if b["type"] == kind]
+
+
+def buttons(body: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {e["action_id"]: e for b in by_type(body, "actions") for e in b["elements"]}
+
+
+def section_texts(body: list[dict[str, Any]]) -> list[str]:
+    return [b["text"]["text"] for b in by_type(body, "section") if "text" in b]
+
+
+def field_texts(body: list[dict[str, Any]]) -> list[str]:
+    return [f["text"] for b in by_type(body, "section") for f in b.get("fields", [])]
+
+
+def arguments_text(body: list[dict[str, Any]]) -> str:
+    (text,) = [t for t in section_texts(body) if t.startswith("*Arguments*")]
+    return text
+
+
+def unescape(text: str) -> str:
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
+def balanced(text: str) -> bool:
+    return text.count("```") % 2 == 0
+
+
+def check_text(obj: dict[str, Any], limit: int) -> None:
+    assert obj["type"] in ("plain_text", "mrkdwn")
+    assert isinstance(obj["text"], str)
+    assert units(obj["text"]) <= limit, (limit, units(obj["text"]))
+    if obj["type"] == "mrkdwn":
+        assert balanced(obj["text"]), obj["text"]
+
+
+def check_element(element: dict[str, Any]) -> None:
+    assert len(element.get("action_id", "")) <= 255
+    if element["type"] == "button":
+        check_text(element["text"], 75)
+        assert element["text"]["type"] == "plain_text"
+        assert len(element["value"]) <= 2000
+        assert element.get("style") in (None, "primary", "danger")
+        if "confirm" in element:
+            confirm = element["confirm"]
+            check_text(confirm["title"], 100)
+            check_text(confirm["text"], 300)
+            check_text(confirm["confirm"], 30)
+            check_text(confirm["deny"], 30)
+    elif element["type"] == "plain_text_input":
+        assert 1 <= element["max_length"] <= 3000
+        assert 0 <= element.get("min_length", 0) <= 3000
+        if "placeholder" in element:
+            check_text(element["placeholder"], 150)
+
+
+def check_limits(body: list[dict[str, Any]], *, max_blocks: int = 50) -> None:
+    """Every Block Kit limit these messages could trip, walked block by block."""
+    assert 1 <= len(body) <= max_blocks
+    assert check_blocks(body, limit=max_blocks) is None
+    for block in body:
+        assert len(block.get("block_id", "")) <= 255
+        kind = block["type"]
+        if kind == "header":
+            assert block["text"]["type"] == "plain_text"
+            check_text(block["text"], 150)
+        elif kind == "section":
+            assert "text" in block or "fields" in block
+            if "text" in block:
+                check_text(block["text"], 3000)
+            fields = block.get("fields", [])
+            assert len(fields) <= 10
+            for field in fields:
+                check_text(field, 2000)
+        elif kind == "context":
+            assert 1 <= len(block["elements"]) <= 10
+            for element in block["elements"]:
+                check_text(element, 3000)
+        elif kind == "actions":
+            assert 1 <= len(block["elements"]) <= 25
+            for element in block["elements"]:
+                check_element(element)
+        elif kind == "input":
+            check_text(block["label"], 2000)
+            check_element(block["element"])
+        else:
+            assert kind == "divider", kind
+
+
+def check_message(message: tuple[str, list[dict[str, Any]]]) -> None:
+    text, body = message
+    assert text and units(text) <= 300
+    check_limits(body)
+
+
+def check_modal(view: dict[str, Any]) -> None:
+    assert check_view(view) is None
+    assert view["type"] == "modal"
+    for key in ("title", "submit", "close"):
+        check_text(view[key], 24)
+    assert len(view["private_metadata"]) <= 3000
+    check_limits(view["blocks"], max_blocks=100)
+
+
+# -- the approval message -------------------------------------------------------------------
+def test_approval_message_fields_and_buttons() -> None:
+    request = make_request(requested_by="U0REQUESTER")
+    text, body = B.approval_message(request)
+    check_message((text, body))
+    assert "issue_refund" in text and "refund-agent" in text
+
+    (header,) = by_type(body, "header")
+    assert header["text"]["text"] == "Approval needed: issue_refund"
+    fields = field_texts(body)
+    labels = [f.split("\n", 1)[0] for f in fields]
+    assert labels == [
+        "*Agent*",
+        "*Tool*",
+        "*Severity*",
+        "*Requested by*",
+        "*Expires*",
+        "*Request id*",
+    ]
+    assert "refund-agent" in fields[0]
+    assert "issue_refund" in fields[1]
+    assert ":large_yellow_circle: medium" in fields[2]
+    assert "<@U0REQUESTER>" in fields[3]
+    assert fields[4].endswith(
+        f"<!date^{int(NOW + 3600)}^{{date_short_pretty}} at {{time}}|2023-11-14 23:13 UTC>"
+    )
+    assert "req_abc123_1" in fields[5]
+    assert any("moves money back to the customer" in t for t in section_texts(body))
+    contexts = [e["text"] for b in by_type(body, "context") for e in b["elements"]]
+    assert any("approve what you see: hash `0123456789ab`" in c for c in contexts)
+
+    (actions,) = by_type(body, "actions")
+    assert actions["block_id"] == "actions:req_abc123_1"
+    found = buttons(body)
+    assert list(found) == [B.APPROVE, B.APPROVE_ALWAYS, B.REJECT]
+    assert [b["text"]["text"] for b in found.values()] == [
+        "Approve",
+        "Approve for this run",
+        "Reject",
+    ]
+    assert all(b["value"] == "req_abc123_1" for b in found.values())
+    assert found[B.APPROVE]["style"] == "primary"
+    assert "style" not in found[B.APPROVE_ALWAYS]
+    assert found[B.REJECT]["style"] == "danger"
+
+
+def test_action_ids_are_the_documented_constants() -> None:
+    assert (B.APPROVE, B.APPROVE_ALWAYS, B.REJECT, B.ANSWER) == (
+        "countersign_approve",
+        "countersign_approve_always",
+        "countersign_reject",
+        "countersign_answer",
+    )
+    assert (B.REJECT_MODAL, B.ANSWER_MODAL) == (
+        "countersign_reject_modal",
+        "countersign_answer_modal",
+    )
+    assert (B.REASON_BLOCK, B.REASON_INPUT, B.ANSWER_BLOCK, B.ANSWER_INPUT) == (
+        "reason",
+        "reason_input",
+        "answer",
+        "answer_input",
+    )
+
+
+def test_requested_by_missing_shows_a_dash() -> None:
+    _, body = B.approval_message(make_request(requested_by=""))
+    assert "*Requested by*\n—" in field_texts(body)
+
+
+@pytest.mark.parametrize(
+    ("severity", "confirmed"),
+    [("low", False), ("medium", False), ("high", True), ("critical", True)],
+)
+def test_confirm_dialog_only_for_high_and_critical(severity: str, confirmed: bool) -> None:
+    request = make_request(severity=severity, arguments={"path": "/etc/hosts"})
+    _, body = B.approval_message(request)
+    approve = buttons(body)[B.APPROVE]
+    assert ("confirm" in approve) is confirmed
+    assert all("confirm" not in b for k, b in buttons(body).items() if k != B.APPROVE)
+    if confirmed:
+        confirm = approve["confirm"]
+        assert confirm["confirm"]["text"] == "Approve"
+        assert confirm["deny"]["text"] == "Cancel"
+        assert "issue_refund" in confirm["title"]["text"]
+        assert "issue_refund" in confirm["text"]["text"]
+        assert "/etc/hosts" in confirm["text"]["text"]
+
+
+def test_no_approve_always_when_not_allowed() -> None:
+    _, body = B.approval_message(make_request(allow_always=False))
+    assert list(buttons(body)) == [B.APPROVE, B.REJECT]
+
+
+def test_question_has_answer_and_reject() -> None:
+    request = question()
+    text, body = B.approval_message(request)
+    check_message((text, body))
+    (header,) = by_type(body, "header")
+    assert header["text"]["text"] == "Question from support-agent"
+    assert any(t.startswith("*Question*\nRefund or replace?") for t in section_texts(body))
+    found = buttons(body)
+    assert list(found) == [B.ANSWER, B.REJECT]
+    assert found[B.ANSWER]["style"] == "primary"
+    assert found[B.REJECT]["style"] == "danger"
+    assert all(b["value"] == request.request_id for b in found.values())
+    assert "Refund or replace?" in text
+
+
+def test_quorum_progress() -> None:
+    request = make_request(route=Route(quorum=2), approvals=["U0ALICE"])
+    _, body = B.approval_message(request)
+    contexts = [e["text"] for b in by_type(body, "context") for e in b["elements"]]
+    assert any("1 of 2 approvals" in c and "<@U0ALICE>" in c for c in contexts)
+    _, single = B.approval_message(make_request())
+    assert not any("approvals" in s for s in strings(single))
+
+
+def test_secrets_are_masked_at_any_depth() -> None:
+    arguments = {
+        "db": {"Password": "hunter2", "hosts": [{"AUTHORIZATION": "Bearer zzz-top"}]},
+        "api_key": "x",
+        "X-Api-Key": "dashed-key",
+        "service": {"client_secret": {"nested": "whole-value"}},
+        "GitHubToken": "ghp_abc",
+        "private_key": "-----BEGIN",
+        "passwd": "pw1",
+        "credentials": ["cred-one", "cred-two"],
+        "user": "alice",
+    }
+    for severity in ("low", "critical"):
+        request = make_request(arguments=arguments, severity=severity)
+        rendered = [
+            B.approval_message(request),
+            B.decided_message(
+                replace(request, status="approved", decided_by="U0BOB", decided_at=NOW + 5)
+            ),
+        ]
+        views = [B.reject_modal(request), B.answer_modal(request)]
+        every = [s for message in rendered for s in strings(message)]
+        every += [s for view in views for s in strings(view)]
+        for secret in (
+            "hunter2",
+            "zzz-top",
+            "dashed-key",
+            "whole-value",
+            "ghp_abc",
+            "BEGIN",
+            "pw1",
+            "cred-one",
+            "cred-two",
+        ):
+            assert not any(secret in s for s in every), secret
+        assert not any(re.search(r'"api_key": "x"', s) for s in every)
+        assert any("alice" in s for s in every)
+        assert any(B.MASK in s for s in every)
+    assert B.mask_secrets(arguments)["api_key"] == B.MASK
+    assert B.mask_secrets(arguments)["db"]["hosts"][0]["AUTHORIZATION"] == B.MASK
+    assert B.mask_secrets(arguments)["user"] == "alice"
+
+
+def test_arguments_are_escaped_and_round_trip() -> None:
+    arguments = {"html": "<script>alert(1)</script> & <@U123>", "n": [1, 2.5, None, True]}
+    _, body = B.approval_message(make_request(arguments=arguments))
+    text = arguments_text(body)
+    assert "<script>" not in text and "&lt;script&gt;" in text
+    assert "<@U123>" not in text
+    inner = text.removeprefix("*Arguments*\n```\n").removesuffix("\n```")
+    assert json.loads(unescape(inner)) == arguments
+
+
+def test_backticks_cannot_close_the_code_block() -> None:
+    arguments = {"cmd": "```\nrm -rf /\n```` and ``"}
+    _, body = B.approval_message(make_request(arguments=arguments))
+    text = arguments_text(body)
+    assert text.count("```") == 2
+    inner = text.removeprefix("*Arguments*\n```\n").removesuffix("\n```")
+    assert json.loads(unescape(inner).replace("\u200b", "")) == arguments
+
+
+def test_huge_arguments_are_cut_with_a_note() -> None:
+    arguments = {"blob": "A&<" * 5000, "tail": "end"}
+    request = make_request(arguments=arguments, severity="critical")
+    message = B.approval_message(request)
+    check_message(message)
+    text = arguments_text(message[1])
+    assert units(text) <= 3000
+    full = json.dumps(arguments, indent=2, ensure_ascii=False)
+    match = re.search(r"\n… \(truncated, (\d+) more characters\)$", text)
+    assert match is not None
+    inner = text[: match.start()].removeprefix("*Arguments*\n```\n").removesuffix("\n```")
+    kept = unescape(inner)
+    assert full.startswith(kept)
+    assert len(full) - len(kept) == int(match.group(1))
+    assert balanced(text)
+
+
+def test_long_names_and_reason_fit() -> None:
+    request = make_request(
+        agent="a" * 5000,
+        tool="t&" * 3000,
+        reason="```python\n" + "x<" * 4000,
+        requested_by="someone " * 500,
+        severity="s" * 500,
+        request_id="req_" + "9" * 180,
+    )
+    check_message(B.approval_message(request))
+    check_modal(B.reject_modal(request))
+    decided = replace(
+        request,
+        status="rejected",
+        decided_by="U0BOB",
+        decided_at=NOW,
+        decision={"kind": "reject", "message": "no " * 3000},
+    )
+    check_message(B.decided_message(decided))
+
+
+# -- decided --------------------------------------------------------------------------------
+def decided(
+    request: ApprovalRequest, status: RequestStatus, by: str, decision: dict[str, Any]
+) -> ApprovalRequest:
+    return replace(request, status=status, decided_by=by, decided_at=NOW + 60, decision=decision)
+
+
+def outcome_section(body: list[dict[str, Any]]) -> str:
+    return section_texts(body)[-1]
+
+
+@pytest.mark.parametrize(
+    ("request_", "expected"),
+    [
+        (
+            decided(make_request(), "approved", "U0BOB", {"kind": "approve"}),
+            ":white_check_mark: Approved by <@U0BOB>",
+        ),
+        (
+            decided(make_request(), "rejected", "U0BOB", {"kind": "reject", "message": "no <b>"}),
+            ":x: Rejected by <@U0BOB>: no &lt;b&gt;",
+        ),
+        (
+            decided(
+                make_request(),
+                "changes_requested",
+                "webhook",
+                {"kind": "request_changes", "feedback": "smaller amount"},
+            ),
+            ":memo: Changes requested by webhook: smaller amount",
+        ),
+        (
+            decided(question(), "answered", "U0BOB", {"kind": "answer", "text": "replace it"}),
+            ":speech_balloon: Answered by <@U0BOB>: replace it",
+        ),
+        (
+            decided(make_request(), "expired", "countersign (expired)", {"kind": "expired"}),
+            ":hourglass: Expired — nobody decided before "
+            f"<!date^{int(NOW + 3600)}^{{date_short_pretty}} at {{time}}|2023-11-14 23:13 UTC>; "
+            "the call was not run",
+        ),
+    ],
+)
+def test_decided_message_states_outcome(request_: ApprovalRequest, expected: str) -> None:
+    text, body = B.decided_message(request_)
+    check_message((text, body))
+    assert not by_type(body, "actions")
+    assert not buttons(body)
+    outcome = outcome_section(body)
+    assert outcome.startswith(expected), outcome
+    assert f"<!date^{int(NOW + 60)}^" in outcome
+    assert request_.decided_by in text
+    # the same information as the pending message
+    assert len(field_texts(body)) == 6
+    assert arguments_text(body) == arguments_text(B.approval_message(request_)[1])
+
+
+def test_decided_headers() -> None:
+    approved = decided(make_request(), "approved", "U0BOB", {"kind": "approve"})
+    (header,) = by_type(B.decided_message(approved)[1], "header")
+    assert header["text"]["text"] == "Approved: issue_refund"
+    answered = decided(question(), "answered", "U0BOB", {"kind": "answer", "text": "ok"})
+    (header,) = by_type(B.decided_message(answered)[1], "header")
+    assert header["text"]["text"] == "Answered: question from support-agent"
+
+
+def test_decided_rejection_without_reason_and_always() -> None:
+    request = decided(make_request(), "rejected", "U0BOB", {"kind": "reject", "message": ""})
+    assert outcome_section(B.decided_message(request)[1]).startswith(
+        ":x: Rejected by <@U0BOB>\n_Decided"
+    )
+    always = decided(make_request(), "approved", "U0BOB", {"kind": "approve", "always": True})
+    assert "later calls of `issue_refund`" in outcome_section(B.decided_message(always)[1])
+
+
+def test_decided_quorum_names_every_approver() -> None:
+    request = decided(
+        make_request(route=Route(quorum=2), approvals=["U0ALICE", "U0BOB"]),
+        "approved",
+        "U0BOB",
+        {"kind": "approve"},
+    )
+    outcome = outcome_section(B.decided_message(request)[1])
+    assert "Approved by <@U0ALICE>, <@U0BOB> (2 of 2 approvals)" in outcome
+
+
+# -- modals ---------------------------------------------------------------------------------
+def test_reject_modal() -> None:
+    request = make_request(arguments={"order_id": "123", "token": "s3cr3t"})
+    view = B.reject_modal(request)
+    check_modal(view)
+    assert view["callback_id"] == B.REJECT_MODAL
+    assert view["private_metadata"] == request.request_id
+    assert view["title"]["text"] == "Reject request"
+    assert view["submit"]["text"] == "Reject"
+    assert view["close"]["text"] == "Cancel"
+    (block,) = by_type(view["blocks"], "input")
+    assert block["block_id"] == B.REASON_BLOCK and block["optional"] is True
+    assert block["element"]["action_id"] == B.REASON_INPUT
+    assert block["element"]["type"] == "plain_text_input"
+    assert block["element"]["multiline"] is True
+    context = " ".join(e["text"] for b in by_type(view["blocks"], "context") for e in b["elements"])
+    assert "issue_refund" in context and "123" in context
+    assert "s3cr3t" not in json.dumps(view, ensure_ascii=False)
+
+
+def test_answer_modal() -> None:
+    request = question(question="Refund <or> replace?")
+    view = B.answer_modal(request)
+    check_modal(view)
+    assert view["callback_id"] == B.ANSWER_MODAL
+    assert view["private_metadata"] == request.request_id
+    assert view["submit"]["text"] == "Send answer"
+    (block,) = by_type(view["blocks"], "input")
+    assert block["block_id"] == B.ANSWER_BLOCK and block["optional"] is False
+    assert block["element"]["action_id"] == B.ANSWER_INPUT
+    assert block["element"]["multiline"] is True
+    assert block["element"]["min_length"] == 1
+    assert any("Refund &lt;or&gt; replace?" in t for t in section_texts(view["blocks"]))
+
+
+# -- escape and outcome ---------------------------------------------------------------------
+def test_escape() -> None:
+    assert B.escape("<script>&") == "&lt;script&gt;&amp;"
+    assert B.escape("a &amp; b") == "a &amp;amp; b"
+    assert B.escape("plain *bold* text") == "plain *bold* text"
+
+
+def run(status: str, output: str = "", error: str = "") -> RunSummary:
+    return RunSummary("run_abc123", "refund-agent", status, output, error, "U0REQUESTER")
+
+
+def test_outcome_message_success_and_failure() -> None:
+    assert B.outcome_message(run("succeeded", output="Refunded <order> 123 & done"), []) == (
+        "Run finished: Refunded &lt;order&gt; 123 &amp; done"
+    )
+    assert B.outcome_message(run("failed", error="boom <x>"), []) == "Run failed: boom &lt;x&gt;"
+
+
+def test_outcome_message_lists_what_was_not_run() -> None:
+    rejected = decided(
+        make_request(), "rejected", "U0BOB", {"kind": "reject", "message": "too <much>"}
+    )
+    expired = decided(
+        make_request(tool="delete_file", request_id="req_abc123_2"),
+        "expired",
+        "countersign (expired)",
+        {"kind": "expired"},
+    )
+    approved = decided(make_request(tool="lookup_order"), "approved", "U0BOB", {"kind": "approve"})
+    text = B.outcome_message(
+        run("succeeded", output="Not refunded."), [rejected, expired, approved]
+    )
+    assert text.startswith("Run finished: Not refunded.")
+    assert "`issue_refund` was rejected by <@U0BOB>: too &lt;much&gt;" in text
+    assert "`delete_file` expired" in text
+    assert "lookup_order" not in text
+
+
+def test_outcome_message_is_cut() -> None:
+    many = [
+        decided(
+            make_request(request_id=f"req_x_{i}"),
+            "rejected",
+            "U0BOB",
+            {"kind": "reject", "message": "nope " * 100},
+        )
+        for i in range(50)
+    ]
+    text = B.outcome_message(run("failed", error="<" * 10_000), many)
+    assert units(text) <= 3000
+    assert text.startswith("Run failed: &lt;")
+    assert "truncated" in text and "more" in text
+    assert balanced(text)
+
+
+# -- properties -----------------------------------------------------------------------------
+_TRICKY = ["```", "`", "&", "<", ">", "<@U123>", "<!channel>", "*", "_", "~", "😀", "\n", "é"]
+_chars = st.characters(exclude_characters="\u200b")  # surrogates are excluded by default
+short_text = st.text(_chars, max_size=30) | st.sampled_from(_TRICKY)
+huge_text = st.builds(
+    lambda part, times: (part * times)[:20_000],
+    st.text(_chars, min_size=1, max_size=8) | st.sampled_from(_TRICKY),
+    st.integers(0, 20_000),
+)
+keys = short_text | st.sampled_from(["password", "Api_Key", "db_token", "Authorization", "x"])
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | short_text
+    | huge_text
+)
+json_values = st.recursive(
+    scalars,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(keys, children, max_size=4),
+    max_leaves=12,
+)
+arguments = st.dictionaries(keys, json_values, max_size=6) | json_values
+
+
+def strip_zwsp(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("\u200b", "")
+    if isinstance(value, dict):
+        return {strip_zwsp(k): strip_zwsp(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [strip_zwsp(v) for v in value]
+    return value
+
+
+PROPERTY = settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+@PROPERTY
+@given(
+    args=arguments,
+    severity=st.sampled_from(["low", "medium", "high", "critical", "weird"]),
+    kind=st.sampled_from(["approval", "question"]),
+    allow_always=st.booleans(),
+)
+def test_any_arguments_respect_limits(
+    args: Any, severity: str, kind: str, allow_always: bool
+) -> None:
+    request = make_request(arguments=args, severity=severity, kind=kind, allow_always=allow_always)
+    pending = B.approval_message(request)
+    check_message(pending)
+    finished = replace(
+        request,
+        status="rejected",
+        decided_by="U0BOB",
+        decided_at=NOW,
+        decision={"kind": "reject", "message": "no"},
+    )
+    check_message(B.decided_message(finished))
+    check_modal(B.reject_modal(request))
+    check_modal(B.answer_modal(request))
+
+    text = arguments_text(pending[1])
+    assert text.startswith("*Arguments*\n```\n")
+    full = json.dumps(B.mask_secrets(args), indent=2, ensure_ascii=False)
+    match = re.search(r"\n```\n… \(truncated, (\d+) more characters\)$", text)
+    if match is None:
+        inner = text.removeprefix("*Arguments*\n```\n").removesuffix("\n```")
+        parsed = json.loads(unescape(inner).replace("\u200b", ""))
+        assert parsed == strip_zwsp(json.loads(full))
+    else:
+        inner = text[: match.start()].removeprefix("*Arguments*\n```\n")
+        kept = unescape(inner).replace("\u200b", "")
+        assert full.startswith(kept)
+        assert len(full) - len(kept) == int(match.group(1)) > 0
+
+
+@PROPERTY
+@given(
+    agent=short_text | huge_text,
+    tool=short_text | huge_text,
+    reason=short_text | huge_text,
+    by=short_text | st.sampled_from(["U0BOB", "countersign (expired)", ""]),
+    detail=short_text | huge_text,
+    status=st.sampled_from(
+        ["approved", "rejected", "changes_requested", "answered", "expired", "pending"]
+    ),
+    quorum=st.integers(1, 3),
+)
+def test_any_text_respects_limits(
+    agent: str, tool: str, reason: str, by: str, detail: str, status: RequestStatus, quorum: int
+) -> None:
+    request = make_request(
+        agent=agent,
+        tool=tool,
+        reason=reason,
+        question=reason,
+        requested_by=by,
+        route=Route(quorum=quorum),
+        approvals=[by] if by else [],
+    )
+    for kind in ("approval", "question"):
+        current = replace(request, kind=kind)
+        check_message(B.approval_message(current))
+        check_modal(B.reject_modal(current))
+        check_modal(B.answer_modal(current))
+        finished = replace(
+            current,
+            status=status,
+            decided_by=by,
+            decided_at=NOW,
+            decision={"kind": "x", "message": detail, "text": detail, "feedback": detail},
+        )
+        check_message(B.decided_message(finished))
+        for run_status in ("succeeded", "failed", "waiting"):
+            text = B.outcome_message(run(run_status, detail, reason), [finished] * 3)
+            assert units(text) <= 3000 and balanced(text)
+            assert "<" not in re.sub(r"<(@[UW]|!subteam\^S)[A-Z0-9]+>", "", text)
