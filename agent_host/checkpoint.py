@@ -117,7 +117,7 @@ class RunState(BaseModel):
         if not isinstance(raw, dict):
             raise CheckpointError("checkpoint must be a JSON object")
         version = raw.get("schema_version")
-        if version not in CHECKPOINT_VERSIONS:
+        if type(version) is not int or version not in CHECKPOINT_VERSIONS:
             known = ", ".join(str(v) for v in CHECKPOINT_VERSIONS)
             raise UnsupportedCheckpointVersion(
                 f"checkpoint schema_version {version!r} is not one this countersign reads "

@@ -184,11 +184,18 @@ def load_rules(text: str, source: str = "rules") -> RuleSet:
     )
 
 
+_RULE_KEYS = {"tool", "agent", "permission", "severity", "reason", "when"}
+
+
 def _parse_rule(item: Any, where: str) -> PolicyRule:
     if not isinstance(item, dict) or "tool" not in item or "permission" not in item:
         raise PolicyRuleError(
             f"{where}: each rule needs 'tool' and 'permission', e.g.\n{_RULE_EXAMPLE}"
         )
+    if unknown := sorted(set(item) - _RULE_KEYS):
+        # A misspelt key must not silently widen a rule (e.g. `wehn:` dropping its conditions).
+        known = ", ".join(sorted(_RULE_KEYS))
+        raise PolicyRuleError(f"{where}: unknown key(s) {', '.join(unknown)}; known keys: {known}")
     try:
         permission = Permission(str(item["permission"]).lower())
         severity = Severity(str(item.get("severity", "medium")).lower())
@@ -217,8 +224,23 @@ def _parse_conditions(when: Any, where: str) -> tuple[Condition, ...]:
             if operator not in _OPERATORS:
                 known = ", ".join(sorted(_OPERATORS))
                 raise PolicyRuleError(f"{where}: unknown operator {operator!r}; use one of {known}")
+            _check_operand(operator, expected, f"{where}: {argument}.{operator}")
             conditions.append(Condition(str(argument), operator, expected))
     return tuple(conditions)
+
+
+def _check_operand(operator: str, expected: Any, where: str) -> None:
+    """Refuse at load time what would otherwise fail in the middle of a run."""
+    if operator in ("gt", "gte", "lt", "lte"):
+        if isinstance(expected, bool) or not isinstance(expected, int | float):
+            raise PolicyRuleError(f"{where}: needs a number, got {expected!r}")
+    elif operator == "matches":
+        try:
+            re.compile(str(expected))
+        except re.error as exc:
+            raise PolicyRuleError(f"{where}: not a valid regular expression ({exc})") from exc
+    elif operator == "in" and not isinstance(expected, list):
+        raise PolicyRuleError(f"{where}: needs a list, e.g. in: [a, b]")
 
 
 def describe_permission(permission: Permission | PermissionFunction) -> str:

@@ -12,7 +12,7 @@ import json
 import logging
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from .agents import Agent, AgentRegistry
@@ -153,6 +153,8 @@ class Runner:
             )
             for proposed in response.tool_calls:
                 state.calls.append(_plan(state, agent, proposed))
+            if not state.open_calls:  # every call was denied or invalid: answer the model now
+                _append_results(state)
 
     async def _settle_turn(self, state: RunState, agent: Agent) -> Paused | None:
         for record in state.open_calls:
@@ -160,15 +162,7 @@ class Runner:
             if record.waiting:  # the tool asked a question: pause the run here
                 state.status = "paused"
                 return Paused(state, state.pending)
-        for record in (c for c in state.calls if c.turn == state.turns):
-            state.transcript.append(
-                Message(
-                    role="tool",
-                    content=record.result or "",
-                    tool_call_id=record.call_id,
-                    name=record.tool,
-                )
-            )
+        _append_results(state)
         return None
 
     async def _settle(self, state: RunState, agent: Agent, record: CallRecord) -> None:
@@ -200,7 +194,7 @@ class Runner:
         except PauseRequest as request:
             record.gate, record.question = "question", request.question
             record.severity, record.reason = request.severity.value, request.question
-            record.allow_always = False
+            record.allow_always, record.decision = False, None
             return  # the ledger keeps the claim: the tool is never re-run, the answer is its result
         except Exception as exc:  # a tool's failure goes to the model, not up the stack
             log.info(
@@ -243,6 +237,8 @@ def _plan(state: RunState, agent: Agent, proposed: ToolCall) -> CallRecord:
     verdict = agent.rules.first_match(agent.name, tool.name, arguments) or tool.judge(
         arguments, context
     )
+    if not tool.allow_always:
+        verdict = replace(verdict, allow_always=False)
     record = CallRecord(
         **base,
         arguments=arguments,
@@ -264,7 +260,7 @@ def _plan(state: RunState, agent: Agent, proposed: ToolCall) -> CallRecord:
 
 def _apply_sticky(state: RunState, record: CallRecord, verdict: Verdict) -> None:
     sticky = state.sticky.get(record.tool)
-    if sticky == "approve":
+    if sticky == "approve" and verdict.allow_always:
         record.decision = Approve(decided_by="approve-always", call_hash=record.call_hash)
     elif sticky == "reject":
         record.decision = Reject(decided_by="reject-always", call_hash=record.call_hash)
@@ -285,6 +281,19 @@ def _apply(state: RunState, record: CallRecord, decision: Decision) -> None:
             raise InvalidDecisionError(f"tool {record.tool} may not be approved for the whole run")
         state.sticky[record.tool] = decision.kind
     record.decision = decision
+
+
+def _append_results(state: RunState) -> None:
+    """The current turn's results, in call order, as the tool messages the model reads next."""
+    for record in (c for c in state.calls if c.turn == state.turns):
+        state.transcript.append(
+            Message(
+                role="tool",
+                content=record.result or "",
+                tool_call_id=record.call_id,
+                name=record.tool,
+            )
+        )
 
 
 def _fail(state: RunState, error: str) -> Failed:

@@ -90,6 +90,8 @@ class Tool:
     def judge(self, arguments: Mapping[str, Any], context: Mapping[str, Any]) -> Verdict:
         """The tool's own permission for this call (operator rules may override it)."""
         reason = self.reason or f"{self.name} requires approval"
+        if self.permission is Permission.DENY:
+            reason = self.reason or "denied by policy"
         severity = Severity(self.severity)
         result: Verdict | Permission | bool = (
             self.permission
@@ -102,7 +104,10 @@ class Tool:
         return verdict
 
     async def invoke(self, arguments: Mapping[str, Any], ctx: ToolContext) -> Any:
-        kwargs = dict(arguments)
+        # Validated again so the function gets its declared types (models, Decimal, ...),
+        # not the JSON form the checkpoint keeps.
+        model = self.arguments_model.model_validate(dict(arguments))
+        kwargs = {name: getattr(model, name) for name in type(model).model_fields}
         if self.context_parameter:
             kwargs[self.context_parameter] = ctx
         if inspect.iscoroutinefunction(self.function):
@@ -143,6 +148,9 @@ def tool(
     """Turn a typed function into a Tool: `@tool` or `@tool(permission=Permission.ASK, ...)`."""
 
     def build(fn: Callable[..., Any]) -> Tool:
+        if severity not in Severity.__members__.values():
+            known = ", ".join(s.value for s in Severity)
+            raise ToolDefinitionError(f"{fn.__name__}: severity {severity!r} is not one of {known}")
         model, context_parameter = _arguments_model(fn)
         return Tool(
             name=name or fn.__name__,

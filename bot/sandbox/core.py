@@ -31,6 +31,9 @@ class SandboxConfig:
     verification_token: str = "sandbox-verification-token"
     app_timeout: float = 3.0  # Slack waits three seconds for the app's acknowledgement
     permalink_base: str | None = None
+    # the bot's HTTP API, for the sandbox page's "Runs" panel (None: the panel is disabled)
+    api_url: str | None = None
+    api_token: str | None = None
 
 
 class SandboxCore:

@@ -31,6 +31,10 @@ class ChangeHub:
         with contextlib.suppress(ValueError):
             self._queues.remove(queue)
 
+    @property
+    def subscribers(self) -> int:
+        return len(self._queues)
+
     def publish(self, event: ChangeEvent) -> None:
         for queue in self._queues:
             if queue.full():

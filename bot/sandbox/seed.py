@@ -35,7 +35,7 @@ def seed_users() -> list[User]:
     return [
         User(REQUESTER, "rina.requester", "Rina Requester", "requester"),
         User(REVIEWER, "rev.one", "Rev One", "reviewer"),
-        User(REVIEWER2, "rev.two", "Rev Two", "reviewer"),
+        User(REVIEWER2, "rev.two", "Rev Two", "second reviewer"),
         User(ADMIN, "ada.admin", "Ada Admin", "admin", is_admin=True),
         User(OUTSIDER, "otto.outsider", "Otto Outsider", "outsider"),
     ]

@@ -10,6 +10,8 @@ loopback and drives interactions. Routes:
 * ``GET|POST|DELETE /_sandbox/faults``: list, inject (JSON: method, status, retry_after,
   delay, times) or clear injected faults, for out-of-process tests.
 * ``GET /_sandbox/state``: the whole workspace as JSON.
+* ``GET /``, ``/static/...``, ``/_sandbox/events`` and ``/_sandbox/ui/...``: the sandbox's
+  web page and what it calls (see :mod:`bot.sandbox.page`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from bot.sandbox.core import CORE_KEY, SandboxConfig, SandboxCore
 from bot.sandbox.events import ChangeEvent
 from bot.sandbox.faults import Fault
 from bot.sandbox.methods import METHODS, NO_AUTH_METHODS
+from bot.sandbox.page import add_page_routes
 from bot.sandbox.params import ParamsError, as_str, read_params
 from bot.sandbox.responses import apply_response_url
 from bot.sandbox.shapes import api_error
@@ -140,9 +143,22 @@ def create_slack_api(
     rate_limit_per_channel: float | None = None,
     app_timeout: float = 3.0,
     clock: Callable[[], float] = time.time,
+    api_url: str | None = None,
+    api_token: str | None = None,
 ) -> web.Application:
-    """The local Slack stand-in as an aiohttp application (see the module docstring)."""
-    config = SandboxConfig(token, events_url, signing_secret, app_timeout=app_timeout)
+    """The local Slack stand-in as an aiohttp application (see the module docstring).
+
+    ``api_url``/``api_token`` name the bot's HTTP API (``http://host:port``, no path) for the
+    page's "Runs" panel; without them the runs endpoints answer 503.
+    """
+    config = SandboxConfig(
+        token,
+        events_url,
+        signing_secret,
+        app_timeout=app_timeout,
+        api_url=api_url,
+        api_token=api_token,
+    )
     core = SandboxCore(
         workspace, config, rate_limit_per_channel=rate_limit_per_channel, clock=clock
     )
@@ -157,6 +173,7 @@ def create_slack_api(
     app.router.add_post("/_sandbox/response/{token}", _response_url)
     app.router.add_route("*", "/_sandbox/faults", _faults)
     app.router.add_get("/_sandbox/state", _state)
+    add_page_routes(app)
     return app
 
 
@@ -179,6 +196,8 @@ class SlackStandIn:
         port: int = 0,
         app_timeout: float = 3.0,
         clock: Callable[[], float] = time.time,
+        api_url: str | None = None,
+        api_token: str | None = None,
     ) -> None:
         self.app = create_slack_api(
             workspace,
@@ -188,6 +207,8 @@ class SlackStandIn:
             rate_limit_per_channel=rate_limit_per_channel,
             app_timeout=app_timeout,
             clock=clock,
+            api_url=api_url,
+            api_token=api_token,
         )
         self.core = self.app[CORE_KEY]
         self._host = host
@@ -261,6 +282,28 @@ class SlackStandIn:
     @events_url.setter
     def events_url(self, value: str | None) -> None:
         self.core.config.events_url = value
+
+    @property
+    def api_url(self) -> str | None:
+        """The bot's HTTP API base URL (``http://host:port``) for the page's "Runs" panel."""
+        return self.core.config.api_url
+
+    @api_url.setter
+    def api_url(self, value: str | None) -> None:
+        self.core.config.api_url = value
+
+    @property
+    def api_token(self) -> str | None:
+        return self.core.config.api_token
+
+    @api_token.setter
+    def api_token(self, value: str | None) -> None:
+        self.core.config.api_token = value
+
+    @property
+    def page_url(self) -> str:
+        """The sandbox's web page (``http://127.0.0.1:<port>/``) while serving."""
+        return f"{self.base_url}/"
 
     def inject(
         self,

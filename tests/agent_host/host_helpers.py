@@ -159,13 +159,13 @@ def text(value: Any) -> str:
 
 
 async def eventually(
-    check: Callable[[], Awaitable[bool]], timeout: float = 20.0, interval: float = 0.05
+    check: Callable[[], Awaitable[bool]], within: float = 20.0, interval: float = 0.05
 ) -> None:
     """Poll `check` until it holds (bounded)."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + within
     while True:
         if await check():
             return
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
+            raise AssertionError(f"condition not met within {within}s")
         await asyncio.sleep(interval)

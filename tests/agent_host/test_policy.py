@@ -53,14 +53,6 @@ async def test_deny_never_runs_and_tells_the_model_why() -> None:
     assert spy.last_tool_messages()["c1"] == denied.result
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: agent_host/runner.py _advance skips _settle_turn (where tool messages are "
-        "appended) when every call of a turn was settled while planning, so a lone DENY never "
-        "reaches the model"
-    ),
-)
 async def test_a_lone_denied_call_still_reaches_the_model() -> None:
     rec = Recorder()
     wipe = counting_tool(rec, "wipe", Permission.DENY, reason="no")
@@ -353,14 +345,6 @@ def test_empty_rules_list_is_an_empty_rule_set() -> None:
     assert load_rules("rules: []").rules == ()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: agent_host/policy.py _parse_rule ignores unknown keys, so a misspelt 'when' "
-        "(e.g. 'wehn') silently drops the conditions and the rule applies to every call - "
-        "fail-open for an 'allow' rule; unknown keys should raise PolicyRuleError"
-    ),
-)
 def test_misspelt_rule_keys_are_refused() -> None:
     with pytest.raises(PolicyRuleError, match="wehn"):
         load_rules(
@@ -368,28 +352,12 @@ def test_misspelt_rule_keys_are_refused() -> None:
         )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: agent_host/policy.py _parse_conditions does not check operands, so "
-        "'gt: lots' or 'matches: \"[\"' load fine and later raise ValueError / re.error from "
-        "Condition.matches in the middle of a run; they should raise PolicyRuleError at load"
-    ),
-)
 @pytest.mark.parametrize("condition", ["{gt: lots}", "{matches: '['}", "{in: 5}"])
 def test_bad_operands_are_refused_when_loading(condition: str) -> None:
     with pytest.raises(PolicyRuleError, match="rule 1"):
         load_rules(f"rules:\n  - tool: t\n    permission: ask\n    when: {{x: {condition}}}\n")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: agent_host/runner.py _plan (line 243) takes an operator rule's Verdict as is, and "
-        "PolicyRule.verdict() always has allow_always=True, so a rule on a tool declared "
-        "allow_always=False lets a reviewer approve it for the whole run"
-    ),
-)
 async def test_operator_rule_keeps_a_tools_allow_always_false() -> None:
     rules = load_rules("rules:\n  - tool: wipe\n    permission: ask\n    severity: critical\n")
     rec = Recorder()

@@ -197,3 +197,19 @@ async def test_both_calls_of_a_turn_decided_concurrently_queue_one_resume(redis:
     await env.drain()
     assert env.effects.count("delete_file") == 3
     assert await env.status(run_id) == "succeeded"
+
+
+async def test_decision_on_a_different_call_hash_is_refused(redis: Redis) -> None:
+    env = make_env(redis)
+    run_id = await env.start("refund-agent", "refund order 123")
+    (request,) = await env.requests(run_id)
+    wrong = await env.store.decide(
+        request.request_id, Approve(decided_by="bob", call_hash="0" * 64)
+    )
+    assert wrong.outcome == "hash_mismatch" and not wrong.accepted
+    assert wrong.request is not None and wrong.request.status == "pending"
+    assert await resume_entries(redis, run_id) == []
+    right = await env.store.decide(
+        request.request_id, Approve(decided_by="bob", call_hash=request.call_hash)
+    )
+    assert right.outcome == "decided" and right.resume_queued

@@ -11,6 +11,7 @@ from redis.crc import key_slot
 from agent_host import keys as K
 from agent_host.approvals import DEFAULT_EXPIRY_SECONDS, FixedRouter
 from agent_host.crypto import kid_of
+from agent_host.decisions import Approve
 from agent_host.runner import Paused
 
 from .host_helpers import FakeClock, make_env, scan_keys, text
@@ -77,8 +78,6 @@ async def test_every_key_of_a_run_carries_its_hash_tag(redis: Redis) -> None:
     ]
     # decide and resume one run so that its ledger, approvers and audit keys exist too
     for request in await env.requests(runs[1]):
-        from agent_host.decisions import Approve
-
         assert (await env.store.decide(request.request_id, Approve(decided_by="u"))).accepted
     await env.drain()
     assert await env.status(runs[1]) == "succeeded"
@@ -152,8 +151,6 @@ async def test_checkpoint_is_encrypted_at_rest(redis: Redis) -> None:
 
     # the final checkpoint written at the end is encrypted too
     (request,) = await env.requests(run_id)
-    from agent_host.decisions import Approve
-
     await env.store.decide(request.request_id, Approve(decided_by="bob"))
     await env.drain()
     assert await env.status(run_id) == "succeeded"

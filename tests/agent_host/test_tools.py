@@ -157,7 +157,6 @@ async def test_bad_arguments_go_back_to_the_model_and_the_run_continues(bad: Any
     assert spy.seen[1][-2].content == bad_call.result
 
 
-@pytest.mark.xfail(strict=True, reason=LONE_SETTLED_TURN_BUG)
 async def test_a_turn_of_only_bad_arguments_still_reaches_the_model() -> None:
     rec = Recorder()
     spy = SpyModel(
@@ -196,7 +195,6 @@ async def test_unknown_tool_goes_back_to_the_model_with_the_available_tools() ->
     assert rec.invocations == [("poke", "c2", "x")]
 
 
-@pytest.mark.xfail(strict=True, reason=LONE_SETTLED_TURN_BUG)
 async def test_a_turn_of_only_an_unknown_tool_still_reaches_the_model() -> None:
     spy = SpyModel(scripted([tc("c1", "teleport", target="moon")], reply("ok then")))
     outcome = await Runner(registry_of("a", [counting_tool(Recorder(), "touch")], spy)).run(
@@ -287,14 +285,6 @@ class Address(BaseModel):
     city: str
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: agent_host/tools.py Tool.validate returns model.model_dump(mode='json') and "
-        "Tool.invoke passes that dict straight to the function, so a typed function receives "
-        "JSON-mode values (dict for a BaseModel, str for Decimal) instead of its annotated types"
-    ),
-)
 async def test_typed_parameters_arrive_as_their_annotated_types() -> None:
     received: dict[str, type] = {}
 

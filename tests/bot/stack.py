@@ -84,6 +84,69 @@ class Stack:
         channel, ts = request.message_channel, request.message_ts
         return await self.standin.click(user, channel, ts, action_id)
 
+    # -- helpers added for the test_bot_* suites (append-only) ------------------------------
+    async def opened_view(self, user: str, callback_id: str, seen: int = 0) -> dict[str, Any]:
+        """Wait for view number `seen` (0-based) with `callback_id` opened for `user`."""
+
+        async def opened() -> dict[str, Any] | None:
+            views = [
+                v
+                for v in self.standin.workspace.to_dict()["views"]
+                if v["user"] == user and v["view"].get("callback_id") == callback_id
+            ]
+            return views[seen] if len(views) > seen else None
+
+        return await eventually(opened)
+
+    def view_state(self, view_id: str) -> dict[str, Any]:
+        for view in self.standin.workspace.to_dict()["views"]:
+            if view["id"] == view_id:
+                return dict(view)
+        raise AssertionError(f"no view {view_id}")
+
+    async def wait_ephemerals(self, user: str, count: int = 1) -> list[str]:
+        """Wait until `user` has at least `count` ephemerals; returns all of their texts."""
+
+        async def enough() -> list[str] | None:
+            texts = self.ephemerals(user)
+            return texts if len(texts) >= count else None
+
+        return await eventually(enough)
+
+    async def decided_message(self, channel: str, ts: str) -> dict[str, Any]:
+        """Wait until the message at `ts` has lost its buttons (it was updated as decided)."""
+
+        async def updated() -> dict[str, Any] | None:
+            message = self.message(channel, ts)
+            return None if any(b["type"] == "actions" for b in message["blocks"]) else message
+
+        return await eventually(updated)
+
+    async def thread_replies(self, channel: str, ts: str, count: int = 1) -> list[dict[str, Any]]:
+        async def replies() -> list[dict[str, Any]] | None:
+            found = self.thread(channel, ts)
+            return found if len(found) >= count else None
+
+        return await eventually(replies)
+
+    async def decided(self, request_id: str) -> ApprovalRequest:
+        """Wait until the request has a terminal status in Redis."""
+
+        async def done() -> ApprovalRequest | None:
+            request = await self.host.store.get_request(request_id)
+            return request if request is not None and request.decided else None
+
+        return await eventually(done)
+
+    def channel_messages(self, channel: str) -> list[dict[str, Any]]:
+        """Top-level messages (no thread replies) in `channel`, oldest first."""
+        state = self.standin.workspace.to_dict()
+        return [
+            m
+            for m in state["messages"]
+            if m["channel"] == channel and m.get("thread_ts") in (None, m["ts"])
+        ]
+
 
 async def eventually(check: Callable[[], Awaitable[T | None]], within: float = 10.0) -> T:
     deadline = time.monotonic() + within
