@@ -162,6 +162,7 @@ class DecideResult:
     ]
     request: ApprovalRequest | None = None
     resume_queued: bool = False
+    approvals: int = 0  # with outcome "progress": approvals recorded so far, this one included
 
     @property
     def accepted(self) -> bool:

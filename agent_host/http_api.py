@@ -65,6 +65,8 @@ async def _json_object(request: web.Request) -> dict[str, Any] | web.Response:
         body = json.loads(await request.read() or b"null")
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         return error(400, f"body is not valid JSON: {exc}")
+    except RecursionError:
+        return error(400, "body is nested too deeply; send a flatter JSON object")
     if not isinstance(body, dict):
         return error(400, "body must be a JSON object")
     return body

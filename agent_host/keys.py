@@ -55,7 +55,9 @@ def token_of(run_or_request_id: str) -> str:
 
 
 def request_id(run_id: str, number: int) -> str:
-    return f"req_{token_of(run_id)}_{number}"
+    # Zero-padded so that the requests of one pause, which share a score in the pending
+    # index, list in their natural order.
+    return f"req_{token_of(run_id)}_{number:04d}"
 
 
 class Keys:

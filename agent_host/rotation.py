@@ -17,6 +17,7 @@ from redis.exceptions import WatchError
 
 from . import keys as K
 from .crypto import KeyRing
+from .errors import CheckpointError
 
 __all__ = ["RotationReport", "rotate_checkpoints"]
 
@@ -65,6 +66,11 @@ async def _rotate_one(redis: Redis, keyring: KeyRing, run_id: str) -> bool:
             pipe.set(k.checkpoint, fresh)
             await pipe.execute()
             return True
+        except CheckpointError as exc:
+            # Unreadable under every key (or sealed to something else): leave it, say so,
+            # and go on; one bad checkpoint must not stop the rotation of all the others.
+            log.warning("run %s: checkpoint not rotated: %s", run_id, exc)
+            return False
         except WatchError:
             log.info(
                 "run %s changed during rotation; it is written under the new key anyway", run_id

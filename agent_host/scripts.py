@@ -60,7 +60,7 @@ if ARGV[2] == 'approve' then
     redis.call('XADD', KEYS[4], '*', 'at', ARGV[6], 'actor', ARGV[5], 'event', 'approval',
       'request_id', ARGV[1], 'call_hash', hash, 'detail', #list .. ' of ' .. f[3])
     redis.call('XADD', KEYS[8], '*', 'type', 'request_progress', 'request_id', ARGV[1])
-    return {'progress', 0}
+    return {'progress', #list}
   end
 end
 redis.call('HSET', KEYS[1], 'status', ARGV[3], 'decision', ARGV[4], 'decided_by', ARGV[5],
@@ -86,9 +86,15 @@ return {'decided', 0}
 FINISH = """
 local current = redis.call('HGET', KEYS[1], 'pause_id') or ''
 if current ~= ARGV[1] then return 0 end
-if ARGV[5] ~= '' then redis.call('SET', KEYS[2], ARGV[5]) end
+-- The checkpoint and the pause id it is sealed to change together: without a final
+-- state the last pause's checkpoint stays, readable under its own pause id.
+local pause_id = current
+if ARGV[5] ~= '' then
+  redis.call('SET', KEYS[2], ARGV[5])
+  pause_id = ARGV[8]
+end
 redis.call('HSET', KEYS[1], 'status', ARGV[2], 'output', ARGV[3], 'error', ARGV[4],
-  'pause_id', ARGV[8], 'undecided', 0, 'updated_at', ARGV[6])
+  'pause_id', pause_id, 'undecided', 0, 'updated_at', ARGV[6])
 redis.call('XADD', KEYS[3], '*', 'at', ARGV[6], 'actor', ARGV[7], 'event', ARGV[2],
   'detail', ARGV[4] ~= '' and ARGV[4] or ARGV[3])
 local run_id = redis.call('HGET', KEYS[1], 'run_id')

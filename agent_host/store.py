@@ -227,7 +227,7 @@ class RunStore:
         current = await self.get_request(request_id)
         if current is None:
             return DecideResult("not_found")
-        outcome, queued = await self._decide(
+        outcome, extra = await self._decide(
             keys=[
                 k.request(request_id),
                 k.approvers(request_id),
@@ -250,7 +250,14 @@ class RunStore:
                 decision.call_hash or "",
             ],
         )
-        return DecideResult(_text(outcome), await self.get_request(request_id), bool(queued))  # type: ignore[arg-type]
+        kind = _text(outcome)
+        # The script's second value: resume queued (decided) or approvals so far (progress).
+        return DecideResult(
+            kind,  # type: ignore[arg-type]
+            await self.get_request(request_id),
+            resume_queued=kind == "decided" and bool(extra),
+            approvals=int(extra) if kind == "progress" else 0,
+        )
 
     async def set_message_ref(self, request_id: str, channel: str, ts: str) -> None:
         k = K.Keys(request_id)
@@ -261,30 +268,45 @@ class RunStore:
     async def list_pending(
         self, destination: str | None = None, cursor: str | None = None, limit: int = 20
     ) -> PendingPage:
-        """Newest first, from the index (never SCAN). The cursor is `<score>:<request id>`."""
+        """Newest first, from the index (never SCAN).
+
+        The cursor is `<score>:<request id>` of the last request shown. Requests of one pause
+        share a score, and Redis orders equal scores by member (reversed, here), so the next
+        page is: members tied at that score that sort before the cursor's id, then everything
+        with a lower score. This holds even if the cursor's request was decided meanwhile.
+        """
         index = K.PENDING if destination is None else _by_destination(destination)
-        top: str | float = "+inf"
-        after = None
+        rows: list[tuple[str, int]] = []
+        top: str = "+inf"
         if cursor:
-            score, _, after = cursor.partition(":")
-            top = float(score)
-        rows: list[Any] = await self.redis.zrange(
-            index, top, "-inf", desc=True, byscore=True, offset=0, num=limit + 50, withscores=True
-        )
-        if after is not None:
-            ids = [_text(r) for r, _ in rows]
-            if after in ids:
-                rows = rows[ids.index(after) + 1 :]
-        rows = rows[: limit + 1]
+            score_text, _, after = cursor.partition(":")
+            score = int(score_text)
+            tied: list[Any] = await self.redis.zrange(index, score, score, desc=True, byscore=True)
+            rows = [(_text(m), score) for m in tied if _text(m) < after]
+            top = f"({score}"
+        if len(rows) <= limit:
+            more: list[Any] = await self.redis.zrange(
+                index,
+                top,
+                "-inf",
+                desc=True,
+                byscore=True,
+                offset=0,
+                num=limit + 1,
+                withscores=True,
+            )
+            rows += [(_text(m), int(s)) for m, s in more]
         page = rows[:limit]
-        found = [
-            r for r in [await self.get_request(_text(rid)) for rid, _ in page] if r is not None
-        ]
-        next_cursor = None
-        if len(rows) > limit and page:
-            last_id, last_score = page[-1]
-            next_cursor = f"{int(last_score)}:{_text(last_id)}"
+        found = [r for r in await self._requests_by_id([rid for rid, _ in page]) if r is not None]
+        next_cursor = f"{page[-1][1]}:{page[-1][0]}" if len(rows) > limit else None
         return PendingPage(found, next_cursor)
+
+    async def _requests_by_id(self, request_ids: list[str]) -> list[ApprovalRequest | None]:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for rid in request_ids:
+                pipe.hgetall(K.Keys(rid).request(rid))
+            rows = await pipe.execute()
+        return [ApprovalRequest.from_hash(_decode_map(r)) if r else None for r in rows]
 
     async def record_resume_latency(self, info: dict[str, str]) -> None:
         """Time from the last decision to its resume, for /metrics."""

@@ -80,6 +80,7 @@ class StreamConsumer:
         return handled
 
     async def _handle(self, entry_id: str, fields: dict[str, str]) -> bool:
+        heartbeat = asyncio.create_task(self._keep_claimed(entry_id))
         try:
             await self.handler(entry_id, fields)
         except RetryLater as exc:
@@ -89,8 +90,22 @@ class StreamConsumer:
             # Left pending: reclaimed after idle_ms and tried again.
             log.exception("%s entry %s failed; it will be retried", self.stream, entry_id)
             return False
+        finally:
+            heartbeat.cancel()
         await self.redis.xack(self.stream, self.group, entry_id)
         return True
+
+    async def _keep_claimed(self, entry_id: str) -> None:
+        """While a handler is still working, reset the entry's idle time now and then, so a
+        slow but healthy consumer is not mistaken for a dead one and its work reclaimed."""
+        while True:
+            await asyncio.sleep(self.idle_ms / 3000)
+            try:
+                await self.redis.xclaim(
+                    self.stream, self.group, self.consumer, 0, [entry_id], justid=True
+                )
+            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+                log.warning("%s entry %s: heartbeat failed (%s)", self.stream, entry_id, exc)
 
     async def _reclaim(self) -> list[tuple[bytes, dict[bytes, bytes] | None]]:
         reply: Any = await self.redis.xautoclaim(

@@ -31,7 +31,8 @@ class ResumeWorker:
     async def handle(self, entry_id: str, fields: dict[str, str]) -> None:
         run_id, pause_id = fields.get("run_id", ""), fields.get("pause_id", "")
         info = await self.store.run_info(run_id)
-        if info is None or info.get("pause_id", "") != pause_id:
+        terminal = info is not None and info.get("status") in ("succeeded", "failed")
+        if info is None or terminal or info.get("pause_id", "") != pause_id:
             log.info("resume entry %s for run %s is stale; skipped", entry_id, run_id)
             return
         if fields.get("type") == "start":

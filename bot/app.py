@@ -94,7 +94,7 @@ def result_text(result: DecideResult) -> str:
     request = result.request
     if result.outcome == "progress" and request is not None:
         return (
-            f":ballot_box_with_check: Your approval is recorded: {len(request.approvals)} of "
+            f":ballot_box_with_check: Your approval is recorded: {result.approvals} of "
             f"{request.route.quorum} approvals."
         )
     if result.outcome == "duplicate_vote":

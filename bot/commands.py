@@ -11,12 +11,13 @@ help
 from __future__ import annotations
 
 import datetime
+import json
 from collections.abc import Collection
 
 from agent_host.approvals import ApprovalRequest
 from agent_host.store import RunStore
 
-from .blocks import escape
+from .blocks import escape, mask_secrets
 from .routing import RouteBook, RouteSpecError, format_rules, parse_spec
 
 __all__ = ["SlashCommands", "help_text"]
@@ -44,6 +45,8 @@ class SlashCommands:
     async def handle(self, user_id: str, channel_id: str, text: str) -> str:
         words = text.strip().split()
         command, rest = (words[0].lower(), words[1:]) if words else ("help", [])
+        if command in ("pending", "route"):  # keywords, not ids or specs: any case
+            rest = [w.lower() if w.lower() in ("all", "add", "remove") else w for w in rest]
         if command == "pending":
             return await self.pending(channel_id, rest)
         if command == "show" and len(rest) == 1:
@@ -87,7 +90,7 @@ class SlashCommands:
             f"*{escape(request.tool)}* requested by {_who(request.requested_by)} "
             f"for agent `{escape(request.agent)}` — *{request.status}*",
             f"Reason: {escape(request.reason)}  •  severity {request.severity}",
-            f"Arguments: `{escape(str(request.arguments))[:1500]}`",
+            f"Arguments: `{escape(json.dumps(mask_secrets(request.arguments)))[:1500]}`",
             f"Run `{request.run_id}`  •  hash `{request.call_hash[:12]}`  •  "
             f"expires {_date(request.expires_at)}",
         ]

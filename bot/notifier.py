@@ -29,7 +29,9 @@ log = logging.getLogger(__name__)
 class ChannelPacer:
     """At most one post per `interval` seconds into each channel."""
 
-    def __init__(self, interval: float = 1.0) -> None:
+    # A little over Slack's one message per second, so network jitter never lands two
+    # posts inside the same second at Slack's end.
+    def __init__(self, interval: float = 1.05) -> None:
         self.interval = interval
         self._next: dict[str, float] = {}
         self._locks: dict[str, asyncio.Lock] = {}

@@ -189,14 +189,6 @@ async def test_oversized_bodies_are_413_json(api: Api) -> None:
     assert await api.env.redis.zcard(K.RUNS) == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: http_api.py _json_object catches only JSONDecodeError/UnicodeDecodeError; a "
-        "deeply nested body (well under max_body_bytes) makes json.loads raise RecursionError, "
-        "which json_errors turns into a 500"
-    ),
-)
 async def test_deeply_nested_json_is_400_not_500(api: Api) -> None:
     body = b"[" * 2000 + b"]" * 2000  # valid JSON, under the body limit
     assert len(body) < MAX_BODY
@@ -286,15 +278,6 @@ async def test_bad_approval_queries_are_400(api: Api, params: dict[str, str]) ->
     await assert_error(resp, 400)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: store.py list_pending fetches only limit+50 rows from the cursor's score; when "
-        "more requests share one millisecond score (every request of one paused turn does), "
-        "the page after the 50th tied row comes back short with next_cursor=None and the rest "
-        "are never listed"
-    ),
-)
 async def test_pagination_lists_every_request_of_a_large_paused_turn(api: Api) -> None:
     paths = " ".join(f"/tmp/f{n}" for n in range(61))
     run_id = await api.start_run("cleanup-agent", f"remove {paths}")
@@ -463,14 +446,6 @@ async def test_readyz_is_503_when_redis_is_down(
         await client.aclose()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: worker.py fails a run with store.finish(..., state=None), which moves pause_id to "
-        "final_<token> (scripts.py FINISH) but keeps the checkpoint sealed for the old pause "
-        "id; run_detail then decrypts with the wrong id and reports a tampering error"
-    ),
-)
 async def test_detail_of_a_run_failed_at_resume_has_no_checkpoint_error(api: Api) -> None:
     run_id, rid = await paused_refund(api)
     await api.webhook({"requestId": rid, "decision": "approved"})

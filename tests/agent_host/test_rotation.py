@@ -13,7 +13,6 @@ from agent_host import keys as K
 from agent_host.agents import Agent, AgentRegistry
 from agent_host.crypto import KeyRing, generate_key, kid_of
 from agent_host.decisions import Approve
-from agent_host.errors import CheckpointDecryptError
 from agent_host.examples import ExampleEffects, refund_agent
 from agent_host.rotation import rotate_checkpoints
 
@@ -136,16 +135,6 @@ def changed_refund_registry(effects: ExampleEffects) -> AgentRegistry:
     return AgentRegistry({"refund-agent": build})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=CheckpointDecryptError,
-    reason=(
-        "BUG: a run failed at resume (worker.py store.finish(..., state=None)) keeps its "
-        "checkpoint encrypted for the old pause id while FINISH moves pause_id to "
-        "final_<token>; rotation.py _rotate_one re-encrypts with request_id=final_<token>, "
-        "decryption fails, and CheckpointDecryptError aborts the whole rotation"
-    ),
-)
 async def test_rotation_survives_a_run_that_failed_at_resume(redis: Redis) -> None:
     env = make_env(redis, keyring=KeyRing.parse(KEY_A))
     failed = await env.start("refund-agent", "refund order 123")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import pytest
 from redis.asyncio import Redis
 
 from agent_host import keys as K
@@ -234,15 +233,6 @@ async def test_slow_tool_outliving_idle_ms_is_not_run_twice(redis: Redis) -> Non
     assert await env.status(run_id) == "succeeded"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: a worker still running a slow tool does not keep its resume entry claimed "
-        "(streams.py/worker.py never refresh the entry's idle time), so after idle_ms another "
-        "worker XAUTOCLAIMs it, finds the call 'started', records unknown_outcome and saves "
-        "first: the run reports 'outcome unknown' although the tool succeeded"
-    ),
-)
 async def test_slow_tool_reclaimed_while_running_is_reported_truthfully(redis: Redis) -> None:
     entered, release, runs = asyncio.Event(), asyncio.Event(), []
     env = make_env(redis, registry=slow_registry(entered, release, runs))

@@ -18,7 +18,7 @@ async def test_approve_updates_message_resumes_run_and_posts_outcome(
         assert request.message_channel == CHANNEL
         posted = stack.message(CHANNEL, request.message_ts)
         actions = [b for b in posted["blocks"] if b["type"] == "actions"]
-        assert [e["text"]["text"] for e in actions[0]["elements"]][0] == "Approve"
+        assert next(e["text"]["text"] for e in actions[0]["elements"]) == "Approve"
 
         reply = await stack.click(REVIEWER, request, blocks.APPROVE)
         assert reply.status == 200

@@ -156,15 +156,6 @@ async def test_pending_paginates_with_a_next_cursor(redis_url: str, tmp_path: Pa
         assert sorted(listed_ids(every) + listed_ids(rest)) == sorted(page1 + page2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: agent_host/store.py RunStore.list_pending reads at most limit+50 rows from the "
-        "cursor's score; when more than 60 pending requests share one millisecond score (one "
-        "pause with many gated calls), the cursor id falls outside that window, the slice "
-        "rows[idx+1:] is empty, and /approvals pending stops early, never listing the rest"
-    ),
-)
 async def test_pending_pagination_reaches_every_request_of_a_large_pause(
     redis_url: str, tmp_path: Path
 ) -> None:
@@ -184,15 +175,6 @@ async def test_pending_pagination_reaches_every_request_of_a_large_pause(
         assert sorted(seen) == sorted(r.request_id for r in requests)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: agent_host/store.py RunStore.list_pending restarts from the cursor's score "
-        "(inclusive) and only skips past the cursor id if that id is still in the index; when "
-        "the last request of a page is decided before the next page is asked for, the next "
-        "page repeats every request of the same millisecond that was already listed"
-    ),
-)
 async def test_next_page_does_not_repeat_requests_when_the_cursor_request_was_decided(
     redis_url: str, tmp_path: Path
 ) -> None:
@@ -341,14 +323,6 @@ async def test_help_and_unknown_subcommands_answer_with_help(
             assert f"/approvals {word}" in help_text()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: bot/commands.py SlashCommands.show (line 90) prints `str(request.arguments)` "
-        "without blocks.mask_secrets, so `/approvals show <id>` reveals secret-looking "
-        "arguments (api_key, password, token) that the approval message itself masks"
-    ),
-)
 async def test_show_masks_secret_arguments_like_the_message_does(
     redis_url: str, tmp_path: Path
 ) -> None:
