@@ -9,11 +9,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import signal
 import sys
 from collections.abc import Sequence
-
-from aiohttp import web
 
 from agent_host.crypto import generate_key
 from agent_host.errors import ConfigurationError
@@ -22,6 +19,7 @@ from agent_host.http_api import create_app
 from agent_host.rotation import rotate_checkpoints
 from agent_host.settings import Settings, load_settings
 
+from .server import start_site, until_signalled
 from .wiring import build, mount_slack
 
 __all__ = ["main"]
@@ -78,13 +76,11 @@ async def _serve(settings: Settings, host_name: str, port: int, workers: int) ->
     host, bot = await build(settings)
     app = create_app(host)
     mount_slack(app, bot)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, host_name, port).start()
+    runner, _ = await start_site(app, host_name, port)
     host.start_background(workers)
     log.info("countersign serving on http://%s:%d (workers: %d)", host_name, port, workers)
     try:
-        await _until_signalled()
+        await until_signalled()
     finally:
         await runner.cleanup()
         await bot.tasks.drain()
@@ -96,7 +92,7 @@ async def _worker(settings: Settings) -> None:
     host.start_background(1)
     log.info("countersign worker started")
     try:
-        await _until_signalled()
+        await until_signalled()
     finally:
         await host.stop()
 
@@ -114,14 +110,6 @@ async def _rotate(settings: Settings) -> None:
         await redis.aclose()
         if server is not None:
             server.stop()
-
-
-async def _until_signalled() -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
 
 
 if __name__ == "__main__":
