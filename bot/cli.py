@@ -61,7 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "demo":
             from .demo import run_demo
 
-            asyncio.run(run_demo(settings, args.port))
+            absolute = settings.model_copy(update={"data_dir": settings.data_dir.absolute()})
+            asyncio.run(run_demo(absolute, args.port))
         else:
             asyncio.run(_rotate(settings))
     except ConfigurationError as exc:

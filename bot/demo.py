@@ -62,7 +62,7 @@ def demo_secrets(data_dir: Path) -> dict[str, str]:
 
 
 async def run_demo(settings: Settings, port: int, *, host_name: str = "127.0.0.1") -> None:
-    data_dir = Path(os.path.abspath(settings.data_dir))
+    data_dir = Path(settings.data_dir)  # made absolute by the CLI
     made = demo_secrets(data_dir)
     standin = SlackStandIn(
         Workspace.load_or_create(data_dir / "sandbox"),
