@@ -23,10 +23,7 @@ EVENTS_URL = "https://countersign.example.com/slack/events"
 BOT_SCOPES = {
     "chat:write",
     "commands",
-    "users:read",
     "usergroups:read",
-    "channels:read",
-    "groups:read",
 }
 
 
