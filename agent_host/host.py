@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 
 from .agents import AgentRegistry
 from .approvals import FixedRouter, Router
+from .crashpoints import CrashPoints
 from .crypto import KeyRing, generate_key
 from .errors import ConfigurationError
 from .notifier import LoggingNotifier, Notifier
@@ -98,6 +99,7 @@ class Host:
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
+        self.crash = CrashPoints(self.settings.crash_at)
         self.store = RunStore(self.redis, self.keyring, self.router)
         self.runner = Runner(self.registry, RedisLedger(self.redis))
 
@@ -132,7 +134,8 @@ class Host:
             self._spawn(worker.consumer.run(self._stop), f"resume-worker-{n}")
         if sweeper:
             self._spawn(
-                Sweeper(self.store, interval=self.sweep_interval).run(self._stop), "sweeper"
+                Sweeper(self.store, interval=self.sweep_interval, crash=self.crash).run(self._stop),
+                "sweeper",
             )
         if outbox:
             box = Outbox(

@@ -7,6 +7,7 @@ this loop hands each to the notifier and acknowledges it only once the notifier 
 from __future__ import annotations
 
 from . import keys as K
+from .crashpoints import NEVER, CrashPoints
 from .notifier import Notifier, RunSummary
 from .store import RunStore
 from .streams import StreamConsumer
@@ -20,9 +21,15 @@ class RetryLater(Exception):
 
 class Outbox:
     def __init__(
-        self, store: RunStore, notifier: Notifier, consumer: str, *, idle_ms: int = 5_000
+        self,
+        store: RunStore,
+        notifier: Notifier,
+        consumer: str,
+        *,
+        idle_ms: int = 5_000,
+        crash: CrashPoints = NEVER,
     ) -> None:
-        self.store, self.notifier = store, notifier
+        self.store, self.notifier, self.crash = store, notifier, crash
         self.consumer = StreamConsumer(
             store.redis,
             K.OUTBOX,
@@ -45,7 +52,9 @@ class Outbox:
         if kind == "request_posted":
             if request.message_ts:  # posted already (a redelivery after the ts was saved)
                 return
+            self.crash.reached("after_pause_saved")
             ref = await self.notifier.request_posted(request)
+            self.crash.reached("after_post")
             if ref is not None:
                 await self.store.set_message_ref(request.request_id, ref.channel, ref.ts)
         elif kind in ("request_decided", "request_progress"):

@@ -39,6 +39,7 @@ class Settings(BaseSettings):
     )
     routes_file: Path | None = Field(None, validation_alias=_env("COUNTERSIGN_ROUTES_FILE"))
     port: int = Field(3000, ge=1, le=65535, validation_alias=_env("PORT"))
+    crash_at: str | None = Field(None, validation_alias=_env("COUNTERSIGN_CRASH_AT"))  # tests only
     max_body_bytes: int = Field(256 * 1024, ge=1024, validation_alias=_env("COUNTERSIGN_MAX_BODY"))
 
     @property

@@ -12,6 +12,7 @@ import contextlib
 import logging
 
 from . import keys as K
+from .crashpoints import NEVER, CrashPoints
 from .decisions import Expired
 from .store import RunStore
 
@@ -23,8 +24,15 @@ EXPIRED_BY = "countersign (expired)"
 
 
 class Sweeper:
-    def __init__(self, store: RunStore, *, interval: float = 1.0, batch: int = 100) -> None:
-        self.store, self.interval, self.batch = store, interval, batch
+    def __init__(
+        self,
+        store: RunStore,
+        *,
+        interval: float = 1.0,
+        batch: int = 100,
+        crash: CrashPoints = NEVER,
+    ) -> None:
+        self.store, self.interval, self.batch, self.crash = store, interval, batch, crash
 
     async def sweep(self) -> int:
         """Expire every request whose deadline passed; returns how many this sweeper decided."""
@@ -32,6 +40,8 @@ class Sweeper:
         due = await self.store.redis.zrange(
             K.DEADLINES, 0, now_ms, byscore=True, offset=0, num=self.batch
         )
+        if due:
+            self.crash.reached("sweeper_after_due")
         expired = 0
         for raw in due:
             request_id = raw.decode() if isinstance(raw, bytes) else str(raw)

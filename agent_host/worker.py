@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 from . import keys as K
+from .crashpoints import NEVER, CrashPoints
 from .errors import CheckpointDecryptError, CheckpointError, CountersignError
 from .runner import Runner
 from .store import RunStore
@@ -21,8 +22,16 @@ log = logging.getLogger(__name__)
 
 
 class ResumeWorker:
-    def __init__(self, store: RunStore, runner: Runner, consumer: str, *, idle_ms: int = 30_000):
-        self.store = store
+    def __init__(
+        self,
+        store: RunStore,
+        runner: Runner,
+        consumer: str,
+        *,
+        idle_ms: int = 30_000,
+        crash: CrashPoints = NEVER,
+    ):
+        self.store, self.crash = store, crash
         self.runner = runner
         self.consumer = StreamConsumer(
             store.redis, K.RESUME, K.RESUME_GROUP, consumer, self.handle, idle_ms=idle_ms
@@ -69,4 +78,5 @@ class ResumeWorker:
         except CountersignError as exc:
             await self.store.finish(run_id, pause_id, "failed", "", str(exc), "worker")
             return
+        self.crash.reached("after_tool_ran")
         await self.store.save_outcome(outcome, pause_id, "worker")
