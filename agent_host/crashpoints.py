@@ -28,7 +28,9 @@ class CrashPoints:
     def __init__(self, armed: str | None = None) -> None:
         if armed and armed not in POINTS:
             known = ", ".join(sorted(POINTS))
-            raise ConfigurationError(f"COUNTERSIGN_CRASH_AT={armed!r} is not a crash point ({known})")
+            raise ConfigurationError(
+                f"COUNTERSIGN_CRASH_AT={armed!r} is not a crash point ({known})"
+            )
         self.armed = armed or None
 
     def reached(self, point: str) -> None:
