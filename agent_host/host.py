@@ -13,13 +13,12 @@ import os
 import socket
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from redis.asyncio import Redis
 
 from .agents import AgentRegistry
-from .approvals import FixedRouter, Router
+from .approvals import Router
 from .crashpoints import CrashPoints
 from .crypto import KeyRing, generate_key
 from .errors import ConfigurationError
@@ -33,7 +32,7 @@ from .store import RunStore
 from .sweeper import Sweeper
 from .worker import ResumeWorker
 
-__all__ = ["Host", "load_keyring", "load_registry", "open_redis"]
+__all__ = ["Host", "load_keyring", "load_registry"]
 
 log = logging.getLogger(__name__)
 
@@ -67,21 +66,6 @@ def load_keyring(settings: Settings) -> KeyRing:
     return KeyRing.parse(path.read_text().strip())
 
 
-async def open_redis(settings: Settings) -> tuple[Redis, RedisServer | None]:
-    """A client for REDIS_URL, or an embedded redis-server with AOF in the data dir."""
-    server = None
-    url = settings.redis_url
-    if not url:
-        server = RedisServer(Path(settings.data_dir) / "redis", appendfsync="everysec")
-        server.start()
-        url = server.url
-        log.info("embedded Redis at %s (data in %s)", url, server.data_dir)
-    client = Redis.from_url(
-        url, socket_timeout=5, socket_connect_timeout=5, health_check_interval=30
-    )
-    return client, server
-
-
 @dataclass
 class Host:
     settings: Settings
@@ -102,23 +86,6 @@ class Host:
         self.crash = CrashPoints(self.settings.crash_at)
         self.store = RunStore(self.redis, self.keyring, self.router)
         self.runner = Runner(self.registry, RedisLedger(self.redis))
-
-    @classmethod
-    async def from_settings(
-        cls, settings: Settings, *, notifier: Notifier | None = None, router: Router | None = None
-    ) -> Host:
-        registry = load_registry(settings.agents)
-        keyring = load_keyring(settings)
-        redis, embedded = await open_redis(settings)
-        return cls(
-            settings=settings,
-            redis=redis,
-            registry=registry,
-            keyring=keyring,
-            router=router or FixedRouter(settings.default_channel),
-            notifier=notifier or LoggingNotifier(),
-            embedded=embedded,
-        )
 
     def start_background(
         self, workers: int = 1, *, sweeper: bool = True, outbox: bool = True

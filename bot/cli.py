@@ -12,9 +12,10 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from agent_host.connections import open_redis
 from agent_host.crypto import generate_key
 from agent_host.errors import ConfigurationError
-from agent_host.host import load_keyring, open_redis
+from agent_host.host import load_keyring
 from agent_host.http_api import create_app
 from agent_host.rotation import rotate_checkpoints
 from agent_host.settings import Settings, load_settings

@@ -10,8 +10,9 @@ from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agent_host.connections import open_redis
 from agent_host.errors import ConfigurationError
-from agent_host.host import Host, load_keyring, load_registry, open_redis
+from agent_host.host import Host, load_keyring, load_registry
 from agent_host.settings import Settings
 
 from .app import BackgroundTasks, build_bolt_app

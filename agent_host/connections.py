@@ -1,0 +1,84 @@
+"""Connecting to Redis: a URL, a Sentinel-managed master, or an embedded server.
+
+redis://host:6379/0, rediss://…, unix:///path/redis.sock   a server
+redis+sentinel://s1:26379,s2:26379/mymaster/0               the master Sentinel names
+(unset)                                                     an embedded redis-server,
+                                                            AOF on, data in the data dir
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from redis.asyncio import Redis
+from redis.asyncio.sentinel import Sentinel
+
+from .errors import ConfigurationError
+from .redis_server import RedisServer
+from .settings import Settings
+
+__all__ = ["open_redis"]
+
+log = logging.getLogger(__name__)
+
+_CLIENT_OPTIONS: dict[str, Any] = {
+    "socket_timeout": 5,
+    "socket_connect_timeout": 5,
+    "health_check_interval": 30,
+}
+
+
+async def open_redis(settings: Settings) -> tuple[Redis, RedisServer | None]:
+    """A client for REDIS_URL (checked reachable and supported), and the embedded server."""
+    server = None
+    url = settings.redis_url
+    if not url:
+        server = RedisServer(Path(settings.data_dir) / "redis", appendfsync="everysec")
+        server.start()
+        url = server.url
+        log.info("embedded Redis at %s (data in %s)", url, server.data_dir)
+    client = _sentinel_master(url) if url.startswith("redis+sentinel://") else None
+    client = client or Redis.from_url(url, **_CLIENT_OPTIONS)
+    try:
+        await _refuse_cluster(client)
+    except ConfigurationError:
+        await client.aclose()
+        if server is not None:
+            server.stop()
+        raise
+    return client, server
+
+
+def _sentinel_master(url: str) -> Redis:
+    parts = urlsplit(url)
+    path = [p for p in parts.path.split("/") if p]
+    if not parts.netloc or not path:
+        raise ConfigurationError(
+            f"REDIS_URL={url!r}: a Sentinel URL is redis+sentinel://host:port[,host:port]/"
+            "<master name>[/db]"
+        )
+    nodes = []
+    for node in parts.netloc.split(","):
+        host, _, port = node.rpartition(":")
+        nodes.append((host or node, int(port or 26379)))
+    db = int(path[1]) if len(path) > 1 else 0
+    sentinel = Sentinel(nodes, socket_timeout=5)  # type: ignore[no-untyped-call]
+    master: Redis = sentinel.master_for(path[0], db=db, **_CLIENT_OPTIONS)
+    return master
+
+
+async def _refuse_cluster(client: Redis) -> None:
+    """Each state change is one Lua script over run keys and shared index keys, which a
+    Redis Cluster would place in different slots; say so at start rather than mid-run."""
+    try:
+        info = await client.info("cluster")
+    except Exception:
+        return  # unreachable now: /readyz reports it; the workers retry
+    if info.get("cluster_enabled") in (1, "1"):
+        raise ConfigurationError(
+            "REDIS_URL points at a Redis Cluster, which countersign does not support yet; "
+            "use a single Redis (with a replica and Sentinel for failover)"
+        )
