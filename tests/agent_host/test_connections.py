@@ -41,6 +41,8 @@ async def test_a_malformed_sentinel_url_names_the_variable(tmp_path: Path) -> No
 
 
 async def test_a_cluster_is_refused_at_start_with_what_to_do(tmp_path: Path) -> None:
-    with RedisCluster(tmp_path / "cluster", masters=3) as cluster:
-        with pytest.raises(ConfigurationError, match="Cluster"):
-            await open_redis(load_settings({"REDIS_URL": cluster.url}))
+    with (
+        RedisCluster(tmp_path / "cluster", masters=3) as cluster,
+        pytest.raises(ConfigurationError, match="Cluster"),
+    ):
+        await open_redis(load_settings({"REDIS_URL": cluster.url}))
