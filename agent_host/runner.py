@@ -214,25 +214,13 @@ def _plan(state: RunState, agent: Agent, proposed: ToolCall) -> CallRecord:
     tool = agent.tool(proposed.name)
     if tool is None:
         known = ", ".join(t.name for t in agent.tools)
-        return CallRecord(
-            **base,
-            arguments=proposed.arguments,
-            call_hash=call_hash(state.agent_fingerprint, proposed.name, proposed.arguments),
-            gate="invalid",
-            outcome="invalid",
-            result=f"Unknown tool {proposed.name!r}; available tools: {known}.",
+        return _invalid(
+            state, proposed, f"Unknown tool {proposed.name!r}; available tools: {known}."
         )
     try:
         arguments = tool.validate(proposed.arguments)
     except InvalidArguments as exc:
-        return CallRecord(
-            **base,
-            arguments=proposed.arguments,
-            call_hash=call_hash(state.agent_fingerprint, proposed.name, proposed.arguments),
-            gate="invalid",
-            outcome="invalid",
-            result=f"{exc}. Fix the arguments and call the tool again.",
-        )
+        return _invalid(state, proposed, f"{exc}. Fix the arguments and call the tool again.")
     context = {**state.context, "run_id": state.run_id, "requested_by": state.requested_by}
     verdict = agent.rules.first_match(agent.name, tool.name, arguments) or tool.judge(
         arguments, context
@@ -256,6 +244,20 @@ def _plan(state: RunState, agent: Agent, proposed: ToolCall) -> CallRecord:
     elif verdict.permission is Permission.ASK:
         _apply_sticky(state, record, verdict)
     return record
+
+
+def _invalid(state: RunState, proposed: ToolCall, explanation: str) -> CallRecord:
+    """A call that never runs: the explanation goes back to the model as its result."""
+    return CallRecord(
+        call_id=proposed.id,
+        tool=proposed.name,
+        turn=state.turns,
+        arguments=proposed.arguments,
+        call_hash=call_hash(state.agent_fingerprint, proposed.name, proposed.arguments),
+        gate="invalid",
+        outcome="invalid",
+        result=explanation,
+    )
 
 
 def _apply_sticky(state: RunState, record: CallRecord, verdict: Verdict) -> None:
