@@ -21,6 +21,7 @@ from agent_host.rotation import rotate_checkpoints
 from agent_host.settings import Settings, load_settings
 
 from .server import start_site, until_signalled
+from .socket_mode import SocketMode, start_socket_mode
 from .wiring import build, mount_slack
 
 __all__ = ["main"]
@@ -77,13 +78,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 async def _serve(settings: Settings, host_name: str, port: int, workers: int) -> None:
     host, bot = await build(settings)
     app = create_app(host)
-    mount_slack(app, bot)
+    socket_mode: SocketMode | None = None
+    if settings.slack_app_token:  # Socket Mode: Slack's requests arrive over a websocket
+        try:
+            socket_mode = await start_socket_mode(
+                bot.bolt, app_token=settings.slack_app_token, api_url=settings.slack_api_url
+            )
+        except BaseException:
+            await host.stop()
+            raise
+        log.info("SLACK_APP_TOKEN is set: Socket Mode, POST /slack/events is not used")
+    else:
+        mount_slack(app, bot)
     runner, _ = await start_site(app, host_name, port)
     host.start_background(workers)
     log.info("countersign serving on http://%s:%d (workers: %d)", host_name, port, workers)
     try:
         await until_signalled()
     finally:
+        if socket_mode is not None:
+            await socket_mode.stop()
         await runner.cleanup()
         await bot.tasks.drain()
         await host.stop()

@@ -7,6 +7,8 @@ loopback and drives interactions. Routes:
   ``Authorization: Bearer <token>``; errors answer HTTP 200 ``{"ok": false, "error": ...}``
   except rate limiting (HTTP 429 + ``Retry-After``) and injected faults.
 * ``POST /_sandbox/response/{token}``: the ``response_url``\\ s handed to the app.
+* ``POST /api/apps.connections.open``, ``GET /_sandbox/socket`` (a websocket) and
+  ``POST /_sandbox/socket/relay``: Socket Mode (see :mod:`bot.sandbox.socket_mode`).
 * ``GET|POST|DELETE /_sandbox/faults``: list, inject (JSON: method, status, retry_after,
   delay, times) or clear injected faults, for out-of-process tests.
 * ``GET /_sandbox/state``: the whole workspace as JSON.
@@ -37,6 +39,7 @@ from bot.sandbox.page import add_page_routes
 from bot.sandbox.params import ParamsError, as_str, read_params
 from bot.sandbox.responses import apply_response_url
 from bot.sandbox.shapes import api_error
+from bot.sandbox.socket_mode import SOCKET_KEY, SocketHub, add_socket_mode_routes
 from bot.sandbox.workspace import Workspace
 
 logger = logging.getLogger(__name__)
@@ -145,11 +148,13 @@ def create_slack_api(
     clock: Callable[[], float] = time.time,
     api_url: str | None = None,
     api_token: str | None = None,
+    app_token: str | None = None,
 ) -> web.Application:
     """The local Slack stand-in as an aiohttp application (see the module docstring).
 
     ``api_url``/``api_token`` name the bot's HTTP API (``http://host:port``, no path) for the
-    page's "Runs" panel; without them the runs endpoints answer 503.
+    page's "Runs" panel; without them the runs endpoints answer 503. ``app_token`` is the
+    app-level token (``xapp-…``) ``apps.connections.open`` accepts, for Socket Mode.
     """
     config = SandboxConfig(
         token,
@@ -169,6 +174,7 @@ def create_slack_api(
         await core.close()
 
     app.on_cleanup.append(close_client)
+    add_socket_mode_routes(app, app_token=app_token)  # before /api/{method}: more specific
     app.router.add_route("*", "/api/{method}", _web_api)
     app.router.add_post("/_sandbox/response/{token}", _response_url)
     app.router.add_route("*", "/_sandbox/faults", _faults)
@@ -198,6 +204,7 @@ class SlackStandIn:
         clock: Callable[[], float] = time.time,
         api_url: str | None = None,
         api_token: str | None = None,
+        app_token: str | None = None,
     ) -> None:
         self.app = create_slack_api(
             workspace,
@@ -209,6 +216,7 @@ class SlackStandIn:
             clock=clock,
             api_url=api_url,
             api_token=api_token,
+            app_token=app_token,
         )
         self.core = self.app[CORE_KEY]
         self._host = host
@@ -325,6 +333,11 @@ class SlackStandIn:
 
     def unsubscribe(self, queue: asyncio.Queue[ChangeEvent]) -> None:
         self.core.hub.unsubscribe(queue)
+
+    @property
+    def socket_mode(self) -> SocketHub:
+        """Socket Mode: connections, envelopes sent and acks received (for tests)."""
+        return self.app[SOCKET_KEY]
 
     def issue_trigger(self, user_id: str) -> str:
         """A fresh trigger_id for ``user_id``, as an interaction would carry."""

@@ -131,8 +131,9 @@ class Demo:
             if self.proc.poll() is not None:
                 code = self.proc.returncode
                 self.proc = None
-                pytest.fail(f"`countersign demo` exited with {code} before it was ready:\n"
-                            f"{self._tail()}")
+                pytest.fail(
+                    f"`countersign demo` exited with {code} before it was ready:\n{self._tail()}"
+                )
             time.sleep(0.1)
         self._kill()
         pytest.fail(
@@ -224,8 +225,11 @@ def artifact_name(node_name: str) -> str:
 
 
 @pytest.fixture
-def page(browser: Browser, request: pytest.FixtureRequest) -> Iterator[Page]:
-    """A fresh page; its screenshot goes to artifacts/e2e/<test>.png whatever the outcome."""
+def page(browser: Browser, demo: Demo, request: pytest.FixtureRequest) -> Iterator[Page]:
+    """A fresh page; its screenshot goes to artifacts/e2e/<test>.png whatever the outcome.
+
+    It asks for `demo` so the demo is still running when the screenshot is taken.
+    """
     context = browser.new_context(viewport=VIEWPORT, locale="en-US", timezone_id="UTC")
     context.set_default_timeout(EXPECT_TIMEOUT_MS)
     opened = context.new_page()

@@ -17,7 +17,6 @@ OPS = "C0OPS"
 APPROVE = "countersign_approve"
 REJECT = "countersign_reject"
 REQUEST_ID = re.compile(r"req_[0-9a-f]+_\d{4}")
-RUN_STARTED = re.compile(r"Started (run_[0-9a-f]+)\.")
 
 
 @dataclass
@@ -48,12 +47,16 @@ class Sandbox:
         """Start a run from the Runs panel as the current user; its run id."""
         self.page.get_by_test_id("agent-select").select_option(agent)
         self.page.get_by_test_id("run-input").fill(text)
-        self.page.get_by_test_id("start-run").click()
-        note = self.page.locator("#runs-note")
-        expect(note).to_have_text(RUN_STARTED)
-        match = RUN_STARTED.search(note.inner_text())
-        assert match, note.inner_text()
-        return match.group(1)
+        with self.page.expect_response(
+            lambda r: r.url.endswith("/_sandbox/ui/runs") and r.request.method == "POST"
+        ) as started:
+            self.page.get_by_test_id("start-run").click()
+        answer = started.value
+        assert answer.status == 202, f"starting the run: HTTP {answer.status} {answer.text()}"
+        run_id = str(answer.json()["run_id"])
+        expect(self.page.locator("#runs-note")).to_have_text(f"Started {run_id}.")
+        expect(self.run(run_id)).to_be_visible()
+        return run_id
 
     def run(self, run_id: str) -> Locator:
         return self.page.get_by_test_id(f"run-{run_id}")
