@@ -131,8 +131,9 @@ class Demo:
             if self.proc.poll() is not None:
                 code = self.proc.returncode
                 self.proc = None
-                pytest.fail(f"`countersign demo` exited with {code} before it was ready:\n"
-                            f"{self._tail()}")
+                pytest.fail(
+                    f"`countersign demo` exited with {code} before it was ready:\n{self._tail()}"
+                )
             time.sleep(0.1)
         self._kill()
         pytest.fail(
