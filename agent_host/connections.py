@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import Sentinel
 
 from .errors import ConfigurationError
@@ -42,13 +43,10 @@ async def open_redis(settings: Settings) -> tuple[Redis, RedisServer | None]:
         log.info("embedded Redis at %s (data in %s)", url, server.data_dir)
     client = _sentinel_master(url) if url.startswith("redis+sentinel://") else None
     client = client or Redis.from_url(url, **_CLIENT_OPTIONS)
-    try:
-        await _refuse_cluster(client)
-    except ConfigurationError:
+    if await _is_cluster(client):
         await client.aclose()
-        if server is not None:
-            server.stop()
-        raise
+        client = _cluster_client(url)
+        log.info("REDIS_URL is a Redis Cluster node: using cluster mode")
     return client, server
 
 
@@ -70,15 +68,17 @@ def _sentinel_master(url: str) -> Redis:
     return master
 
 
-async def _refuse_cluster(client: Redis) -> None:
-    """Each state change is one Lua script over run keys and shared index keys, which a
-    Redis Cluster would place in different slots; say so at start rather than mid-run."""
+async def _is_cluster(client: Redis) -> bool:
     try:
         info = await client.info("cluster")
     except Exception:
-        return  # unreachable now: /readyz reports it; the workers retry
-    if info.get("cluster_enabled") in (1, "1"):
-        raise ConfigurationError(
-            "REDIS_URL points at a Redis Cluster, which countersign does not support yet; "
-            "use a single Redis (with a replica and Sentinel for failover)"
-        )
+        return False  # unreachable now: /readyz reports it; the workers retry
+    return info.get("cluster_enabled") in (1, "1")
+
+
+def _cluster_client(url: str) -> Redis:
+    # Every state change is one script over keys that share a hash tag (see `keys`), so
+    # the cluster client serves where a single server's client does; it speaks the same
+    # commands, hence the cast.
+    cluster = RedisCluster.from_url(url, **_CLIENT_OPTIONS)
+    return cast(Redis, cluster)

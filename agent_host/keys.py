@@ -1,40 +1,42 @@
 """Every Redis key countersign uses, in one place.
 
-All keys of one run share the hash tag `{<run token>}` so they live in one Redis Cluster
-slot and a Lua script can touch them together. Ids carry the token: run `run_<token>`,
-request `req_<token>_<n>`, so any key can be found from either id alone.
+Keys are spread over SHARDS hash tags, `{s00}` … `{s15}`. A run lives in one shard, chosen
+from its token, and all its keys share that shard's tag together with the shard's indexes
+and streams (pending, deadlines, resume, outbox), so every state change is one Lua script
+on one Redis Cluster slot, and the same code runs on a single Redis and on a cluster. Ids
+carry the token: run `run_<token>`, request `req_<token>_<n>`, so any key can be found from
+either id alone. Keys that are not about runs (routes, their audit) share `{global}`.
 """
 
 from __future__ import annotations
 
 import re
 import secrets
+from dataclasses import dataclass
 
 __all__ = [
     "AUDIT",
-    "DEADLINES",
-    "OUTBOX",
-    "PENDING",
-    "RESUME",
+    "OUTBOX_GROUP",
+    "RESUME_GROUP",
+    "ROTATION",
     "ROUTES",
-    "RUNS",
+    "SHARDS",
     "Keys",
+    "Shard",
     "new_run_id",
     "request_id",
+    "shards",
     "token_of",
 ]
 
 PREFIX = "cs"
+# Fixed for the life of a deployment's data: a run's shard is derived from its token.
+SHARDS = 16
+
 _GLOBAL = f"{PREFIX}:{{global}}"
-PENDING = f"{_GLOBAL}:pending"  # zset request_id -> created ms (the pending index)
-DEADLINES = f"{_GLOBAL}:deadlines"  # zset request_id -> expiry ms (the sweeper's work)
-RESUME = f"{_GLOBAL}:resume"  # stream: one entry per fully decided turn
-OUTBOX = f"{_GLOBAL}:outbox"  # stream: notifications for the chat side
-RUNS = f"{_GLOBAL}:runs"  # zset run_id -> created ms
-AUDIT = f"{_GLOBAL}:audit"  # stream: changes not tied to a run (routes)
 ROUTES = f"{_GLOBAL}:routes"  # string: JSON list of routing rules
-METRICS = f"{_GLOBAL}:metrics"  # hash of counters
-ROTATION = f"{_GLOBAL}:rotation"  # string: resumable cursor of `keys rotate`
+AUDIT = f"{_GLOBAL}:audit"  # stream: changes not tied to a run (routes)
+ROTATION = f"{_GLOBAL}:rotation"  # hash shard -> resumable position of `keys rotate`
 
 RESUME_GROUP = "resumers"
 OUTBOX_GROUP = "notifiers"
@@ -42,12 +44,54 @@ OUTBOX_GROUP = "notifiers"
 _ID = re.compile(r"^(?:run|req)_([0-9a-f]{8,64})(?:_\d+)?$")
 
 
+@dataclass(frozen=True)
+class Shard:
+    """One shard's indexes and streams; they share the tag of the runs that live in it."""
+
+    number: int
+
+    @property
+    def tag(self) -> str:
+        return f"{PREFIX}:{{s{self.number:02d}}}"
+
+    @property
+    def pending(self) -> str:  # zset request_id -> created ms (the pending index)
+        return f"{self.tag}:pending"
+
+    def pending_in(self, destination: str) -> str:  # the pending index of one channel
+        return f"{self.tag}:pending:{destination or '-'}"
+
+    @property
+    def deadlines(self) -> str:  # zset request_id -> expiry ms (the sweeper's work)
+        return f"{self.tag}:deadlines"
+
+    @property
+    def resume(self) -> str:  # stream: one entry per run to start or fully decided turn
+        return f"{self.tag}:resume"
+
+    @property
+    def outbox(self) -> str:  # stream: notifications for the chat side
+        return f"{self.tag}:outbox"
+
+    @property
+    def runs(self) -> str:  # zset run_id -> created ms
+        return f"{self.tag}:runs"
+
+    @property
+    def metrics(self) -> str:  # hash of counters
+        return f"{self.tag}:metrics"
+
+
+def shards() -> list[Shard]:
+    return [Shard(n) for n in range(SHARDS)]
+
+
 def new_run_id() -> str:
     return f"run_{secrets.token_hex(10)}"
 
 
 def token_of(run_or_request_id: str) -> str:
-    """The hash-tag token inside a run or request id; ValueError if it is not one of ours."""
+    """The token inside a run or request id; ValueError if it is not one of ours."""
     match = _ID.match(run_or_request_id)
     if not match:
         raise ValueError(f"{run_or_request_id!r} is not a countersign run or request id")
@@ -61,12 +105,13 @@ def request_id(run_id: str, number: int) -> str:
 
 
 class Keys:
-    """The keys of one run."""
+    """The keys of one run, and the shard it lives in."""
 
     def __init__(self, run_or_request_id: str) -> None:
         self.token = token_of(run_or_request_id)
-        base = f"{PREFIX}:{{{self.token}}}"
-        self.run = f"{base}:run"  # hash: status, agent, pause id, counters
+        self.shard = Shard(int(self.token[:8], 16) % SHARDS)
+        base = f"{self.shard.tag}:run:{self.token}"
+        self.run = base  # hash: status, agent, pause id, counters
         self.checkpoint = f"{base}:checkpoint"  # encrypted RunState of the current pause
         self.requests = f"{base}:requests"  # list of the run's request ids, in order
         self.ledger = f"{base}:ledger"  # hash call_id -> started | done:<result>

@@ -14,12 +14,15 @@ __all__ = ["render_metrics"]
 
 async def render_metrics(host: Host) -> str:
     redis = host.redis
-    counters = {
-        (k.decode() if isinstance(k, bytes) else k): float(v)
-        for k, v in (await redis.hgetall(K.METRICS)).items()
-    }
-    outbox_depth = await _group_backlog(redis, K.OUTBOX, K.OUTBOX_GROUP)
-    resume_backlog = await _group_backlog(redis, K.RESUME, K.RESUME_GROUP)
+    counters: dict[str, float] = {}
+    outbox_depth = resume_backlog = 0
+    for shard in K.shards():  # every shard counts its own; the figures are their sums
+        raw: dict[Any, Any] = await redis.hgetall(shard.metrics)
+        for key, count in raw.items():
+            name = key.decode() if isinstance(key, bytes) else str(key)
+            counters[name] = counters.get(name, 0.0) + float(count)
+        outbox_depth += await _group_backlog(redis, shard.outbox, K.OUTBOX_GROUP)
+        resume_backlog += await _group_backlog(redis, shard.resume, K.RESUME_GROUP)
     lines = [
         "# HELP countersign_pending_requests Approval requests waiting for a decision.",
         "# TYPE countersign_pending_requests gauge",

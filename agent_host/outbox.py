@@ -10,13 +10,9 @@ from . import keys as K
 from .crashpoints import NEVER, CrashPoints
 from .notifier import Notifier, RunSummary
 from .store import RunStore
-from .streams import StreamConsumer
+from .streams import RetryLater, ShardedConsumer, StreamConsumer
 
 __all__ = ["Outbox", "RetryLater"]
-
-
-class RetryLater(Exception):
-    """Raised by a handler when an entry cannot be delivered yet."""
 
 
 class Outbox:
@@ -30,15 +26,20 @@ class Outbox:
         crash: CrashPoints = NEVER,
     ) -> None:
         self.store, self.notifier, self.crash = store, notifier, crash
-        self.consumer = StreamConsumer(
-            store.redis,
-            K.OUTBOX,
-            K.OUTBOX_GROUP,
-            consumer,
-            self.handle,
-            idle_ms=idle_ms,
-            count=100,
-            concurrent=True,
+        self.consumer = ShardedConsumer(
+            [
+                StreamConsumer(
+                    store.redis,
+                    shard.outbox,
+                    K.OUTBOX_GROUP,
+                    consumer,
+                    self.handle,
+                    idle_ms=idle_ms,
+                    count=100,
+                    concurrent=True,
+                )
+                for shard in K.shards()
+            ]
         )
 
     async def handle(self, entry_id: str, fields: dict[str, str]) -> None:

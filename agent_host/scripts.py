@@ -1,13 +1,28 @@
 """The Lua scripts that make each state change of a run atomic.
 
-Every script checks before it writes, so a stale or duplicate caller changes nothing:
+Each script touches the keys of one run and of the shard it lives in, which share one hash
+tag (see `keys`), so it is atomic on a single Redis and on a Redis Cluster alike. Every
+script checks before it writes, so a stale or duplicate caller changes nothing:
 `pause` and `finish` are fenced by the run's current pause id, `decide` is a
 compare-and-set on the request's status.
 """
 
 from __future__ import annotations
 
-__all__ = ["DECIDE", "FINISH", "PAUSE"]
+__all__ = ["CREATE", "DECIDE", "FINISH", "PAUSE"]
+
+# KEYS: run, run audit, shard runs, shard resume
+# ARGV: run id, fields as JSON, created score, now, actor
+CREATE = """
+local fields = cjson.decode(ARGV[2])
+local flat = {}
+for k, v in pairs(fields) do flat[#flat + 1] = k; flat[#flat + 1] = v end
+redis.call('HSET', KEYS[1], unpack(flat))
+redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
+redis.call('XADD', KEYS[2], '*', 'at', ARGV[4], 'actor', ARGV[5], 'event', 'started')
+redis.call('XADD', KEYS[4], '*', 'type', 'start', 'run_id', ARGV[1], 'pause_id', '')
+return 1
+"""
 
 # KEYS: run, checkpoint, requests, run audit, PENDING, DEADLINES, OUTBOX, then per request:
 #       request hash, pending-by-destination zset

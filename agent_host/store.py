@@ -23,7 +23,7 @@ from .crypto import KeyRing
 from .decisions import Decision, decision_adapter
 from .errors import StoreError
 from .runner import Failed, Paused, RunOutcome
-from .scripts import DECIDE, FINISH, PAUSE
+from .scripts import CREATE, DECIDE, FINISH, PAUSE
 
 __all__ = ["PendingPage", "RunStore"]
 
@@ -59,6 +59,7 @@ class RunStore:
         self._pause = redis.register_script(PAUSE)
         self._decide = redis.register_script(DECIDE)
         self._finish = redis.register_script(FINISH)
+        self._create = redis.register_script(CREATE)
 
     # -- runs ---------------------------------------------------------------------------
     async def create_run(
@@ -67,26 +68,20 @@ class RunStore:
         """Record a new run and queue its start for a worker."""
         run_id = run_id or K.new_run_id()
         k, now = K.Keys(run_id), self.clock()
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(
-                k.run,
-                mapping={
-                    "run_id": run_id,
-                    "agent": agent,
-                    "input": input,
-                    "requested_by": requested_by or "",
-                    "status": "running",
-                    "pause_id": "",
-                    "created_at": repr(now),
-                    "updated_at": repr(now),
-                },
-            )
-            pipe.zadd(K.RUNS, {run_id: int(now * 1000)})
-            pipe.xadd(
-                k.audit, {"at": repr(now), "actor": requested_by or "api", "event": "started"}
-            )
-            pipe.xadd(K.RESUME, {"type": "start", "run_id": run_id, "pause_id": ""})
-            await pipe.execute()
+        fields = {
+            "run_id": run_id,
+            "agent": agent,
+            "input": input,
+            "requested_by": requested_by or "",
+            "status": "running",
+            "pause_id": "",
+            "created_at": repr(now),
+            "updated_at": repr(now),
+        }
+        await self._create(
+            keys=[k.run, k.audit, k.shard.runs, k.shard.resume],
+            args=[run_id, json.dumps(fields), int(now * 1000), repr(now), requested_by or "api"],
+        )
         return run_id
 
     async def run_info(self, run_id: str) -> dict[str, str] | None:
@@ -127,7 +122,7 @@ class RunStore:
                 state.to_json().encode(), run_id=run_id, request_id=final_id
             )
         done = await self._finish(
-            keys=[k.run, k.checkpoint, k.audit, K.OUTBOX],
+            keys=[k.run, k.checkpoint, k.audit, k.shard.outbox],
             args=[expected_pause_id, status, output, error, blob, repr(now), actor, final_id],
         )
         return bool(done)
@@ -162,14 +157,23 @@ class RunStore:
             )
         pause_id = requests[0].request_id
         blob = self.keyring.encrypt(state.to_json().encode(), run_id=run_id, request_id=pause_id)
-        script_keys = [k.run, k.checkpoint, k.requests, k.audit, K.PENDING, K.DEADLINES, K.OUTBOX]
+        shard = k.shard
+        script_keys = [
+            k.run,
+            k.checkpoint,
+            k.requests,
+            k.audit,
+            shard.pending,
+            shard.deadlines,
+            shard.outbox,
+        ]
         args: list[Any] = [expected_pause_id, pause_id, blob, repr(now), actor, len(requests)]
         for request in requests:
             request.pause_id = pause_id
             fields = request.to_hash() | {"quorum": str(request.route.quorum)}
             script_keys += [
                 k.request(request.request_id),
-                _by_destination(request.route.destination),
+                shard.pending_in(request.route.destination),
             ]
             args += [
                 request.request_id,
@@ -233,12 +237,12 @@ class RunStore:
                 k.approvers(request_id),
                 k.run,
                 k.audit,
-                K.PENDING,
-                K.DEADLINES,
-                K.RESUME,
-                K.OUTBOX,
-                K.METRICS,
-                _by_destination(current.route.destination),
+                k.shard.pending,
+                k.shard.deadlines,
+                k.shard.resume,
+                k.shard.outbox,
+                k.shard.metrics,
+                k.shard.pending_in(current.route.destination),
             ],
             args=[
                 request_id,
@@ -268,21 +272,39 @@ class RunStore:
     async def list_pending(
         self, destination: str | None = None, cursor: str | None = None, limit: int = 20
     ) -> PendingPage:
-        """Newest first, from the index (never SCAN).
+        """Newest first, from the shards' indexes (never SCAN), merged.
 
         The cursor is `<score>:<request id>` of the last request shown. Requests of one pause
         share a score, and Redis orders equal scores by member (reversed, here), so the next
         page is: members tied at that score that sort before the cursor's id, then everything
         with a lower score. This holds even if the cursor's request was decided meanwhile.
         """
-        index = K.PENDING if destination is None else _by_destination(destination)
-        rows: list[tuple[str, int]] = []
-        top: str = "+inf"
+        indexes = [
+            s.pending if destination is None else s.pending_in(destination) for s in K.shards()
+        ]
+        after: tuple[int, str] | None = None
         if cursor:
-            score_text, _, after = cursor.partition(":")
-            score = int(score_text)
+            score_text, _, member = cursor.partition(":")
+            after = (int(score_text), member)
+        rows: list[tuple[int, str]] = []
+        for index in indexes:
+            rows += await self._page_of(index, after, limit)
+        rows.sort(reverse=True)  # newest first; ties by member, as Redis orders them
+        page = rows[:limit]
+        found = [r for r in await self._requests_by_id([rid for _, rid in page]) if r is not None]
+        next_cursor = f"{page[-1][0]}:{page[-1][1]}" if len(rows) > limit else None
+        return PendingPage(found, next_cursor)
+
+    async def _page_of(
+        self, index: str, after: tuple[int, str] | None, limit: int
+    ) -> list[tuple[int, str]]:
+        """Up to limit+1 entries of one shard's index that come after the cursor."""
+        rows: list[tuple[int, str]] = []
+        top = "+inf"
+        if after is not None:
+            score, member = after
             tied: list[Any] = await self.redis.zrange(index, score, score, desc=True, byscore=True)
-            rows = [(_text(m), score) for m in tied if _text(m) < after]
+            rows = [(score, _text(m)) for m in tied if _text(m) < member]
             top = f"({score}"
         if len(rows) <= limit:
             more: list[Any] = await self.redis.zrange(
@@ -295,11 +317,8 @@ class RunStore:
                 num=limit + 1,
                 withscores=True,
             )
-            rows += [(_text(m), int(s)) for m, s in more]
-        page = rows[:limit]
-        found = [r for r in await self._requests_by_id([rid for rid, _ in page]) if r is not None]
-        next_cursor = f"{page[-1][1]}:{page[-1][0]}" if len(rows) > limit else None
-        return PendingPage(found, next_cursor)
+            rows += [(int(s), _text(m)) for m, s in more]
+        return rows
 
     async def _requests_by_id(self, request_ids: list[str]) -> list[ApprovalRequest | None]:
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -314,20 +333,21 @@ class RunStore:
         if decided_at:
             latency = max(0.0, self.clock() - float(decided_at))
             async with self.redis.pipeline(transaction=False) as pipe:
-                pipe.hincrbyfloat(K.METRICS, "resume_latency_seconds_sum", latency)
-                pipe.hincrby(K.METRICS, "resume_latency_seconds_count", 1)
+                metrics = K.Keys(info["run_id"]).shard.metrics
+                pipe.hincrbyfloat(metrics, "resume_latency_seconds_sum", latency)
+                pipe.hincrby(metrics, "resume_latency_seconds_count", 1)
                 await pipe.execute()
 
     async def pending_count(self) -> int:
-        return int(await self.redis.zcard(K.PENDING))
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for shard in K.shards():
+                pipe.zcard(shard.pending)
+            counts = await pipe.execute()
+        return sum(int(c) for c in counts)
 
     async def audit(self, run_id: str) -> list[dict[str, str]]:
         entries: Any = await self.redis.xrange(K.Keys(run_id).audit)
         return [_decode_map(fields) | {"id": _text(entry_id)} for entry_id, fields in entries]
-
-
-def _by_destination(destination: str) -> str:
-    return f"{K.PENDING}:{destination or '-'}"
 
 
 def _score(at: float) -> int:

@@ -17,7 +17,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-__all__ = ["RetryLater", "StreamConsumer"]
+__all__ = ["RetryLater", "ShardedConsumer", "StreamConsumer"]
 
 log = logging.getLogger(__name__)
 
@@ -57,15 +57,19 @@ class StreamConsumer:
                 raise
 
     async def poll(self, block_ms: int | None = None) -> int:
-        """Handle reclaimed entries, then new ones; returns how many were handled."""
+        """Handle reclaimed entries, then new ones; returns how many were handled.
+
+        Waits up to `block_ms` (default: the consumer's) for new entries; 0 does not wait.
+        """
         entries = await self._reclaim()
         if not entries:
+            block = self.block_ms if block_ms is None else block_ms
             reply: Any = await self.redis.xreadgroup(
                 self.group,
                 self.consumer,
                 {self.stream: ">"},
                 count=self.count,
-                block=self.block_ms if block_ms is None else block_ms,
+                block=block or None,  # BLOCK 0 would wait forever
             )
             entries = reply[0][1] if reply else []
         handled = 0
@@ -121,6 +125,29 @@ class StreamConsumer:
             except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
                 log.warning("%s: Redis unavailable (%s); retrying", self.stream, exc)
                 await _sleep_or_stop(stop, 1.0)
+
+
+class ShardedConsumer:
+    """One consumer per shard's stream, run side by side: a shard's stream is read where
+    its runs live (its own Redis Cluster slot)."""
+
+    def __init__(self, consumers: list[StreamConsumer]) -> None:
+        self.consumers = consumers
+
+    async def ensure_groups(self) -> None:
+        for consumer in self.consumers:
+            await consumer.ensure_group()
+
+    async def poll(self, block_ms: int = 0) -> int:
+        """One pass over every shard without waiting; returns the entries handled."""
+        await self.ensure_groups()
+        handled = 0
+        for consumer in self.consumers:
+            handled += await consumer.poll(block_ms=block_ms)
+        return handled
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await asyncio.gather(*(consumer.run(stop) for consumer in self.consumers))
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import Any
 
 from . import keys as K
 from .crashpoints import NEVER, CrashPoints
@@ -37,9 +38,11 @@ class Sweeper:
     async def sweep(self) -> int:
         """Expire every request whose deadline passed; returns how many this sweeper decided."""
         now_ms = int(self.store.clock() * 1000)
-        due = await self.store.redis.zrange(
-            K.DEADLINES, 0, now_ms, byscore=True, offset=0, num=self.batch
-        )
+        due: list[Any] = []
+        for shard in K.shards():
+            due += await self.store.redis.zrange(
+                shard.deadlines, 0, now_ms, byscore=True, offset=0, num=self.batch
+            )
         if due:
             self.crash.reached("sweeper_after_due")
         expired = 0
@@ -49,7 +52,7 @@ class Sweeper:
             if result.outcome == "decided":
                 expired += 1
             elif result.outcome == "not_found":
-                await self.store.redis.zrem(K.DEADLINES, request_id)
+                await self.store.redis.zrem(K.Keys(request_id).shard.deadlines, request_id)
         return expired
 
     async def run(self, stop: asyncio.Event) -> None:

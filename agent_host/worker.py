@@ -14,7 +14,7 @@ from .crashpoints import NEVER, CrashPoints
 from .errors import CheckpointDecryptError, CheckpointError, CountersignError
 from .runner import Runner
 from .store import RunStore
-from .streams import StreamConsumer
+from .streams import ShardedConsumer, StreamConsumer
 
 __all__ = ["ResumeWorker"]
 
@@ -33,8 +33,18 @@ class ResumeWorker:
     ):
         self.store, self.crash = store, crash
         self.runner = runner
-        self.consumer = StreamConsumer(
-            store.redis, K.RESUME, K.RESUME_GROUP, consumer, self.handle, idle_ms=idle_ms
+        self.consumer = ShardedConsumer(
+            [
+                StreamConsumer(
+                    store.redis,
+                    shard.resume,
+                    K.RESUME_GROUP,
+                    consumer,
+                    self.handle,
+                    idle_ms=idle_ms,
+                )
+                for shard in K.shards()
+            ]
         )
 
     async def handle(self, entry_id: str, fields: dict[str, str]) -> None:

@@ -24,7 +24,6 @@ from typing import Any
 
 import yaml
 from redis.asyncio import Redis
-from redis.exceptions import WatchError
 
 from agent_host import keys
 from agent_host.approvals import DEFAULT_EXPIRY_SECONDS, Route
@@ -439,6 +438,22 @@ def format_rules(rules: Iterable[RouteRule], default_channel: str = "") -> str:
 # -- the Redis-backed book ------------------------------------------------------------------
 _MAX_ATTEMPTS = 100
 
+# KEYS: routes, counter, audit. ARGV: expected routes (or "" with ARGV[2] == "1" for none),
+# expected counter ("" for none), new routes, new counter, then the audit entry's fields.
+_SWAP_ROUTES = """
+local routes = redis.call('GET', KEYS[1])
+if ARGV[2] == '1' then
+  if routes then return 0 end
+elseif routes ~= ARGV[1] then return 0 end
+local counter = redis.call('GET', KEYS[2]) or ''
+if counter ~= ARGV[3] then return 0 end
+redis.call('SET', KEYS[1], ARGV[4])
+redis.call('SET', KEYS[2], ARGV[5])
+redis.call('XADD', KEYS[3], '*', 'at', ARGV[6], 'actor', ARGV[7], 'event', ARGV[8],
+  'route_id', ARGV[9], 'before', ARGV[10], 'after', ARGV[4])
+return 1
+"""
+
 # (rules, counter) -> (new rules, new counter, the rule the change is about)
 _Mutated = tuple[builtins.list[RouteRule], int, RouteRule | None]
 Mutation = Callable[[builtins.list[RouteRule], int], _Mutated]
@@ -482,6 +497,7 @@ class RouteBook:
             destination=default_channel, expiry_seconds=default_expiry_seconds
         )
         self.clock = clock
+        self._swap = redis.register_script(_SWAP_ROUTES)
 
     async def list(self) -> builtins.list[RouteRule]:
         return self._parse(await self.redis.get(keys.ROUTES))
@@ -553,37 +569,36 @@ class RouteBook:
     async def _change(
         self, event: str, actor: str, mutate: Mutation, *, only_if_absent: bool = False
     ) -> _Change:
-        async with self.redis.pipeline(transaction=True) as pipe:
-            for _ in range(_MAX_ATTEMPTS):
-                try:
-                    await pipe.watch(keys.ROUTES, ROUTE_COUNTER)
-                    raw: Any = await pipe.get(keys.ROUTES)
-                    before = self._parse(raw)
-                    if only_if_absent and raw is not None:
-                        return _Change(before, before, None, changed=False)
-                    counter = int(_decode(await pipe.get(ROUTE_COUNTER)) or 0)
-                    after, new_counter, subject = mutate(before, counter)
-                    if after == before and new_counter == counter:
-                        return _Change(before, after, subject, changed=False)
-                    pipe.multi()  # type: ignore[no-untyped-call]
-                    pipe.set(keys.ROUTES, _dump(after))
-                    pipe.set(ROUTE_COUNTER, new_counter)
-                    pipe.xadd(
-                        keys.AUDIT,
-                        {
-                            "at": repr(self.clock()),
-                            "actor": actor,
-                            "event": event,
-                            "route_id": subject.id if subject else "",
-                            "before": _dump(before),
-                            "after": _dump(after),
-                        },
-                    )
-                    await pipe.execute()
-                    log.info("%s %s by %s", event, subject.id if subject else "", actor)
-                    return _Change(before, after, subject)
-                except WatchError:
-                    continue  # another writer changed the rules first: read them again
+        # Optimistic: read, change in Python, then write with a compare-and-set script that
+        # refuses if another writer changed the rules or the counter meanwhile.
+        for _ in range(_MAX_ATTEMPTS):
+            raw: Any = await self.redis.get(keys.ROUTES)
+            before = self._parse(raw)
+            if only_if_absent and raw is not None:
+                return _Change(before, before, None, changed=False)
+            raw_counter = _decode(await self.redis.get(ROUTE_COUNTER))
+            counter = int(raw_counter or 0)
+            after, new_counter, subject = mutate(before, counter)
+            if after == before and new_counter == counter:
+                return _Change(before, after, subject, changed=False)
+            written = await self._swap(
+                keys=[keys.ROUTES, ROUTE_COUNTER, keys.AUDIT],
+                args=[
+                    "" if raw is None else _decode(raw) or "",
+                    "1" if raw is None else "0",
+                    raw_counter or "",
+                    _dump(after),
+                    new_counter,
+                    repr(self.clock()),
+                    actor,
+                    event,
+                    subject.id if subject else "",
+                    _dump(before),
+                ],
+            )
+            if written:
+                log.info("%s %s by %s", event, subject.id if subject else "", actor)
+                return _Change(before, after, subject)
         raise StoreError(
             f"could not change the routing rules after {_MAX_ATTEMPTS} attempts: too many "
             "concurrent changes; try again"

@@ -22,6 +22,7 @@ from agent_host.redis_ledger import RedisLedger
 from agent_host.runner import Runner
 from agent_host.store import RunStore
 from agent_host.worker import ResumeWorker
+from tests.keyspace import xrange_all
 
 __all__ = [
     "Env",
@@ -79,7 +80,7 @@ class Env:
     async def drain(self, worker: ResumeWorker | None = None, rounds: int = 50) -> int:
         """Poll until the resume stream has nothing new and nothing pending; returns handled."""
         worker = worker or (self.workers[0] if self.workers else self.worker())
-        await worker.consumer.ensure_group()
+        await worker.consumer.ensure_groups()
         handled = 0
         for _ in range(rounds):
             n = await worker.consumer.poll(block_ms=1)
@@ -132,16 +133,19 @@ def make_env(
 
 
 async def _pending(redis: Redis) -> int:
-    try:
-        info: Any = await redis.xpending(K.RESUME, K.RESUME_GROUP)
-    except Exception:
-        return 0
-    return int(info["pending"])
+    total = 0
+    for shard in K.shards():
+        try:
+            info: Any = await redis.xpending(shard.resume, K.RESUME_GROUP)
+        except Exception:
+            continue
+        total += int(info["pending"])
+    return total
 
 
 async def resume_entries(redis: Redis, run_id: str | None = None) -> list[dict[str, str]]:
     """Every `resume` (not `start`) entry of the resume stream, optionally of one run."""
-    entries: Any = await redis.xrange(K.RESUME)
+    entries: Any = await xrange_all(redis, "resume")
     out = []
     for _, fields in entries:
         decoded = {text(k): text(v) for k, v in fields.items()}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from agent_host.connections import open_redis
 from agent_host.errors import ConfigurationError
@@ -40,9 +41,14 @@ async def test_a_malformed_sentinel_url_names_the_variable(tmp_path: Path) -> No
         await open_redis(load_settings({"REDIS_URL": "redis+sentinel://"}))
 
 
-async def test_a_cluster_is_refused_at_start_with_what_to_do(tmp_path: Path) -> None:
-    with (
-        RedisCluster(tmp_path / "cluster", masters=3) as cluster,
-        pytest.raises(ConfigurationError, match="Cluster"),
-    ):
-        await open_redis(load_settings({"REDIS_URL": cluster.url}))
+async def test_a_cluster_node_url_gives_a_cluster_client(tmp_path: Path) -> None:
+    with RedisCluster(tmp_path / "cluster", masters=3) as cluster:
+        client, embedded = await open_redis(load_settings({"REDIS_URL": cluster.url}))
+        try:
+            assert embedded is None
+            assert isinstance(client, AsyncRedisCluster)
+            for n in range(20):  # keys all over the slots
+                await client.set(f"k{n}", n)
+            assert [int(await client.get(f"k{n}")) for n in range(20)] == list(range(20))
+        finally:
+            await client.aclose()

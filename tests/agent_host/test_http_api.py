@@ -25,6 +25,7 @@ from agent_host.examples import ExampleEffects, build_registry
 from agent_host.host import Host
 from agent_host.http_api import create_app
 from agent_host.settings import load_settings
+from tests.keyspace import zcard_all
 from tests.redis_fixtures import RedisServerFactory
 
 from .host_helpers import Env, FakeClock
@@ -129,7 +130,7 @@ async def test_missing_or_wrong_bearer_token_is_401(api: Api, headers: dict[str,
         await c.get("/api/v1/approvals", headers=headers),
     ):
         await assert_error(resp, 401, "bearer")
-    assert await api.env.redis.zcard(K.RUNS) == 0
+    assert await zcard_all(api.env.redis, "runs") == 0
 
 
 async def test_api_disabled_without_token_is_503(redis: Redis, tmp_path: Path) -> None:
@@ -177,7 +178,7 @@ async def test_bad_run_bodies_are_400(api: Api, body: bytes, words: tuple[str, .
         "/api/v1/runs", data=body, headers={**AUTH, "Content-Type": "application/json"}
     )
     await assert_error(resp, 400, *words)
-    assert await api.env.redis.zcard(K.RUNS) == 0
+    assert await zcard_all(api.env.redis, "runs") == 0
 
 
 async def test_oversized_bodies_are_413_json(api: Api) -> None:
@@ -186,7 +187,7 @@ async def test_oversized_bodies_are_413_json(api: Api) -> None:
     await assert_error(resp, 413, "too large")
     resp = await api.webhook(b'{"requestId": "' + b"x" * (MAX_BODY + 100) + b'"}')
     await assert_error(resp, 413, "too large")
-    assert await api.env.redis.zcard(K.RUNS) == 0
+    assert await zcard_all(api.env.redis, "runs") == 0
 
 
 async def test_deeply_nested_json_is_400_not_500(api: Api) -> None:
@@ -234,7 +235,10 @@ async def test_approvals_paginate_newest_first_by_cursor(api: Api) -> None:
             await api.start_run("refund-agent", f"refund order {(123, 124, 200)[n % 3]}")
         )
     await api.env.drain()
-    expected = [K.request_id(run_id, 2) for run_id in reversed(created)]
+    requests = [r for run_id in created for r in await api.env.requests(run_id)]
+    # newest pause first (workers may start queued runs in any order); ties by id, descending
+    requests.sort(key=lambda r: (int(r.created_at * 1000), r.request_id), reverse=True)
+    expected = [r.request_id for r in requests]
 
     seen: list[str] = []
     cursor: str | None = None

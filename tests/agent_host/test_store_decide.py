@@ -6,8 +6,8 @@ import asyncio
 
 from redis.asyncio import Redis
 
-from agent_host import keys as K
 from agent_host.decisions import Approve, Reject, RequestChanges
+from tests.keyspace import metric, xlen_all
 
 from .host_helpers import QuorumRouter, make_env, resume_entries
 
@@ -16,7 +16,7 @@ async def test_same_approval_delivered_20_times_decides_once_and_runs_once(redis
     env = make_env(redis)
     run_id = await env.start("refund-agent", "refund order 123")
     (request,) = await env.requests(run_id)
-    assert await redis.xlen(K.RESUME) == 1  # the start entry
+    assert await xlen_all(redis, "resume") == 1  # the start entry
 
     results = await asyncio.gather(
         *(env.store.decide(request.request_id, Approve(decided_by="bob")) for _ in range(20))
@@ -26,11 +26,11 @@ async def test_same_approval_delivered_20_times_decides_once_and_runs_once(redis
     assert outcomes.count("decided") == 1
     assert set(outcomes) <= {"decided", "already_decided"}
     assert sum(r.resume_queued for r in results) == 1
-    assert await redis.xlen(K.RESUME) - 1 == 1
+    assert await xlen_all(redis, "resume") - 1 == 1
     assert len(await resume_entries(redis, run_id)) == 1
     for r in results:
         assert r.request is not None and r.request.decided_by == "bob"
-    assert int(await redis.hget(K.METRICS, "decisions_approved") or 0) == 1
+    assert int(await metric(redis, "decisions_approved")) == 1
 
     w1, w2 = env.worker("w1"), env.worker("w2")
     await asyncio.gather(env.drain(w1), env.drain(w2))
@@ -64,8 +64,8 @@ async def test_approve_racing_reject_gives_exactly_one_terminal_status(redis: Re
         approved += request.status == "approved"
         assert await env.status(run_id) == "succeeded"
     assert env.effects.count("refund") == approved
-    counters = await redis.hgetall(K.METRICS)
-    total = sum(int(v) for k, v in counters.items() if k.startswith(b"decisions_"))
+    statuses = ("approved", "rejected", "changes_requested", "answered", "expired")
+    total = sum([await metric(redis, f"decisions_{status}") for status in statuses])
     assert total == 3
 
 

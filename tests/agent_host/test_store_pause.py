@@ -13,10 +13,9 @@ from agent_host.approvals import DEFAULT_EXPIRY_SECONDS, FixedRouter
 from agent_host.crypto import kid_of
 from agent_host.decisions import Approve
 from agent_host.runner import Paused
+from tests.keyspace import xlen_all, xrange_all, zcard_all, zrange_all
 
 from .host_helpers import FakeClock, make_env, scan_keys, text
-
-BY_DEST = f"{K.PENDING}:C-ops"
 
 
 async def test_pause_writes_checkpoint_requests_indexes_and_outbox_together(redis: Redis) -> None:
@@ -36,11 +35,12 @@ async def test_pause_writes_checkpoint_requests_indexes_and_outbox_together(redi
     assert state.status == "paused" and len(state.pending) == 2
     assert {c.call_id for c in state.pending} == {r.call_id for r in await env.requests(run_id)}
 
-    pending = {text(m): s for m, s in await redis.zrange(K.PENDING, 0, -1, withscores=True)}
-    by_dest = {text(m) for m in await redis.zrange(BY_DEST, 0, -1)}
-    deadlines = {text(m): s for m, s in await redis.zrange(K.DEADLINES, 0, -1, withscores=True)}
+    pending = await zrange_all(redis, "pending")
+    by_dest = {text(m) for m in await redis.zrange(k.shard.pending_in("C-ops"), 0, -1)}
+    deadlines = await zrange_all(redis, "deadlines")
     outbox = [
-        {text(a): text(b) for a, b in fields.items()} for _, fields in await redis.xrange(K.OUTBOX)
+        {text(a): text(b) for a, b in fields.items()}
+        for _, fields in await xrange_all(redis, "outbox")
     ]
     assert set(pending) == set(ids) == by_dest == set(deadlines)
     assert [e["request_id"] for e in outbox if e["type"] == "request_posted"] == ids
@@ -67,7 +67,7 @@ async def test_default_expiry_is_72_hours(redis: Redis) -> None:
     assert DEFAULT_EXPIRY_SECONDS == 72 * 3600
     assert abs((request.expires_at - request.created_at) - 72 * 3600) < 1e-3
     assert request.route.destination == ""
-    assert await redis.zcard(f"{K.PENDING}:-") == 1
+    assert await redis.zcard(K.Keys(run_id).shard.pending_in("")) == 1
 
 
 async def test_every_key_of_a_run_carries_its_hash_tag(redis: Redis) -> None:
@@ -87,16 +87,19 @@ async def test_every_key_of_a_run_carries_its_hash_tag(redis: Redis) -> None:
     run_keys = keys - global_keys
     assert all(key.startswith("cs:{") for key in keys), keys
     for run_id in runs:
-        token = K.token_of(run_id)
-        mine = {key for key in run_keys if f"{{{token}}}" in key}
-        assert {K.Keys(run_id).run, K.Keys(run_id).checkpoint, K.Keys(run_id).audit} <= mine
-        assert {key_slot(key.encode()) for key in mine} == {key_slot(token.encode())}
+        k = K.Keys(run_id)
+        mine = {key for key in run_keys if f":run:{k.token}" in key}
+        assert {k.run, k.checkpoint, k.audit} <= mine
+        # the run's keys and its shard's indexes and streams share one cluster slot
+        shard_keys = {k.shard.pending, k.shard.deadlines, k.shard.resume, k.shard.outbox}
+        slots = {key_slot(key.encode()) for key in mine | shard_keys}
+        assert len(slots) == 1, slots
     done = K.Keys(runs[1])
     assert done.ledger in run_keys
     assert done.approvers(K.request_id(runs[1], 2)) in run_keys
-    # nothing of a run lives outside its tag: every non-global key belongs to one of the runs
-    tokens = {K.token_of(r) for r in runs}
-    assert all(key.split("{", 1)[1].split("}", 1)[0] in tokens for key in run_keys)
+    # nothing lives outside a shard's tag or the global one
+    tags = {f"s{n:02d}" for n in range(K.SHARDS)}
+    assert all(key.split("{", 1)[1].split("}", 1)[0] in tags for key in run_keys)
 
 
 async def test_a_stale_save_writes_nothing(redis: Redis) -> None:
@@ -107,7 +110,7 @@ async def test_a_stale_save_writes_nothing(redis: Redis) -> None:
 
     before_keys = await scan_keys(redis)
     before_run = await env.info(run_id)
-    outbox_len = await redis.xlen(K.OUTBOX) if await redis.exists(K.OUTBOX) else 0
+    outbox_len = await xlen_all(redis, "outbox")
 
     assert await env.store.save_outcome(outcome, "req_deadbeef_9", "worker") is False
 
@@ -116,16 +119,20 @@ async def test_a_stale_save_writes_nothing(redis: Redis) -> None:
     k = K.Keys(run_id)
     assert not await redis.exists(k.checkpoint)
     assert not await redis.exists(k.request(K.request_id(run_id, 2)))
-    assert await redis.zcard(K.PENDING) == 0
-    assert await redis.zcard(K.DEADLINES) == 0
-    assert (await redis.xlen(K.OUTBOX) if await redis.exists(K.OUTBOX) else 0) == outbox_len
+    assert await zcard_all(redis, "pending") == 0
+    assert await zcard_all(redis, "deadlines") == 0
+    assert await xlen_all(redis, "outbox") == outbox_len
 
     # the right fence writes; the same save again (now stale) is refused and changes nothing
     assert await env.store.save_outcome(outcome, "", "worker") is True
-    snapshot = await scan_keys(redis), await env.info(run_id), await redis.xlen(K.OUTBOX)
+    snapshot = await scan_keys(redis), await env.info(run_id), await xlen_all(redis, "outbox")
     assert await env.store.save_outcome(outcome, "", "worker") is False
-    assert (await scan_keys(redis), await env.info(run_id), await redis.xlen(K.OUTBOX)) == snapshot
-    assert await redis.zcard(K.PENDING) == 1
+    assert (
+        await scan_keys(redis),
+        await env.info(run_id),
+        await xlen_all(redis, "outbox"),
+    ) == snapshot
+    assert await zcard_all(redis, "pending") == 1
 
 
 async def test_stale_finish_writes_nothing(redis: Redis) -> None:

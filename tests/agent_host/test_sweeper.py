@@ -10,6 +10,7 @@ from agent_host import keys as K
 from agent_host.approvals import DEFAULT_EXPIRY_SECONDS, FixedRouter
 from agent_host.decisions import DEFAULT_EXPIRED_MESSAGE, Approve
 from agent_host.sweeper import EXPIRED_BY, Sweeper
+from tests.keyspace import metric, zcard_all
 
 from .host_helpers import FakeClock, QuorumRouter, make_env, resume_entries
 
@@ -21,7 +22,7 @@ async def test_nothing_expires_before_its_deadline(redis: Redis) -> None:
     clock.advance(DEFAULT_EXPIRY_SECONDS - 5)
     assert await Sweeper(env.store).sweep() == 0
     (request,) = await env.requests(run_id)
-    assert request.status == "pending" and await redis.zcard(K.DEADLINES) == 1
+    assert request.status == "pending" and await zcard_all(redis, "deadlines") == 1
 
 
 async def test_two_sweepers_expire_once_and_the_run_resumes_rejected(redis: Redis) -> None:
@@ -39,9 +40,9 @@ async def test_two_sweepers_expire_once_and_the_run_resumes_rejected(redis: Redi
     expired = await env.store.get_request(request.request_id)
     assert expired is not None
     assert expired.status == "expired" and expired.decided_by == EXPIRED_BY
-    assert await redis.zcard(K.DEADLINES) == 0 and await redis.zcard(K.PENDING) == 0
+    assert await zcard_all(redis, "deadlines") == 0 and await zcard_all(redis, "pending") == 0
     assert len(await resume_entries(redis, run_id)) == 1
-    assert int(await redis.hget(K.METRICS, "decisions_expired") or 0) == 1
+    assert int(await metric(redis, "decisions_expired")) == 1
 
     late = await env.store.decide(request.request_id, Approve(decided_by="bob"))
     assert late.outcome == "already_decided"
@@ -82,7 +83,7 @@ async def test_click_racing_the_sweeper_gives_one_terminal_outcome(redis: Redis)
     assert env.effects.count("refund") == winners["click"]
     for run_id in runs:
         assert await env.status(run_id) == "succeeded"
-    assert await redis.zcard(K.DEADLINES) == 0 and await redis.zcard(K.PENDING) == 0
+    assert await zcard_all(redis, "deadlines") == 0 and await zcard_all(redis, "pending") == 0
 
 
 async def test_many_sweepers_share_the_work_without_double_expiry(redis: Redis) -> None:
@@ -120,9 +121,10 @@ async def test_quorum_in_progress_still_expires(redis: Redis) -> None:
 
 async def test_deadline_of_a_vanished_request_is_dropped(redis: Redis) -> None:
     env = make_env(redis)
-    await redis.zadd(K.DEADLINES, {"req_0123456789abcdef_1": 1, "garbage": 2})
+    ghost = "req_0123456789abcdef_1"
+    await redis.zadd(K.Keys(ghost).shard.deadlines, {ghost: 1})
     assert await Sweeper(env.store).sweep() == 0
-    assert await redis.zcard(K.DEADLINES) == 0
+    assert await zcard_all(redis, "deadlines") == 0
 
 
 async def test_sweeper_run_loop_expires_and_stops(redis: Redis) -> None:

@@ -28,7 +28,11 @@ async def approved_refund(env: Env, order: str = "123") -> str:
 
 
 async def pending_count(redis: Redis) -> int:
-    return int((await redis.xpending(K.RESUME, K.RESUME_GROUP))["pending"])
+    total = 0
+    for shard in K.shards():
+        if await redis.exists(shard.resume):
+            total += int((await redis.xpending(shard.resume, K.RESUME_GROUP))["pending"])
+    return total
 
 
 async def test_two_workers_polling_concurrently_run_each_tool_once(redis: Redis) -> None:
@@ -40,7 +44,7 @@ async def test_two_workers_polling_concurrently_run_each_tool_once(redis: Redis)
         (request,) = await env.requests(run_id)
         await env.store.decide(request.request_id, Approve(decided_by="bob"))
     w1, w2 = env.worker("w1"), env.worker("w2")
-    await asyncio.gather(w1.consumer.ensure_group(), w2.consumer.ensure_group())
+    await asyncio.gather(w1.consumer.ensure_groups(), w2.consumer.ensure_groups())
     handled = await asyncio.gather(*(w.consumer.poll(block_ms=5) for w in (w1, w2, w1, w2)))
     assert sum(handled) == len(runs)
     assert await pending_count(redis) == 0
@@ -70,7 +74,8 @@ async def test_worker_died_after_the_tool_ran_reclaimed_run_succeeds_tool_ran_on
 
     # the "dead" worker: takes the entry, resumes (the refund runs, the ledger marks it done),
     # then dies before saving the outcome or acknowledging the entry
-    reply_: Any = await redis.xreadgroup(K.RESUME_GROUP, "dead", {K.RESUME: ">"}, count=10)
+    stream = K.Keys(run_id).shard.resume
+    reply_: Any = await redis.xreadgroup(K.RESUME_GROUP, "dead", {stream: ">"}, count=10)
     ((_, entries),) = reply_
     assert len(entries) == 1
     info = await env.info(run_id)
@@ -152,7 +157,7 @@ async def test_redelivered_resume_entry_after_success_changes_nothing(redis: Red
     assert env.effects.count("refund") == 1
     before = await env.info(run_id)
 
-    await redis.xadd(K.RESUME, entry)  # a duplicate of the same resume
+    await redis.xadd(K.Keys(run_id).shard.resume, entry)  # a duplicate of the same resume
     assert await env.drain() == 1
     await env.worker("other").handle("9-9", entry)
     assert env.effects.count("refund") == 1

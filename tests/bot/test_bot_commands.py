@@ -113,7 +113,8 @@ async def test_pending_lists_this_channel_and_pending_all_lists_every_channel(
         assert listed_ids(ops) == [cleanup.request_id]
         everywhere = await approvals(stack, REVIEWER, "pending all")
         assert sorted(listed_ids(everywhere)) == sorted([refund.request_id, cleanup.request_id])
-        assert listed_ids(everywhere)[0] == cleanup.request_id  # newest first
+        newest = max((refund, cleanup), key=lambda r: (int(r.created_at * 1000), r.request_id))
+        assert listed_ids(everywhere)[0] == newest.request_id  # newest first
         assert next_cursor(everywhere) is None
 
         general = await approvals(stack, REVIEWER, "pending", channel="C0GENERAL")
