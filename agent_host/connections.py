@@ -26,6 +26,9 @@ __all__ = ["open_redis"]
 log = logging.getLogger(__name__)
 
 _CLIENT_OPTIONS: dict[str, Any] = {
+    # Each worker and the outbox hold one blocked read per shard, and clicks must never
+    # wait for a free connection: a pool well above that.
+    "max_connections": 1024,
     "socket_timeout": 5,
     "socket_connect_timeout": 5,
     "health_check_interval": 30,

@@ -85,7 +85,7 @@ async def start_run(request: web.Request) -> web.Response:
     if requested_by is not None and not isinstance(requested_by, str):
         return error(400, "requested_by must be a string")
     try:
-        host.registry.build(agent)
+        host.runner.agent(agent)
     except UnknownAgentError as exc:
         return error(400, str(exc))
     run_id = await host.store.create_run(agent, text, requested_by)

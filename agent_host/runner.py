@@ -69,6 +69,20 @@ class Runner:
     def __init__(self, registry: AgentRegistry, ledger: ExecutionLedger | None = None) -> None:
         self.registry = registry
         self.ledger: ExecutionLedger = ledger or InMemoryLedger()
+        # Agents are definitions, rebuilt from the registry once per process: building one
+        # derives every tool's schema, and doing that per resume costs milliseconds.
+        self._agents: dict[str, tuple[Agent, str]] = {}
+
+    def reload_agents(self) -> None:
+        """Rebuild agents from the registry on next use (after it was changed in place)."""
+        self._agents.clear()
+
+    def agent(self, name: str) -> tuple[Agent, str]:
+        """The registry's agent of that name, built once, and its fingerprint."""
+        if name not in self._agents:
+            agent = self.registry.build(name)
+            self._agents[name] = (agent, agent.fingerprint())
+        return self._agents[name]
 
     async def run(
         self,
@@ -79,11 +93,11 @@ class Runner:
         requested_by: str | None = None,
         context: Mapping[str, Any] | None = None,
     ) -> RunOutcome:
-        agent = self.registry.build(agent_name)
+        agent, fingerprint = self.agent(agent_name)
         state = RunState(
             run_id=run_id or f"run_{uuid.uuid4().hex[:20]}",
             agent=agent.name,
-            agent_fingerprint=agent.fingerprint(),
+            agent_fingerprint=fingerprint,
             fingerprint_parts=agent.fingerprint_parts(),
             input=input,
             requested_by=requested_by,
@@ -97,8 +111,8 @@ class Runner:
 
     def restore(self, state: RunState) -> Agent:
         """Rebuild the run's agent; refuse if its tools or policy changed while it waited."""
-        agent = self.registry.build(state.agent)
-        if agent.fingerprint() != state.agent_fingerprint:
+        agent, fingerprint = self.agent(state.agent)
+        if fingerprint != state.agent_fingerprint:
             raise AgentChangedError(
                 f"agent {state.agent!r} changed since run {state.run_id} paused "
                 f"({agent.describe_changes(state.fingerprint_parts)}); its pending calls must "

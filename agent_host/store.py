@@ -222,13 +222,20 @@ class RunStore:
         ids = [_text(i) for i in await self.redis.lrange(K.Keys(run_id).requests, 0, -1)]
         return await self.get_requests(run_id, ids)
 
-    async def decide(self, request_id: str, decision: Decision) -> DecideResult:
-        """The compare-and-set: the first valid decision (or the quorum) wins, atomically."""
+    async def decide(
+        self, request_id: str, decision: Decision, *, current: ApprovalRequest | None = None
+    ) -> DecideResult:
+        """The compare-and-set: the first valid decision (or the quorum) wins, atomically.
+
+        `current`, when the caller has just read the request, saves a round trip; the
+        script checks the request's state itself, so a stale copy changes nothing.
+        """
         try:
             k = K.Keys(request_id)
         except ValueError:
             return DecideResult("not_found")
-        current = await self.get_request(request_id)
+        if current is None or current.request_id != request_id:
+            current = await self.get_request(request_id)
         if current is None:
             return DecideResult("not_found")
         outcome, extra = await self._decide(

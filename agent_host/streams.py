@@ -17,7 +17,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-__all__ = ["RetryLater", "ShardedConsumer", "StreamConsumer"]
+__all__ = ["RetryLater", "ShardedConsumer", "StreamConsumer", "trim_acknowledged"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,7 @@ class StreamConsumer:
         self.redis, self.stream, self.group, self.consumer = redis, stream, group, consumer
         self.handler = handler
         self.idle_ms, self.block_ms, self.count = idle_ms, block_ms, count
+        self._group_ready = False
         self.concurrent = concurrent  # handle a batch at once (the outbox: one slow channel
         # must not hold up the others)
 
@@ -55,12 +56,15 @@ class StreamConsumer:
         except ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
+        self._group_ready = True
 
     async def poll(self, block_ms: int | None = None) -> int:
         """Handle reclaimed entries, then new ones; returns how many were handled.
 
         Waits up to `block_ms` (default: the consumer's) for new entries; 0 does not wait.
         """
+        if not self._group_ready:
+            await self.ensure_group()
         entries = await self._reclaim()
         if not entries:
             block = self.block_ms if block_ms is None else block_ms
@@ -72,16 +76,16 @@ class StreamConsumer:
                 block=block or None,  # BLOCK 0 would wait forever
             )
             entries = reply[0][1] if reply else []
-        handled = 0
+        jobs = []
         for entry_id, fields in entries:
             if fields is None:  # trimmed while pending
                 await self.redis.xack(self.stream, self.group, entry_id)
                 continue
-            ok = await self._handle(
-                _text(entry_id), {_text(k): _text(v) for k, v in fields.items()}
-            )
-            handled += ok
-        return handled
+            fields_text = {_text(k): _text(v) for k, v in fields.items()}
+            jobs.append(self._handle(_text(entry_id), fields_text))
+        if self.concurrent:  # the outbox: one slow channel must not hold up the others
+            return sum(await asyncio.gather(*jobs))
+        return sum([await job for job in jobs])
 
     async def _handle(self, entry_id: str, fields: dict[str, str]) -> bool:
         heartbeat = asyncio.create_task(self._keep_claimed(entry_id))
@@ -125,6 +129,10 @@ class StreamConsumer:
             except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
                 log.warning("%s: Redis unavailable (%s); retrying", self.stream, exc)
                 await _sleep_or_stop(stop, 1.0)
+            except ResponseError as exc:
+                if "NOGROUP" not in str(exc):
+                    raise
+                self._group_ready = False  # the stream was lost (e.g. Redis without AOF)
 
 
 class ShardedConsumer:
@@ -139,15 +147,43 @@ class ShardedConsumer:
             await consumer.ensure_group()
 
     async def poll(self, block_ms: int = 0) -> int:
-        """One pass over every shard without waiting; returns the entries handled."""
-        await self.ensure_groups()
+        """One pass over every shard; returns the entries handled. Reads never block on a
+        shard (Redis resolves short BLOCK timeouts only at its cron tick, ~100 ms); when
+        nothing was found, it sleeps `block_ms` instead."""
         handled = 0
         for consumer in self.consumers:
-            handled += await consumer.poll(block_ms=block_ms)
+            handled += await consumer.poll(block_ms=0)
+        if not handled and block_ms:
+            await asyncio.sleep(block_ms / 1000)
         return handled
 
     async def run(self, stop: asyncio.Event) -> None:
         await asyncio.gather(*(consumer.run(stop) for consumer in self.consumers))
+
+
+async def trim_acknowledged(redis: Any, stream: str, group: str) -> int:
+    """Drop the entries every consumer of `group` has read and acknowledged; returns how
+    many went. Unread and pending entries stay, so trimming never loses work."""
+    try:
+        groups: Any = await redis.xinfo_groups(stream)
+    except ResponseError:
+        return 0  # no such stream yet
+    info = next((g for g in groups if _text(g.get("name", b"")) == group), None)
+    if info is None:
+        return 0
+    keep_from = _text(info["last-delivered-id"])
+    if int(info.get("pending") or 0):
+        summary: Any = await redis.xpending(stream, group)
+        keep_from = min(keep_from, _text(summary["min"]), key=_entry_order)
+    else:  # everything delivered is acknowledged: keep only what comes after
+        ms, _, seq = keep_from.partition("-")
+        keep_from = f"{ms}-{int(seq or 0) + 1}"
+    return int(await redis.xtrim(stream, minid=keep_from, approximate=False))
+
+
+def _entry_order(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:

@@ -16,12 +16,14 @@ from . import keys as K
 from .crashpoints import NEVER, CrashPoints
 from .decisions import Expired
 from .store import RunStore
+from .streams import trim_acknowledged
 
 __all__ = ["EXPIRED_BY", "Sweeper"]
 
 log = logging.getLogger(__name__)
 
 EXPIRED_BY = "countersign (expired)"
+TRIM_EVERY_SECONDS = 60.0
 
 
 class Sweeper:
@@ -55,10 +57,22 @@ class Sweeper:
                 await self.store.redis.zrem(K.Keys(request_id).shard.deadlines, request_id)
         return expired
 
+    async def trim(self) -> int:
+        """Trim the shards' resume and outbox streams of acknowledged entries."""
+        trimmed = 0
+        for shard in K.shards():
+            trimmed += await trim_acknowledged(self.store.redis, shard.resume, K.RESUME_GROUP)
+            trimmed += await trim_acknowledged(self.store.redis, shard.outbox, K.OUTBOX_GROUP)
+        return trimmed
+
     async def run(self, stop: asyncio.Event) -> None:
+        last_trim = 0.0
         while not stop.is_set():
             try:
                 await self.sweep()
+                if self.store.clock() - last_trim > TRIM_EVERY_SECONDS:
+                    last_trim = self.store.clock()
+                    await self.trim()
             except Exception as exc:  # keep sweeping through Redis outages
                 log.warning("sweep failed (%s); retrying", exc)
             with contextlib.suppress(TimeoutError):

@@ -80,7 +80,7 @@ class Decider:
 
     async def decide(self, request: ApprovalRequest, decision: Decision) -> DecideResult:
         return await asyncio.wait_for(
-            self.store.decide(request.request_id, decision), REDIS_TIMEOUT
+            self.store.decide(request.request_id, decision, current=request), REDIS_TIMEOUT
         )
 
 

@@ -20,7 +20,7 @@ from agent_host.http_api import create_app
 from agent_host.rotation import rotate_checkpoints
 from agent_host.settings import Settings, load_settings
 
-from .server import start_site, until_signalled
+from .server import start_site, stop_on_signals
 from .socket_mode import SocketMode, start_socket_mode
 from .wiring import build, mount_slack
 
@@ -76,6 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 async def _serve(settings: Settings, host_name: str, port: int, workers: int) -> None:
+    stop = stop_on_signals()
     host, bot = await build(settings)
     app = create_app(host)
     socket_mode: SocketMode | None = None
@@ -94,22 +95,24 @@ async def _serve(settings: Settings, host_name: str, port: int, workers: int) ->
     host.start_background(workers)
     log.info("countersign serving on http://%s:%d (workers: %d)", host_name, port, workers)
     try:
-        await until_signalled()
+        await stop.wait()
     finally:
         if socket_mode is not None:
             await socket_mode.stop()
         await runner.cleanup()
-        await bot.tasks.drain()
+        await bot.close()
         await host.stop()
 
 
 async def _worker(settings: Settings) -> None:
-    host, _ = await build(settings)
+    stop = stop_on_signals()
+    host, bot = await build(settings)
     host.start_background(1)
     log.info("countersign worker started")
     try:
-        await until_signalled()
+        await stop.wait()
     finally:
+        await bot.close()
         await host.stop()
 
 

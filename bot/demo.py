@@ -21,7 +21,7 @@ from agent_host.settings import Settings
 from bot.sandbox import SlackStandIn, Workspace
 
 from .routing import RouteRule
-from .server import start_site, until_signalled
+from .server import start_site, stop_on_signals
 from .wiring import build, mount_slack
 
 __all__ = ["DEMO_ROUTES", "demo_secrets", "run_demo"]
@@ -62,6 +62,7 @@ def demo_secrets(data_dir: Path) -> dict[str, str]:
 
 
 async def run_demo(settings: Settings, port: int, *, host_name: str = "127.0.0.1") -> None:
+    stop = stop_on_signals()
     data_dir = Path(settings.data_dir)  # made absolute by the CLI
     made = demo_secrets(data_dir)
     standin = SlackStandIn(
@@ -102,10 +103,10 @@ async def run_demo(settings: Settings, port: int, *, host_name: str = "127.0.0.1
         flush=True,
     )
     try:
-        await until_signalled()
+        await stop.wait()
     finally:
         log.info("stopping the demo")
         await runner.cleanup()
-        await bot.tasks.drain()
+        await bot.close()
         await host.stop()
         await standin.stop()

@@ -7,7 +7,7 @@ import signal
 
 from aiohttp import web
 
-__all__ = ["start_site", "until_signalled"]
+__all__ = ["start_site", "stop_on_signals"]
 
 
 async def start_site(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
@@ -22,9 +22,11 @@ async def start_site(app: web.Application, host: str, port: int) -> tuple[web.Ap
     return runner, int(bound)
 
 
-async def until_signalled() -> None:
+def stop_on_signals() -> asyncio.Event:
+    """An event set by Ctrl-C or SIGTERM. Call it first thing, so that a signal during
+    start-up stops the process cleanly once started rather than cancelling it half-way."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    return stop

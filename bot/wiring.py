@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.async_app import AsyncApp
@@ -32,6 +33,12 @@ class SlackBot:
     routes: RouteBook
     bolt: AsyncApp
     tasks: BackgroundTasks
+    session: aiohttp.ClientSession
+
+    async def close(self) -> None:
+        """Finish the work started after acks, then close the Web API connections."""
+        await self.tasks.drain()
+        await self.session.close()
 
 
 async def build(settings: Settings) -> tuple[Host, SlackBot]:
@@ -51,8 +58,14 @@ async def build(settings: Settings) -> tuple[Host, SlackBot]:
     registry = load_registry(settings.agents)
     keyring = load_keyring(settings)
     redis, embedded = await open_redis(settings)
+    # One session for every Web API call: keep-alive connections (and one TLS handshake)
+    # instead of a new connection per post, update and ephemeral.
+    session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
     client = AsyncWebClient(
-        token=settings.slack_bot_token, base_url=settings.slack_api_url, timeout=10
+        token=settings.slack_bot_token,
+        base_url=settings.slack_api_url,
+        timeout=10,
+        session=session,
     )
     routes = RouteBook(redis, settings.default_channel)
     if settings.routes_file is not None:
@@ -75,7 +88,7 @@ async def build(settings: Settings) -> tuple[Host, SlackBot]:
         commands=SlashCommands(host.store, routes, settings.admin_ids),
         tasks=tasks,
     )
-    return host, SlackBot(client, routes, bolt, tasks)
+    return host, SlackBot(client, routes, bolt, tasks, session)
 
 
 def mount_slack(app: web.Application, bot: SlackBot) -> None:

@@ -462,6 +462,7 @@ async def test_detail_of_a_run_failed_at_resume_has_no_checkpoint_error(api: Api
         return agent
 
     registry.build = changed  # type: ignore[method-assign]
+    api.host.runner.reload_agents()  # as a redeploy with the changed agent would
     await api.env.drain()
     detail = await api.run(run_id)
     assert detail["status"] == "failed" and "changed" in detail["error"]

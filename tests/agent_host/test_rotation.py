@@ -142,6 +142,7 @@ async def test_rotation_survives_a_run_that_failed_at_resume(redis: Redis) -> No
     healthy = await env.start("refund-agent", "refund order 124")
     await approve_all(env, failed)
     env.runner.registry = changed_refund_registry(env.effects)
+    env.runner.reload_agents()  # as a redeploy with the changed agent would
     await env.drain()
     info: dict[str, Any] = await env.info(failed)
     assert info["status"] == "failed" and "changed" in info["error"]

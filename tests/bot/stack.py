@@ -203,7 +203,7 @@ async def running_stack(
         yield Stack(standin, host, bot, url, ExampleEffects(journal))
     finally:
         await runner.cleanup()
-        await bot.tasks.drain()
+        await bot.close()
         await host.stop()
         await standin.stop()
 

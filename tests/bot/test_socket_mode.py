@@ -103,7 +103,7 @@ async def socket_stack(redis_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
                 await socket.stop()
             if runner is not None:
                 await runner.cleanup()
-            await bot.tasks.drain()
+            await bot.close()
             await host.stop()
 
 

@@ -1,0 +1,1 @@
+"""countersign's benchmarks: `make bench` (`python -m bench`). See bench/README.md."""
