@@ -158,7 +158,14 @@ class DecideResult:
     """What the compare-and-set answered."""
 
     outcome: Literal[
-        "decided", "progress", "already_decided", "not_found", "duplicate_vote", "hash_mismatch"
+        "decided",
+        "progress",
+        "already_decided",
+        "not_found",
+        "duplicate_vote",
+        "hash_mismatch",
+        "past_deadline",
+        "unknown",  # the chat side could not learn the result in time
     ]
     request: ApprovalRequest | None = None
     resume_queued: bool = False

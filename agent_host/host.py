@@ -96,7 +96,8 @@ class Host:
                 self.store,
                 self.runner,
                 f"{self.consumer_name}-w{n}",
-                idle_ms=max(30_000, self.retry_idle_ms),
+                idle_ms=self.resume_idle_ms,
+                crash=self.crash,
             )
             self._spawn(worker.consumer.run(self._stop), f"resume-worker-{n}")
         if sweeper:
@@ -110,6 +111,7 @@ class Host:
                 self.notifier,
                 f"{self.consumer_name}-outbox",
                 idle_ms=self.retry_idle_ms,
+                crash=self.crash,
             )
             self._spawn(box.consumer.run(self._stop), "outbox")
 

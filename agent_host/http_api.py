@@ -190,12 +190,16 @@ async def approval_webhook(request: web.Request) -> web.Response:
         return _already(approval.request_id, approval.status, approval.decided_by)
     decided_by = str(body.get("decidedBy") or "webhook")
     decision = _webhook_decision(verdict, feedback, decided_by, approval.kind)
-    result = await host.store.decide(request_id, decision)
+    result = await host.store.decide(request_id, decision, current=approval)
     current = result.request
     if result.outcome in ("already_decided", "duplicate_vote") and current is not None:
         return _already(request_id, current.status, current.decided_by)
     if result.outcome == "not_found" or current is None:
         return error(404, f"no approval request {request_id!r}")
+    if result.outcome == "past_deadline":
+        return error(409, f"approval request {request_id!r} is past its deadline; it expires")
+    if result.outcome == "hash_mismatch":
+        return error(409, f"approval request {request_id!r} changed; nothing was decided")
     return web.json_response(
         {
             "status": "processed" if result.outcome == "decided" else "recorded",

@@ -61,8 +61,13 @@ return 1
 # ARGV: request id, kind, terminal status, decision JSON, decider, now, seen hash
 DECIDE = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'not_found', 0} end
-local f = redis.call('HMGET', KEYS[1], 'status', 'call_hash', 'quorum', 'run_id', 'pause_id')
+local f = redis.call('HMGET', KEYS[1], 'status', 'call_hash', 'quorum', 'run_id', 'pause_id',
+  'expires_at')
 if f[1] ~= 'pending' then return {'already_decided', 0} end
+-- Past its deadline a request can only expire (the sweeper may just not have run yet).
+if ARGV[2] ~= 'expired' and tonumber(ARGV[6]) > tonumber(f[6]) then
+  return {'past_deadline', 0}
+end
 if ARGV[7] ~= '' and ARGV[7] ~= f[2] then return {'hash_mismatch', 0} end
 local hash = f[2]
 if ARGV[2] == 'approve' then

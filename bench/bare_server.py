@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 from agent_host import keys as K
 from agent_host.scripts import DECIDE
 from bot.sandbox.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, compute_signature
-from bot.server import start_site, until_signalled
+from bot.server import start_site, stop_on_signals
 
 MAX_SKEW = 300  # seconds, as Bolt allows
 
@@ -71,10 +71,11 @@ async def _ok() -> web.Response:
 
 
 async def serve(port: int, redis_url: str, secret: str) -> None:
+    stop = stop_on_signals()
     redis = Redis.from_url(redis_url, socket_timeout=5, socket_connect_timeout=5)
     runner, _ = await start_site(create_bare_app(redis, secret, "C0APPROVALS"), "127.0.0.1", port)
     try:
-        await until_signalled()
+        await stop.wait()
     finally:
         await runner.cleanup()
         await redis.aclose()

@@ -17,6 +17,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 from slack_bolt.async_app import AsyncAck, AsyncApp
+from slack_sdk.errors import SlackApiError
 
 from agent_host.approvals import ApprovalRequest, DecideResult
 from agent_host.decisions import Answer, Approve, Decision, Reject
@@ -30,7 +31,8 @@ __all__ = ["BackgroundTasks", "build_bolt_app"]
 
 log = logging.getLogger(__name__)
 
-REDIS_TIMEOUT = 1.0  # seconds a click waits on Redis before answering "try again"
+REDIS_TIMEOUT = 1.0
+EPHEMERAL_ATTEMPTS = 4  # seconds a click waits on Redis before answering "try again"
 UNAVAILABLE = (
     ":hourglass: countersign could not record your decision right now (its database is not "
     "reachable). Nothing was changed; please click again in a moment."
@@ -79,9 +81,26 @@ class Decider:
         return "" if verdict.allowed else f":no_entry: Not allowed: {verdict.reason}."
 
     async def decide(self, request: ApprovalRequest, decision: Decision) -> DecideResult:
-        return await asyncio.wait_for(
-            self.store.decide(request.request_id, decision, current=request), REDIS_TIMEOUT
-        )
+        try:
+            return await asyncio.wait_for(
+                self.store.decide(request.request_id, decision, current=request), REDIS_TIMEOUT
+            )
+        except TimeoutError:
+            # The script may have run even though its answer came late: look, don't guess.
+            return await self._after_timeout(request.request_id, decision.decided_by)
+
+    async def _after_timeout(self, request_id: str, user: str) -> DecideResult:
+        try:
+            now = await asyncio.wait_for(self.store.get_request(request_id), REDIS_TIMEOUT)
+        except (RedisError, TimeoutError, OSError):
+            return DecideResult("unknown")
+        if now is None:
+            return DecideResult("not_found")
+        if now.decided:
+            return DecideResult("decided" if now.decided_by == user else "already_decided", now)
+        if user in now.approvals:
+            return DecideResult("progress", now, approvals=len(now.approvals))
+        raise TimeoutError("the decision was not recorded")
 
 
 def already_decided(request: ApprovalRequest) -> str:
@@ -103,6 +122,16 @@ def result_text(result: DecideResult) -> str:
         return already_decided(request)
     if result.outcome == "hash_mismatch":
         return "The request changed after it was shown to you; nothing was decided."
+    if result.outcome == "past_deadline" and request is not None:
+        return (
+            ":hourglass: This request's deadline has passed, so it can no longer be approved "
+            "or rejected; it is being marked expired and the call will not run."
+        )
+    if result.outcome == "unknown":
+        return (
+            ":warning: countersign could not confirm whether your decision was recorded (its "
+            "database answered too slowly). If the message still shows its buttons, click again."
+        )
     if result.outcome == "not_found":
         return "This approval request does not exist (any more). Nothing was changed."
     return ""
@@ -215,10 +244,24 @@ def _plain(text: str) -> str:
 
 
 async def _post_ephemeral(client: Any, channel: str, user: str, text: str) -> None:
-    try:
-        await asyncio.wait_for(client.chat_postEphemeral(channel=channel, user=user, text=text), 10)
-    except Exception as exc:
-        log.warning("ephemeral reply to %s failed: %s", user, exc)
+    """Tell the clicker; retried through 429s, 5xx and timeouts (they must learn why)."""
+    for attempt in range(1, EPHEMERAL_ATTEMPTS + 1):
+        try:
+            await asyncio.wait_for(
+                client.chat_postEphemeral(channel=channel, user=user, text=text), 10
+            )
+            return
+        except SlackApiError as exc:
+            status = exc.response.status_code
+            if status != 429 and status < 500:
+                log.warning("ephemeral reply to %s refused: %s", user, exc)
+                return
+            wait = float(exc.response.headers.get("Retry-After", 0) or 0) if status == 429 else 0
+            await asyncio.sleep(max(wait, 0.5 * attempt))
+        except (TimeoutError, OSError) as exc:
+            log.info("ephemeral reply to %s: %s; retrying", user, exc)
+            await asyncio.sleep(0.5 * attempt)
+    log.warning("ephemeral reply to %s failed %d times; giving up", user, EPHEMERAL_ATTEMPTS)
 
 
 async def _open_view(
