@@ -19,6 +19,7 @@ from . import keys as K
 from .decisions import Answer, Approve, Decision, Reject, RequestChanges
 from .errors import CountersignError, UnknownAgentError
 from .host import Host
+from .store import parse_cursor
 
 __all__ = ["add_api_routes", "create_app"]
 
@@ -28,6 +29,13 @@ HOST_KEY = web.AppKey("countersign_host", Host)
 API_STATUS = {"running": "running", "resuming": "running", "waiting": "waiting"}
 WEBHOOK_DECISIONS = ("approved", "rejected", "request_changes")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _same(given: str, expected: str) -> bool:
+    """Constant-time comparison of a header with a secret; odd bytes simply do not match."""
+    return hmac.compare_digest(
+        given.encode("utf-8", "surrogateescape"), expected.encode("utf-8", "surrogateescape")
+    )
 
 
 def error(status: int, message: str, **extra: Any) -> web.Response:
@@ -55,7 +63,7 @@ def _authorized(request: web.Request) -> web.Response | None:
         return error(503, "the API is disabled: set COUNTERSIGN_API_TOKEN to enable it")
     header = request.headers.get("Authorization", "")
     scheme, _, given = header.partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), token.encode()):
+    if scheme.lower() != "bearer" or not _same(given, token):
         return error(401, "missing or wrong bearer token: send 'Authorization: Bearer <token>'")
     return None
 
@@ -96,9 +104,7 @@ async def run_detail(request: web.Request) -> web.Response:
     if denied := _authorized(request):
         return denied
     host, run_id = request.app[HOST_KEY], request.match_info["run_id"]
-    try:
-        K.token_of(run_id)
-    except ValueError:
+    if not K.is_run_id(run_id):
         return error(404, f"no run {run_id!r}")
     info = await host.store.run_info(run_id)
     if info is None:
@@ -146,18 +152,16 @@ async def list_approvals(request: web.Request) -> web.Response:
     if not 1 <= limit <= 500:
         return error(400, "limit must be an integer between 1 and 500")
     cursor = request.query.get("cursor") or None
-    if cursor is not None and not _valid_cursor(cursor):
-        return error(400, "cursor is malformed; pass back next_cursor from the previous page")
+    if cursor is not None:
+        try:
+            parse_cursor(cursor)
+        except ValueError as exc:
+            return error(400, str(exc))
     host = request.app[HOST_KEY]
     page = await host.store.list_pending(request.query.get("channel"), cursor, limit)
     return web.json_response(
         {"approvals": [r.public() for r in page.requests], "next_cursor": page.next_cursor}
     )
-
-
-def _valid_cursor(cursor: str) -> bool:
-    score, sep, _ = cursor.partition(":")
-    return bool(sep) and score.isdigit()
 
 
 async def approval_webhook(request: web.Request) -> web.Response:
@@ -168,7 +172,7 @@ async def approval_webhook(request: web.Request) -> web.Response:
     raw = await request.read()
     given = request.headers.get("X-Webhook-Signature", "")
     expected = "sha256=" + hmac.new(secret.encode(), raw, hashlib.sha256).hexdigest()
-    if not given or not hmac.compare_digest(given.encode(), expected.encode()):
+    if not given or not _same(given, expected):
         return error(
             401, "missing or wrong X-Webhook-Signature (sha256=<hex HMAC of the raw body>)"
         )

@@ -23,6 +23,7 @@ __all__ = [
     "SHARDS",
     "Keys",
     "Shard",
+    "is_run_id",
     "new_run_id",
     "request_id",
     "shards",
@@ -84,6 +85,13 @@ class Shard:
 
 def shards() -> list[Shard]:
     return [Shard(n) for n in range(SHARDS)]
+
+
+_RUN_ID = re.compile(r"^run_[0-9a-f]{8,64}$")
+
+
+def is_run_id(value: str) -> bool:
+    return _RUN_ID.fullmatch(value) is not None
 
 
 def new_run_id() -> str:

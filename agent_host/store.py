@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from .errors import StoreError
 from .runner import Failed, Paused, RunOutcome
 from .scripts import CREATE, DECIDE, FINISH, PAUSE
 
-__all__ = ["PendingPage", "RunStore"]
+__all__ = ["PendingPage", "RunStore", "parse_cursor"]
 
 log = logging.getLogger(__name__)
 
@@ -289,10 +290,7 @@ class RunStore:
         indexes = [
             s.pending if destination is None else s.pending_in(destination) for s in K.shards()
         ]
-        after: tuple[int, str] | None = None
-        if cursor:
-            score_text, _, member = cursor.partition(":")
-            after = (int(score_text), member)
+        after = parse_cursor(cursor) if cursor else None
         rows: list[tuple[int, str]] = []
         for index in indexes:
             rows += await self._page_of(index, after, limit)
@@ -355,6 +353,17 @@ class RunStore:
     async def audit(self, run_id: str) -> list[dict[str, str]]:
         entries: Any = await self.redis.xrange(K.Keys(run_id).audit)
         return [_decode_map(fields) | {"id": _text(entry_id)} for entry_id, fields in entries]
+
+
+_CURSOR = re.compile(r"^([0-9]{1,18}):(req_[0-9a-f]{8,64}_[0-9]{1,6})$")
+
+
+def parse_cursor(cursor: str) -> tuple[int, str]:
+    """`<score>:<request id>`; ValueError (with what to do) for anything else."""
+    match = _CURSOR.fullmatch(cursor)
+    if not match:
+        raise ValueError("the cursor is malformed; pass back next_cursor from the previous page")
+    return int(match.group(1)), match.group(2)
 
 
 def _score(at: float) -> int:

@@ -16,7 +16,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from redis.exceptions import RedisError
-from slack_bolt.async_app import AsyncAck, AsyncApp
+from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 from slack_sdk.errors import SlackApiError
 
 from agent_host.approvals import ApprovalRequest, DecideResult
@@ -25,6 +25,7 @@ from agent_host.store import RunStore
 
 from . import blocks
 from .commands import SlashCommands
+from .interactions import Click, input_value, parse_click, parse_submission
 from .reviewers import ReviewerRules
 
 __all__ = ["BackgroundTasks", "build_bolt_app"]
@@ -69,11 +70,18 @@ class Decider:
     async def load(self, request_id: str) -> ApprovalRequest | None:
         return await asyncio.wait_for(self.store.get_request(request_id), REDIS_TIMEOUT)
 
-    async def refusal(self, user: str, channel: str | None, request: ApprovalRequest | None) -> str:
-        """Why `user` may not decide `request` from `channel`; empty when they may."""
+    async def refusal(
+        self, user: str, request: ApprovalRequest | None, click: Click | None = None
+    ) -> str:
+        """Why `user` may not decide `request` (from the message `click` came from);
+        empty when they may."""
         if request is None:
             return "This approval request does not exist (any more). Nothing was changed."
-        if channel and request.message_channel and channel != request.message_channel:
+        if (
+            click is not None
+            and request.message_ts
+            and (click.channel != request.message_channel or click.message_ts != request.message_ts)
+        ):
             return "This button does not belong to this request's message. Nothing was changed."
         if request.decided:
             return already_decided(request)
@@ -158,24 +166,31 @@ def build_bolt_app(
         if text and channel:
             tasks.spawn(_post_ephemeral(client, channel, user, text))
 
-    async def on_button(ack: AsyncAck, body: dict[str, Any]) -> None:
+    def foreign(team: str, context: AsyncBoltContext) -> bool:
+        """From another workspace than the one the bot's token belongs to?"""
+        installed = context.authorize_result.team_id if context.authorize_result else None
+        return bool(installed) and team != installed
+
+    async def on_button(ack: AsyncAck, body: dict[str, Any], context: AsyncBoltContext) -> None:
         await ack()
-        action = body["actions"][0]
-        user, channel = body["user"]["id"], (body.get("channel") or {}).get("id", "")
+        click = parse_click(body)
+        if click is None or foreign(click.team, context):
+            log.warning("ignored a click that is malformed or from another workspace")
+            return
+        user, channel = click.user, click.channel
         try:
-            request = await decider.load(str(action.get("value", "")))
-            refusal = await decider.refusal(user, channel, request)
+            request = await decider.load(click.request_id)
+            refusal = await decider.refusal(user, request, click)
             if refusal or request is None:
                 ephemeral(channel, user, refusal)
                 return
-            action_id = action["action_id"]
-            if action_id in (blocks.REJECT, blocks.ANSWER):
-                view = (blocks.reject_modal if action_id == blocks.REJECT else blocks.answer_modal)(
-                    request
+            if click.action_id in (blocks.REJECT, blocks.ANSWER):
+                modal = (
+                    blocks.reject_modal if click.action_id == blocks.REJECT else blocks.answer_modal
                 )
-                tasks.spawn(_open_view(client, body["trigger_id"], view, channel, user))
+                tasks.spawn(_open_view(client, click.trigger_id, modal(request), channel, user))
                 return
-            always = action_id == blocks.APPROVE_ALWAYS and request.allow_always
+            always = click.action_id == blocks.APPROVE_ALWAYS and request.allow_always
             decision = Approve(decided_by=user, call_hash=request.call_hash, always=always)
             ephemeral(channel, user, result_text(await decider.decide(request, decision)))
         except (RedisError, TimeoutError, OSError):
@@ -185,19 +200,25 @@ def build_bolt_app(
     for action_id in (blocks.APPROVE, blocks.APPROVE_ALWAYS, blocks.REJECT, blocks.ANSWER):
         app.action(action_id)(on_button)
 
-    async def on_submit(ack: AsyncAck, body: dict[str, Any], view: dict[str, Any]) -> None:
-        user = body["user"]["id"]
-        values = view.get("state", {}).get("values", {})
-        is_answer = view.get("callback_id") == blocks.ANSWER_MODAL
+    async def on_submit(
+        ack: AsyncAck, body: dict[str, Any], view: dict[str, Any], context: AsyncBoltContext
+    ) -> None:
+        is_answer = isinstance(view, dict) and view.get("callback_id") == blocks.ANSWER_MODAL
         block, field = (
             (blocks.ANSWER_BLOCK, blocks.ANSWER_INPUT)
             if is_answer
             else (blocks.REASON_BLOCK, blocks.REASON_INPUT)
         )
-        text = ((values.get(block) or {}).get(field) or {}).get("value") or ""
+        submission = parse_submission(body, view)
+        if submission is None or foreign(submission.team, context):
+            stale = "This form does not match a request any more; close it and click again."
+            await ack(response_action="errors", errors={block: stale})
+            return
+        user = submission.user
+        text = input_value(submission.values, block, field)
         try:
-            request = await decider.load(str(view.get("private_metadata", "")))
-            refusal = await decider.refusal(user, None, request)
+            request = await decider.load(submission.request_id)
+            refusal = await decider.refusal(user, request)
             if refusal or request is None:
                 await ack(response_action="errors", errors={block: _plain(refusal)})
                 return
@@ -221,11 +242,18 @@ def build_bolt_app(
     app.view(blocks.REJECT_MODAL)(on_submit)
     app.view(blocks.ANSWER_MODAL)(on_submit)
 
-    async def on_command(ack: AsyncAck, command: dict[str, Any]) -> None:
+    async def on_command(ack: AsyncAck, command: dict[str, Any], context: AsyncBoltContext) -> None:
+        user, channel = command.get("user_id"), command.get("channel_id")
+        text_in = command.get("text")
+        if not isinstance(user, str) or not user or foreign(str(command.get("team_id")), context):
+            await ack()
+            return
         try:
             text = await asyncio.wait_for(
                 commands.handle(
-                    command["user_id"], command.get("channel_id", ""), command.get("text", "")
+                    user,
+                    channel if isinstance(channel, str) else "",
+                    text_in if isinstance(text_in, str) else "",
                 ),
                 REDIS_TIMEOUT * 2,
             )

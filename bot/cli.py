@@ -86,6 +86,7 @@ async def _serve(settings: Settings, host_name: str, port: int, workers: int) ->
                 bot.bolt, app_token=settings.slack_app_token, api_url=settings.slack_api_url
             )
         except BaseException:
+            await bot.close()
             await host.stop()
             raise
         log.info("SLACK_APP_TOKEN is set: Socket Mode, POST /slack/events is not used")

@@ -67,7 +67,10 @@ class SlashCommands:
     async def pending(self, channel_id: str, args: list[str]) -> str:
         everywhere = "all" in args
         cursor = next((a.split(":", 1)[1] for a in args if a.startswith("next:")), None)
-        page = await self.store.list_pending(None if everywhere else channel_id, cursor, PAGE)
+        try:
+            page = await self.store.list_pending(None if everywhere else channel_id, cursor, PAGE)
+        except ValueError:
+            return "That `next:` page marker is not one countersign gave; run `/approvals pending`."
         where = "anywhere" if everywhere else f"in <#{channel_id}>"
         if not page.requests:
             hint = "" if everywhere else " (`/approvals pending all` lists every channel)"

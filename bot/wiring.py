@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 from aiohttp import web
-from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent_host.connections import open_redis
@@ -18,6 +23,7 @@ from agent_host.settings import Settings
 
 from .app import BackgroundTasks, build_bolt_app
 from .commands import SlashCommands
+from .interactions import well_formed
 from .notifier import SlackNotifier
 from .reviewers import ReviewerRules
 from .routing import RouteBook, load_routes_file
@@ -34,6 +40,7 @@ class SlackBot:
     bolt: AsyncApp
     tasks: BackgroundTasks
     session: aiohttp.ClientSession
+    signing_secret: str
 
     async def close(self) -> None:
         """Finish the work started after acks, then close the Web API connections."""
@@ -88,14 +95,48 @@ async def build(settings: Settings) -> tuple[Host, SlackBot]:
         commands=SlashCommands(host.store, routes, settings.admin_ids),
         tasks=tasks,
     )
-    return host, SlackBot(client, routes, bolt, tasks, session)
+    secret = settings.slack_signing_secret or ""
+    return host, SlackBot(client, routes, bolt, tasks, session, secret)
+
+
+_TIMESTAMP = re.compile(r"^[0-9]{1,12}$")
+_SIGNATURE = re.compile(r"^v0=[0-9a-f]{64}$")
+MAX_SKEW_SECONDS = 300  # as Slack's documentation and Bolt allow
 
 
 def mount_slack(app: web.Application, bot: SlackBot) -> None:
-    """POST /slack/events: every Slack request, signature-verified by Bolt."""
+    """POST /slack/events: every Slack request. The signature is checked over the raw bytes
+    before anything is parsed, so a forged request costs one HMAC and is refused with 401
+    whatever its body; Bolt checks it again and dispatches. A signed but malformed body
+    gets 400."""
+    secret = bot.signing_secret.encode()
+
+    def signed(raw: bytes, stamp: str, signature: str) -> bool:
+        """Slack's v0 signature over the raw bytes, and a timestamp within 5 minutes."""
+        if not (_TIMESTAMP.fullmatch(stamp) and _SIGNATURE.fullmatch(signature)):
+            return False
+        if abs(time.time() - int(stamp)) > MAX_SKEW_SECONDS:
+            return False
+        base = b"v0:" + stamp.encode() + b":" + raw
+        expected = "v0=" + hmac.new(secret, base, hashlib.sha256).hexdigest()
+        return hmac.compare_digest(expected, signature)
 
     async def slack_events(request: web.Request) -> web.Response:
-        bolt_request = await to_bolt_request(request)
+        raw = await request.read()
+        stamp = request.headers.get("X-Slack-Request-Timestamp", "")
+        signature = request.headers.get("X-Slack-Signature", "")
+        if not signed(raw, stamp, signature):
+            return web.json_response({"error": "invalid or stale Slack signature"}, status=401)
+        try:
+            bolt_request = AsyncBoltRequest(
+                body=raw.decode("utf-8"),
+                query=request.query_string,
+                headers=dict(request.headers),
+            )
+        except (ValueError, RecursionError, TypeError, KeyError, AttributeError):
+            bolt_request = None
+        if bolt_request is None or not well_formed(bolt_request.body):
+            return web.json_response({"error": "malformed Slack request body"}, status=400)
         return await to_aiohttp_response(await bot.bolt.async_dispatch(bolt_request))
 
     app.router.add_post("/slack/events", slack_events)

@@ -59,7 +59,7 @@ async def test_two_sweepers_expire_once_and_the_run_resumes_rejected(redis: Redi
 
 
 async def test_click_racing_the_sweeper_gives_one_terminal_outcome(redis: Redis) -> None:
-    clock = FakeClock()
+    clock = FakeClock(tick=0.0002)  # two readings (sweep, click) straddle the deadline
     env = make_env(redis, clock=clock)
     sweeper = Sweeper(env.store)
     runs, winners = [], {"click": 0, "sweeper": 0}
@@ -67,7 +67,8 @@ async def test_click_racing_the_sweeper_gives_one_terminal_outcome(redis: Redis)
         run_id = await env.start("refund-agent", "refund order 123")
         runs.append(run_id)
         (request,) = await env.requests(run_id)
-        clock.advance(DEFAULT_EXPIRY_SECONDS + 1)  # only this run's request is due
+        # right at the deadline: the sweeper may expire it and a click may still decide it
+        clock.advance(request.expires_at - clock.now - 0.0005)
         swept, click = await asyncio.gather(
             sweeper.sweep(), env.store.decide(request.request_id, Approve(decided_by="bob"))
         )
@@ -84,6 +85,23 @@ async def test_click_racing_the_sweeper_gives_one_terminal_outcome(redis: Redis)
     for run_id in runs:
         assert await env.status(run_id) == "succeeded"
     assert await zcard_all(redis, "deadlines") == 0 and await zcard_all(redis, "pending") == 0
+
+
+async def test_a_click_after_the_deadline_is_refused_even_before_the_sweep(
+    redis: Redis,
+) -> None:
+    clock = FakeClock()
+    env = make_env(redis, clock=clock)
+    run_id = await env.start("refund-agent", "refund order 123")
+    (request,) = await env.requests(run_id)
+    clock.advance(DEFAULT_EXPIRY_SECONDS + 1)
+    late = await env.store.decide(request.request_id, Approve(decided_by="bob"))
+    assert late.outcome == "past_deadline"
+    current = await env.store.get_request(request.request_id)
+    assert current is not None and current.status == "pending"  # the sweeper's to expire
+    assert await Sweeper(env.store).sweep() == 1
+    await env.drain()
+    assert env.effects.count("refund") == 0
 
 
 async def test_many_sweepers_share_the_work_without_double_expiry(redis: Redis) -> None:

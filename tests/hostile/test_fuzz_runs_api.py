@@ -319,16 +319,6 @@ def test_health_endpoints_ignore_odd_requests(hostile: Hostile, before: Snapshot
 # -- known bugs, pinned ----------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: agent_host/http_api.py:58 _authorized does hmac.compare_digest(given.encode(), "
-        "...) on the Authorization header as aiohttp decoded it (UTF-8 with "
-        "surrogateescape); a header holding bytes that are not UTF-8 raises "
-        "UnicodeEncodeError and anyone on the network gets a 500 instead of 401. Fix: "
-        "encode with errors='surrogateescape' (or catch UnicodeEncodeError -> 401)"
-    ),
-)
 @pytest.mark.parametrize("value", [b"Bearer \xff", b"Bearer " + API_TOKEN.encode() + b"\x80"])
 def test_bug_non_utf8_authorization_is_a_401_not_a_5xx(hostile: Hostile, value: bytes) -> None:
     before = hostile.settle()
@@ -337,16 +327,6 @@ def test_bug_non_utf8_authorization_is_a_401_not_a_5xx(hostile: Hostile, value: 
     assert reply.status == 401, reply
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: agent_host/http_api.py:158-160 _valid_cursor accepts any score for which "
-        "str.isdigit() is true, including superscripts ('²') and numbers longer than "
-        "int() converts (4300 digits); RunStore.list_pending then does int(score_text) "
-        "(agent_host/store.py:295, list_pending) and raises ValueError -> 500. Fix: "
-        "re.fullmatch(r'[0-9]{1,18}:[^:]*', cursor) in _valid_cursor"
-    ),
-)
 @pytest.mark.parametrize("cursor", ["\u00b2:x", "\u00b9\u00b2:req_x", "9" * 5000 + ":x"])
 def test_bug_cursor_with_odd_digits_is_a_400_not_a_5xx(hostile: Hostile, cursor: str) -> None:
     before = hostile.settle()
@@ -356,18 +336,6 @@ def test_bug_cursor_with_odd_digits_is_a_400_not_a_5xx(hostile: Hostile, cursor:
     assert reply.status == 400, reply
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: agent_host/http_api.py run_detail validates the path with K.token_of, which "
-        "accepts request ids and run ids with a numeric suffix (keys.py _ID), so "
-        "GET /api/v1/runs/req_<token>_0001 answers 200 with that id as `run_id`, the run's "
-        "requests, and a `checkpoint_error` saying the checkpoint 'belongs to another run or "
-        "request. Do not resume it; restore it from a backup' (the AAD check fails because "
-        "the id is not the run id) - a false alarm for an operator. Fix: require "
-        "re.fullmatch(r'run_[0-9a-f]{8,64}', run_id) (or info['run_id'] == run_id), else 404"
-    ),
-)
 @pytest.mark.parametrize("suffix", ["req_{token}_0001", "run_{token}_1"])
 def test_bug_run_detail_answers_only_to_run_ids(hostile: Hostile, suffix: str) -> None:
     token = hostile.cast.open.run_id.removeprefix("run_")

@@ -255,15 +255,6 @@ def test_signed_payloads_of_any_shape_change_nothing(
     hostile.assert_unchanged(before, body[:300])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: bot/app.py:134-135 on_button indexes the signed payload without checking its "
-        "shape (body['actions'][0], body['user']['id'], body.get('channel') or {} then .get), "
-        "and Bolt's own action matcher indexes actions[0]; an empty `actions`, a missing "
-        "`user` or a string `channel` is a 500"
-    ),
-)
 @fuzz_settings(max_examples=40)
 @example(payload={"type": "block_actions", "actions": []})
 @example(payload={"type": "block_actions", "actions": [{"action_id": blocks.APPROVE}]})
@@ -471,18 +462,6 @@ _UNSIGNED_CRASHERS = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: bot/wiring.py:98 slack_events builds the AsyncBoltRequest (request.text(), "
-        "then Bolt's parse_body json.loads) before the signature is checked; an undecodable "
-        "body, an unknown charset, a `payload` that is not JSON or is nested too deeply, or a "
-        "JSON body that is not an object raises, and anyone on the network gets a 500. Fix: "
-        "in slack_events read the raw bytes, verify X-Slack-Signature/Timestamp first "
-        "(SignatureVerifier over the raw body, 401 otherwise), then decode and parse inside "
-        "try/except -> 400 for anything that is not a UTF-8 form or JSON object"
-    ),
-)
 @pytest.mark.parametrize("name", sorted(_UNSIGNED_CRASHERS))
 @pytest.mark.parametrize("signed", [False, True], ids=["unsigned", "signed"])
 def test_bug_unparseable_bodies_are_a_4xx_not_a_5xx(
@@ -498,17 +477,6 @@ def test_bug_unparseable_bodies_are_a_4xx_not_a_5xx(
     assert 400 <= reply.status < 500, reply
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: bot/wiring.py:98 slack_events hands the headers to Bolt unchecked; slack_sdk's "
-        "SignatureVerifier.is_valid does int(timestamp) (ValueError on 'abc', '1e3' or "
-        "5000 digits) and hmac.compare_digest(str, str) (TypeError on a non-ASCII "
-        "X-Slack-Signature), and Bolt answers 500. Fix: in slack_events require "
-        "the timestamp to match [0-9]{1,12} and the signature v0=[0-9a-f]{64} (ASCII), "
-        "else 401, before dispatching to Bolt"
-    ),
-)
 @pytest.mark.parametrize(
     ("stamp", "signature"),
     [
@@ -531,18 +499,6 @@ def test_bug_malformed_signature_headers_are_a_401_not_a_5xx(
     assert reply.status == 401, reply
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: nothing checks the payload's team: bot/app.py Decider.refusal (line 70-79) "
-        "looks at the channel and the route's reviewers only, and Bolt's single-team "
-        "authorization does not compare team ids. A correctly signed click from another "
-        "workspace (a distributed app, a Slack Connect channel, a leaked signing secret) "
-        "decides a default-routed request. Fix: in on_button/on_submit refuse unless "
-        "body['team']['id'] (and user.team_id) equals the installed team (auth.test "
-        "team_id, available as context.team_id / authorize_result.team_id)"
-    ),
-)
 def test_bug_click_from_another_team_is_refused(hostile: Hostile) -> None:
     request = hostile.new_pending()
     before = hostile.settle()
@@ -559,17 +515,6 @@ def test_bug_click_from_another_team_is_refused(hostile: Hostile) -> None:
     hostile.assert_unchanged(before, "a click from another team")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: bot/app.py:74 Decider.refusal checks only that the click's channel equals "
-        "the request's message_channel, never that the clicked message (container."
-        "message_ts / message.ts) is the request's message_ts; so a signed click on one "
-        "message whose button value names another request in the same channel decides that "
-        "other request. Fix: pass body['container']['message_ts'] to refusal and refuse "
-        "when request.message_ts is set and differs"
-    ),
-)
 def test_bug_click_whose_value_names_another_request_is_refused(hostile: Hostile) -> None:
     shown, other = hostile.new_pending(), hostile.new_pending()
     assert shown.message_channel == other.message_channel
@@ -582,15 +527,6 @@ def test_bug_click_whose_value_names_another_request_is_refused(hostile: Hostile
     hostile.assert_unchanged(before, "a click on one message naming another request")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: bot/app.py:74 skips the channel check when the payload has no channel "
-        "(`if channel and ...`), so a signed block_actions payload without `channel` / "
-        "`container.channel_id` decides a request from anywhere. Fix: refuse a message "
-        "button click that carries no channel or message ts"
-    ),
-)
 def test_bug_click_without_a_channel_is_refused(hostile: Hostile) -> None:
     request = hostile.new_pending()
     before = hostile.settle()
@@ -600,17 +536,6 @@ def test_bug_click_without_a_channel_is_refused(hostile: Hostile) -> None:
     hostile.assert_unchanged(before, "a click without a channel")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: bot/commands.py:69-70 SlashCommands.pending passes the `next:<cursor>` "
-        "argument unchecked to RunStore.list_pending, whose int(score_text) "
-        "(agent_host/store.py:295) raises ValueError; bot/app.py on_command catches "
-        "only Redis/timeout errors, so `/approvals pending next:abc` is a 500 and Slack shows "
-        "the user an error. Fix: validate the cursor in pending() with "
-        "re.fullmatch(r'[0-9]{1,18}:.*') and answer with a hint otherwise"
-    ),
-)
 @pytest.mark.parametrize("cursor", ["abc", "\u00b2:x", ":x", "9" * 5000 + ":x"])
 def test_bug_slash_pending_with_a_malformed_cursor_is_not_a_5xx(
     hostile: Hostile, cursor: str

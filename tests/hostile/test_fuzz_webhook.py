@@ -235,16 +235,6 @@ def test_concurrent_copies_of_one_decision_are_processed_once(hostile: Hostile) 
     assert hostile.stack.effects.count("refund") == refunds + 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: agent_host/http_api.py:171 approval_webhook does hmac.compare_digest("
-        "given.encode(), ...) on the header as aiohttp decoded it (UTF-8 with "
-        "surrogateescape); a signature header holding bytes that are not UTF-8 raises "
-        "UnicodeEncodeError and anyone on the network gets a 500. Fix: compare bytes "
-        "encoded with errors='surrogateescape' (or catch UnicodeEncodeError -> 401)"
-    ),
-)
 @pytest.mark.parametrize("value", [b"sha256=\xff", b"\xc3\x28", b"sha256=" + b"\x80" * 64])
 def test_bug_non_utf8_signature_header_is_a_401_not_a_5xx(hostile: Hostile, value: bytes) -> None:
     before = hostile.settle()

@@ -1,0 +1,103 @@
+"""Reading Slack's interaction payloads: only the fields countersign uses, checked.
+
+A signed payload can still be malformed or hostile (a value naming another request, another
+channel, another team); these parsers return None for anything not shaped as Slack sends
+it, so a listener never fails on a missing field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Click", "Submission", "input_value", "parse_click", "parse_submission", "well_formed"]
+
+
+@dataclass(frozen=True)
+class Click:
+    user: str
+    team: str
+    channel: str
+    message_ts: str
+    action_id: str
+    request_id: str
+    trigger_id: str
+
+
+@dataclass(frozen=True)
+class Submission:
+    user: str
+    team: str
+    callback_id: str
+    request_id: str
+    values: dict[str, Any]
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def parse_click(body: Any) -> Click | None:
+    body = _dict(body)
+    actions = body.get("actions")
+    if not isinstance(actions, list) or not actions:
+        return None
+    action = _dict(actions[0])
+    container = _dict(body.get("container"))
+    click = Click(
+        user=_text(_dict(body.get("user")).get("id")),
+        team=_text(_dict(body.get("team")).get("id")),
+        channel=_text(_dict(body.get("channel")).get("id")),
+        message_ts=_text(container.get("message_ts")),
+        action_id=_text(action.get("action_id")),
+        request_id=_text(action.get("value")),
+        trigger_id=_text(body.get("trigger_id")),
+    )
+    if not (click.user and click.channel and click.action_id and click.request_id):
+        return None
+    return click
+
+
+def parse_submission(body: Any, view: Any) -> Submission | None:
+    body, view = _dict(body), _dict(view)
+    values = _dict(_dict(view.get("state")).get("values"))
+    submission = Submission(
+        user=_text(_dict(body.get("user")).get("id")),
+        team=_text(_dict(body.get("team")).get("id")),
+        callback_id=_text(view.get("callback_id")),
+        request_id=_text(view.get("private_metadata")),
+        values=values,
+    )
+    if not (submission.user and submission.request_id):
+        return None
+    return submission
+
+
+def well_formed(body: Any) -> bool:
+    """Shaped as Slack sends it, as far as Bolt's own routing relies on: a block action
+    with actions, a view submission with a view, a slash command with its command."""
+    if not isinstance(body, dict):
+        return False
+    kind = body.get("type")
+    if kind == "block_actions":
+        actions = body.get("actions")
+        return (
+            isinstance(actions, list)
+            and bool(actions)
+            and all(isinstance(a, dict) and isinstance(a.get("action_id"), str) for a in actions)
+        )
+    if kind in ("view_submission", "view_closed"):
+        view = body.get("view")
+        return isinstance(view, dict) and isinstance(view.get("callback_id", ""), str)
+    if "command" in body:
+        return isinstance(body.get("command"), str)
+    return kind is None or isinstance(kind, str)
+
+
+def input_value(values: dict[str, Any], block_id: str, action_id: str) -> str:
+    """The text typed into a modal's input, or "" when absent."""
+    return _text(_dict(_dict(values.get(block_id)).get(action_id)).get("value"))
