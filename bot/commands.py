@@ -18,7 +18,8 @@ from agent_host.approvals import ApprovalRequest
 from agent_host.store import RunStore
 
 from .blocks import escape, mask_secrets
-from .routing import RouteBook, RouteSpecError, format_rules, parse_spec
+from .route_rules import RouteSpecError, format_rules, parse_spec
+from .routing import RouteBook
 
 __all__ = ["SlashCommands", "help_text"]
 

@@ -20,7 +20,7 @@ from agent_host.http_api import create_app
 from agent_host.settings import Settings
 from bot.sandbox import SlackStandIn, Workspace
 
-from .routing import RouteRule
+from .route_rules import RouteRule
 from .server import start_site, stop_on_signals
 from .wiring import build, mount_slack
 

@@ -26,7 +26,8 @@ from .commands import SlashCommands
 from .interactions import well_formed
 from .notifier import SlackNotifier
 from .reviewers import ReviewerRules
-from .routing import RouteBook, load_routes_file
+from .route_rules import load_routes_file
+from .routing import RouteBook
 
 __all__ = ["SlackBot", "build", "mount_slack"]
 

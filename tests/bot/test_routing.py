@@ -14,10 +14,8 @@ from agent_host import keys
 from agent_host.approvals import DEFAULT_EXPIRY_SECONDS, Route, Router
 from agent_host.errors import StoreError
 from agent_host.policy import Severity
-from bot.routing import (
-    ROUTE_COUNTER,
+from bot.route_rules import (
     SPEC_EXAMPLE,
-    RouteBook,
     RouteRule,
     RoutesFileError,
     RouteSpecError,
@@ -27,6 +25,7 @@ from bot.routing import (
     parse_duration,
     parse_spec,
 )
+from bot.routing import ROUTE_COUNTER, RouteBook
 
 DEFAULT = "C0DEFAULT"
 
