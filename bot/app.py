@@ -77,11 +77,7 @@ class Decider:
         empty when they may."""
         if request is None:
             return "This approval request does not exist (any more). Nothing was changed."
-        if (
-            click is not None
-            and request.message_ts
-            and (click.channel != request.message_channel or click.message_ts != request.message_ts)
-        ):
+        if click is not None and not _click_belongs(click, request):
             return "This button does not belong to this request's message. Nothing was changed."
         if request.decided:
             return already_decided(request)
@@ -109,6 +105,18 @@ class Decider:
         if user in now.approvals:
             return DecideResult("progress", now, approvals=len(now.approvals))
         raise TimeoutError("the decision was not recorded")
+
+
+def _click_belongs(click: Click, request: ApprovalRequest) -> bool:
+    """The button sits in the block built for this very request, in its channel, on its
+    message: a value naming another request is refused. (A message posted twice after a
+    lost answer from Slack carries the same block, so either copy works.)"""
+    block = blocks.actions_block_id(request.request_id)
+    if click.block_id != block:
+        return False
+    if request.message_channel and click.channel != request.message_channel:
+        return False
+    return click.message_ts == request.message_ts or block in click.message_block_ids
 
 
 def already_decided(request: ApprovalRequest) -> str:

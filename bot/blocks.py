@@ -102,6 +102,13 @@ _FENCE = "```"
 
 
 # -- text helpers ---------------------------------------------------------------------------
+
+
+def actions_block_id(request_id: str) -> str:
+    """The block holding a request's buttons: a click names both it and the request."""
+    return f"actions:{request_id}"
+
+
 def escape(text: str) -> str:
     """Escape `&`, `<` and `>` as Slack's mrkdwn requires (`&amp;`, `&lt;`, `&gt;`)."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
@@ -382,7 +389,7 @@ def _actions(request: ApprovalRequest) -> Block:
         if request.allow_always:
             elements.append(_button("Approve for this run", APPROVE_ALWAYS, rid))
         elements.append(_button("Reject", REJECT, rid, "danger"))
-    return {"type": "actions", "block_id": f"actions:{rid}", "elements": elements}
+    return {"type": "actions", "block_id": actions_block_id(rid), "elements": elements}
 
 
 def approval_message(request: ApprovalRequest) -> tuple[str, list[Block]]:

@@ -19,7 +19,9 @@ class Click:
     team: str
     channel: str
     message_ts: str
+    block_id: str
     action_id: str
+    message_block_ids: frozenset[str]
     request_id: str
     trigger_id: str
 
@@ -53,7 +55,13 @@ def parse_click(body: Any) -> Click | None:
         team=_text(_dict(body.get("team")).get("id")),
         channel=_text(_dict(body.get("channel")).get("id")),
         message_ts=_text(container.get("message_ts")),
+        block_id=_text(action.get("block_id")),
         action_id=_text(action.get("action_id")),
+        message_block_ids=frozenset(
+            _text(_dict(b).get("block_id"))
+            for b in _dict(body.get("message")).get("blocks") or []
+            if isinstance(b, dict)
+        ),
         request_id=_text(action.get("value")),
         trigger_id=_text(body.get("trigger_id")),
     )
