@@ -48,7 +48,10 @@ async def open_redis(settings: Settings) -> tuple[Redis, RedisServer | None]:
     client = client or Redis.from_url(url, **_CLIENT_OPTIONS)
     if await _is_cluster(client):
         await client.aclose()
-        client = _cluster_client(url)
+        cluster = RedisCluster.from_url(url, **_CLIENT_OPTIONS)
+        # Learn the slot map now, before the workers' many first commands race to build it.
+        await cluster.initialize()
+        client = _as_client(cluster)
         log.info("REDIS_URL is a Redis Cluster node: using cluster mode")
     return client, server
 
@@ -79,9 +82,8 @@ async def _is_cluster(client: Redis) -> bool:
     return info.get("cluster_enabled") in (1, "1")
 
 
-def _cluster_client(url: str) -> Redis:
+def _as_client(cluster: RedisCluster) -> Redis:
     # Every state change is one script over keys that share a hash tag (see `keys`), so
     # the cluster client serves where a single server's client does; it speaks the same
     # commands, hence the cast.
-    cluster = RedisCluster.from_url(url, **_CLIENT_OPTIONS)
     return cast(Redis, cluster)

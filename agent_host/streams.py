@@ -122,7 +122,7 @@ class StreamConsumer:
         return list(reply[1])
 
     async def run(self, stop: asyncio.Event) -> None:
-        await self.ensure_group()
+        """Poll until `stop`; the loop outlives Redis outages and any one bad moment."""
         while not stop.is_set():
             try:
                 await self.poll()
@@ -130,9 +130,14 @@ class StreamConsumer:
                 log.warning("%s: Redis unavailable (%s); retrying", self.stream, exc)
                 await _sleep_or_stop(stop, 1.0)
             except ResponseError as exc:
-                if "NOGROUP" not in str(exc):
-                    raise
-                self._group_ready = False  # the stream was lost (e.g. Redis without AOF)
+                if "NOGROUP" in str(exc):
+                    self._group_ready = False  # the stream was lost (e.g. Redis without AOF)
+                    continue
+                log.exception("%s: Redis refused a command; retrying", self.stream)
+                await _sleep_or_stop(stop, 1.0)
+            except Exception:
+                log.exception("%s: unexpected error; retrying", self.stream)
+                await _sleep_or_stop(stop, 1.0)
 
 
 class ShardedConsumer:
