@@ -88,7 +88,11 @@ class SlackNotifier:
         )
 
     async def run_finished(self, run: RunSummary, requests: list[ApprovalRequest]) -> None:
-        posted = [r for r in requests if r.message_ts]
+        if any(not r.message_ts for r in requests):
+            # Another process may still be posting a request (paced, or Slack is slow):
+            # the outcome belongs in its thread, so wait for it rather than drop it.
+            raise RetryLater(f"run {run.run_id}: a request is not posted yet")
+        posted = requests
         if not posted:
             return
         last = posted[-1]
