@@ -26,7 +26,7 @@ from .errors import StoreError
 from .runner import Failed, Paused, RunOutcome
 from .scripts import CREATE, DECIDE, FINISH, PAUSE
 
-__all__ = ["PendingPage", "RunStore", "parse_cursor"]
+__all__ = ["PendingPage", "RunStore", "decide_keys", "parse_cursor"]
 
 log = logging.getLogger(__name__)
 
@@ -231,27 +231,14 @@ class RunStore:
         `current`, when the caller has just read the request, saves a round trip; the
         script checks the request's state itself, so a stale copy changes nothing.
         """
-        try:
-            k = K.Keys(request_id)
-        except ValueError:
+        if not _is_request_id(request_id):
             return DecideResult("not_found")
         if current is None or current.request_id != request_id:
             current = await self.get_request(request_id)
         if current is None:
             return DecideResult("not_found")
         outcome, extra = await self._decide(
-            keys=[
-                k.request(request_id),
-                k.approvers(request_id),
-                k.run,
-                k.audit,
-                k.shard.pending,
-                k.shard.deadlines,
-                k.shard.resume,
-                k.shard.outbox,
-                k.shard.metrics,
-                k.shard.pending_in(current.route.destination),
-            ],
+            keys=decide_keys(request_id, current.route.destination),
             args=[
                 request_id,
                 decision.kind,
@@ -353,6 +340,31 @@ class RunStore:
     async def audit(self, run_id: str) -> list[dict[str, str]]:
         entries: Any = await self.redis.xrange(K.Keys(run_id).audit)
         return [_decode_map(fields) | {"id": _text(entry_id)} for entry_id, fields in entries]
+
+
+def _is_request_id(value: str) -> bool:
+    try:
+        K.token_of(value)
+    except ValueError:
+        return False
+    return True
+
+
+def decide_keys(request_id: str, destination: str) -> list[str]:
+    """The keys of the DECIDE script for one request, in its order."""
+    k = K.Keys(request_id)
+    return [
+        k.request(request_id),
+        k.approvers(request_id),
+        k.run,
+        k.audit,
+        k.shard.pending,
+        k.shard.deadlines,
+        k.shard.resume,
+        k.shard.outbox,
+        k.shard.metrics,
+        k.shard.pending_in(destination),
+    ]
 
 
 _CURSOR = re.compile(r"^([0-9]{1,18}):(req_[0-9a-f]{8,64}_[0-9]{1,6})$")

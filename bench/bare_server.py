@@ -20,8 +20,8 @@ from urllib.parse import parse_qs
 from aiohttp import web
 from redis.asyncio import Redis
 
-from agent_host import keys as K
 from agent_host.scripts import DECIDE
+from agent_host.store import decide_keys
 from bot.sandbox.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, compute_signature
 from bot.server import start_site, stop_on_signals
 
@@ -41,21 +41,9 @@ def create_bare_app(redis: Redis, secret: str, destination: str) -> web.Applicat
             return web.Response(status=401)
         payload = json.loads(parse_qs(body.decode())["payload"][0])
         request_id, user = payload["actions"][0]["value"], payload["user"]["id"]
-        k = K.Keys(request_id)
         decision = json.dumps({"kind": "approve", "decided_by": user})
         await decide(
-            keys=[
-                k.request(request_id),
-                k.approvers(request_id),
-                k.run,
-                k.audit,
-                k.shard.pending,
-                k.shard.deadlines,
-                k.shard.resume,
-                k.shard.outbox,
-                k.shard.metrics,
-                k.shard.pending_in(destination),
-            ],
+            keys=decide_keys(request_id, destination),
             args=[request_id, "approve", "approved", decision, user, repr(time.time()), ""],
         )
         return web.Response(status=200)
