@@ -23,7 +23,9 @@ test: install
 	$(BIN)/mypy agent_host bot
 	$(BIN)/pytest -q -p no:cacheprovider
 
-demo: install
+# The demo needs Redis but no browser: it prints a URL for yours.
+demo: $(STAMP)
+	@./scripts/system-deps.sh redis
 	$(BIN)/countersign demo
 
 lint: install

@@ -2,9 +2,12 @@
 # Installs the servers countersign's tests and demo run for real: redis-server and Chromium.
 # Uses Debian's packages; needs root (as on CI) or sudo, and says what to install otherwise.
 set -euo pipefail
+# `system-deps.sh` installs both; `system-deps.sh redis` only what the demo needs.
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
-[ -x /usr/bin/chromium ] || missing+=(chromium)
+if [ "${1:-all}" != "redis" ]; then
+  [ -x /usr/bin/chromium ] || missing+=(chromium)
+fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" -eq 0 ]; then
