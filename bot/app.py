@@ -17,7 +17,6 @@ from typing import Any
 
 from redis.exceptions import RedisError
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
-from slack_sdk.errors import SlackApiError
 
 from agent_host.approvals import ApprovalRequest, DecideResult
 from agent_host.decisions import Answer, Approve, Decision, Reject
@@ -26,14 +25,14 @@ from agent_host.store import RunStore
 from . import blocks
 from .commands import SlashCommands
 from .interactions import Click, input_value, parse_click, parse_submission
+from .notifier import SlackNotifier
 from .reviewers import ReviewerRules
 
 __all__ = ["BackgroundTasks", "build_bolt_app"]
 
 log = logging.getLogger(__name__)
 
-REDIS_TIMEOUT = 1.0
-EPHEMERAL_ATTEMPTS = 4  # seconds a click waits on Redis before answering "try again"
+REDIS_TIMEOUT = 1.0  # seconds a click waits on Redis before answering "try again"
 UNAVAILABLE = (
     ":hourglass: countersign could not record your decision right now (its database is not "
     "reachable). Nothing was changed; please click again in a moment."
@@ -156,6 +155,7 @@ def result_text(result: DecideResult) -> str:
 def build_bolt_app(
     *,
     client: Any,
+    notifier: SlackNotifier,
     signing_secret: str,
     store: RunStore,
     reviewers: ReviewerRules,
@@ -172,7 +172,7 @@ def build_bolt_app(
 
     def ephemeral(channel: str, user: str, text: str) -> None:
         if text and channel:
-            tasks.spawn(_post_ephemeral(client, channel, user, text))
+            tasks.spawn(_post_ephemeral(notifier, channel, user, text))
 
     def foreign(team: str, context: AsyncBoltContext) -> bool:
         """From another workspace than the one the bot's token belongs to?"""
@@ -196,7 +196,9 @@ def build_bolt_app(
                 modal = (
                     blocks.reject_modal if click.action_id == blocks.REJECT else blocks.answer_modal
                 )
-                tasks.spawn(_open_view(client, click.trigger_id, modal(request), channel, user))
+                tasks.spawn(
+                    _open_view(client, notifier, click.trigger_id, modal(request), channel, user)
+                )
                 return
             always = click.action_id == blocks.APPROVE_ALWAYS and request.allow_always
             decision = Approve(decided_by=user, call_hash=request.call_hash, always=always)
@@ -279,34 +281,25 @@ def _plain(text: str) -> str:
     return text.replace("*", "")[:150]
 
 
-async def _post_ephemeral(client: Any, channel: str, user: str, text: str) -> None:
-    """Tell the clicker; retried through 429s, 5xx and timeouts (they must learn why)."""
-    for attempt in range(1, EPHEMERAL_ATTEMPTS + 1):
-        try:
-            await asyncio.wait_for(
-                client.chat_postEphemeral(channel=channel, user=user, text=text), 10
-            )
-            return
-        except SlackApiError as exc:
-            status = exc.response.status_code
-            if status != 429 and status < 500:
-                log.warning("ephemeral reply to %s refused: %s", user, exc)
-                return
-            wait = float(exc.response.headers.get("Retry-After", 0) or 0) if status == 429 else 0
-            await asyncio.sleep(max(wait, 0.5 * attempt))
-        except (TimeoutError, OSError) as exc:
-            log.info("ephemeral reply to %s: %s; retrying", user, exc)
-            await asyncio.sleep(0.5 * attempt)
-    log.warning("ephemeral reply to %s failed %d times; giving up", user, EPHEMERAL_ATTEMPTS)
+async def _post_ephemeral(notifier: SlackNotifier, channel: str, user: str, text: str) -> None:
+    try:
+        await notifier.post_ephemeral(channel, user, text)
+    except Exception as exc:  # retried already; a lost answer must not end the task noisily
+        log.warning("ephemeral reply to %s failed: %s", user, exc)
 
 
 async def _open_view(
-    client: Any, trigger_id: str, view: dict[str, Any], channel: str, user: str
+    client: Any,
+    notifier: SlackNotifier,
+    trigger_id: str,
+    view: dict[str, Any],
+    channel: str,
+    user: str,
 ) -> None:
     try:
         await asyncio.wait_for(client.views_open(trigger_id=trigger_id, view=view), 2.5)
     except Exception as exc:
         log.warning("views.open failed: %s", exc)
         await _post_ephemeral(
-            client, channel, user, "Could not open the form; click the button again."
+            notifier, channel, user, "Could not open the form; click the button again."
         )

@@ -104,6 +104,12 @@ class SlackNotifier:
             ),
         )
 
+    async def post_ephemeral(self, channel: str, user: str, text: str) -> None:
+        """An answer only `user` sees; retried like every other call (they must learn why)."""
+        await self._call(
+            None, lambda: self.client.chat_postEphemeral(channel=channel, user=user, text=text)
+        )
+
     async def _call(self, channel: str | None, send: Callable[[], Awaitable[Any]]) -> Any:
         for attempt in range(1, self.attempts + 1):
             if channel:

@@ -78,18 +78,20 @@ async def build(settings: Settings) -> tuple[Host, SlackBot]:
     routes = RouteBook(redis, settings.default_channel)
     if settings.routes_file is not None:
         await routes.seed(load_routes_file(settings.routes_file))
+    notifier = SlackNotifier(client, settings.default_channel)
     host = Host(
         settings=settings,
         redis=redis,
         registry=registry,
         keyring=keyring,
         router=routes,
-        notifier=SlackNotifier(client, settings.default_channel),
+        notifier=notifier,
         embedded=embedded,
     )
     tasks = BackgroundTasks()
     bolt = build_bolt_app(
         client=client,
+        notifier=notifier,
         signing_secret=settings.slack_signing_secret or "",
         store=host.store,
         reviewers=ReviewerRules(client),
