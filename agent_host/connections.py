@@ -21,7 +21,7 @@ from .errors import ConfigurationError
 from .redis_server import RedisServer
 from .settings import Settings
 
-__all__ = ["open_redis"]
+__all__ = ["as_text", "open_redis"]
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,11 @@ _CLIENT_OPTIONS: dict[str, Any] = {
     "socket_connect_timeout": 5,
     "health_check_interval": 30,
 }
+
+
+def as_text(value: Any) -> str:
+    """A Redis reply as text (clients here return bytes, so checkpoints stay binary)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 async def open_redis(settings: Settings) -> tuple[Redis, RedisServer | None]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import keys as K
+from .connections import as_text
 
 if TYPE_CHECKING:
     from .host import Host
@@ -19,7 +20,7 @@ async def render_metrics(host: Host) -> str:
     for shard in K.shards():  # every shard counts its own; the figures are their sums
         raw: dict[Any, Any] = await redis.hgetall(shard.metrics)
         for key, count in raw.items():
-            name = key.decode() if isinstance(key, bytes) else str(key)
+            name = as_text(key)
             counters[name] = counters.get(name, 0.0) + float(count)
         outbox_depth += await _group_backlog(redis, shard.outbox, K.OUTBOX_GROUP)
         resume_backlog += await _group_backlog(redis, shard.resume, K.RESUME_GROUP)
@@ -57,6 +58,6 @@ async def _group_backlog(redis: Any, stream: str, group: str) -> int:
         return int(await redis.xlen(stream)) if await redis.exists(stream) else 0
     for info in groups:
         name = info.get("name")
-        if (name.decode() if isinstance(name, bytes) else name) == group:
+        if as_text(name) == group:
             return int(info.get("lag") or 0) + int(info.get("pending") or 0)
     return int(await redis.xlen(stream))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
+from .connections import as_text
 from .keys import Keys
 from .ledger import Claim
 
@@ -21,7 +22,7 @@ class RedisLedger:
         if await self.redis.hsetnx(key, call_id, "started"):
             return Claim("claimed")
         value = await self.redis.hget(key, call_id)
-        text = value.decode() if isinstance(value, bytes) else str(value or "")
+        text = as_text(value or "")
         if text.startswith(_DONE):
             return Claim("finished", text[len(_DONE) :])
         return Claim("in_doubt")

@@ -16,6 +16,7 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
 from . import keys as K
+from .connections import as_text
 from .crypto import KeyRing
 from .errors import CheckpointError
 
@@ -48,7 +49,7 @@ async def rotate_checkpoints(redis: Redis, keyring: KeyRing, batch: int = 200) -
         start = int(await redis.hget(K.ROTATION, field) or 0)
         while run_ids := await redis.zrange(shard.runs, start, start + batch - 1):
             for raw in run_ids:
-                run_id = raw.decode() if isinstance(raw, bytes) else str(raw)
+                run_id = as_text(raw)
                 report.examined += 1
                 if await _rotate_one(redis, swap, keyring, run_id):
                     report.rotated += 1
@@ -66,7 +67,7 @@ async def _rotate_one(redis: Redis, swap: AsyncScript, keyring: KeyRing, run_id:
     pause_id: Any = await redis.hget(k.run, "pause_id")
     if blob is None or pause_id is None or not keyring.needs_rotation(blob):
         return False
-    pause = pause_id.decode() if isinstance(pause_id, bytes) else str(pause_id)
+    pause = as_text(pause_id)
     try:
         fresh = keyring.reencrypt(blob, run_id=run_id, request_id=pause)
     except CheckpointError as exc:

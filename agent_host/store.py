@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 from . import keys as K
 from .approvals import ApprovalRequest, DecideResult, Router
 from .checkpoint import RunState
+from .connections import as_text
 from .crypto import KeyRing
 from .decisions import Decision, decision_adapter
 from .errors import StoreError
@@ -220,7 +221,7 @@ class RunStore:
         return [ApprovalRequest.from_hash(_decode_map(r)) for r in rows if r]
 
     async def run_requests(self, run_id: str) -> list[ApprovalRequest]:
-        ids = [_text(i) for i in await self.redis.lrange(K.Keys(run_id).requests, 0, -1)]
+        ids = [as_text(i) for i in await self.redis.lrange(K.Keys(run_id).requests, 0, -1)]
         return await self.get_requests(run_id, ids)
 
     async def decide(
@@ -249,7 +250,7 @@ class RunStore:
                 decision.call_hash or "",
             ],
         )
-        kind = _text(outcome)
+        kind = as_text(outcome)
         # The script's second value: resume queued (decided) or approvals so far (progress).
         return DecideResult(
             kind,  # type: ignore[arg-type]
@@ -296,7 +297,7 @@ class RunStore:
         if after is not None:
             score, member = after
             tied: list[Any] = await self.redis.zrange(index, score, score, desc=True, byscore=True)
-            rows = [(score, _text(m)) for m in tied if _text(m) < member]
+            rows = [(score, as_text(m)) for m in tied if as_text(m) < member]
             top = f"({score}"
         if len(rows) <= limit:
             more: list[Any] = await self.redis.zrange(
@@ -309,7 +310,7 @@ class RunStore:
                 num=limit + 1,
                 withscores=True,
             )
-            rows += [(int(s), _text(m)) for m, s in more]
+            rows += [(int(s), as_text(m)) for m, s in more]
         return rows
 
     async def _requests_by_id(self, request_ids: list[str]) -> list[ApprovalRequest | None]:
@@ -339,7 +340,7 @@ class RunStore:
 
     async def audit(self, run_id: str) -> list[dict[str, str]]:
         entries: Any = await self.redis.xrange(K.Keys(run_id).audit)
-        return [_decode_map(fields) | {"id": _text(entry_id)} for entry_id, fields in entries]
+        return [_decode_map(fields) | {"id": as_text(entry_id)} for entry_id, fields in entries]
 
 
 def _is_request_id(value: str) -> bool:
@@ -382,9 +383,5 @@ def _score(at: float) -> int:
     return int(at * 1000)
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _decode_map(raw: dict[Any, Any]) -> dict[str, str]:
-    return {_text(k): _text(v) for k, v in raw.items()}
+    return {as_text(k): as_text(v) for k, v in raw.items()}

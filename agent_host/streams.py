@@ -17,6 +17,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from .connections import as_text
+
 __all__ = ["RetryLater", "ShardedConsumer", "StreamConsumer", "trim_acknowledged"]
 
 log = logging.getLogger(__name__)
@@ -81,8 +83,8 @@ class StreamConsumer:
             if fields is None:  # trimmed while pending
                 await self.redis.xack(self.stream, self.group, entry_id)
                 continue
-            fields_text = {_text(k): _text(v) for k, v in fields.items()}
-            jobs.append(self._handle(_text(entry_id), fields_text))
+            fields_text = {as_text(k): as_text(v) for k, v in fields.items()}
+            jobs.append(self._handle(as_text(entry_id), fields_text))
         if self.concurrent:  # the outbox: one slow channel must not hold up the others
             return sum(await asyncio.gather(*jobs))
         return sum([await job for job in jobs])
@@ -173,13 +175,13 @@ async def trim_acknowledged(redis: Any, stream: str, group: str) -> int:
         groups: Any = await redis.xinfo_groups(stream)
     except ResponseError:
         return 0  # no such stream yet
-    info = next((g for g in groups if _text(g.get("name", b"")) == group), None)
+    info = next((g for g in groups if as_text(g.get("name", b"")) == group), None)
     if info is None:
         return 0
-    keep_from = _text(info["last-delivered-id"])
+    keep_from = as_text(info["last-delivered-id"])
     if int(info.get("pending") or 0):
         summary: Any = await redis.xpending(stream, group)
-        keep_from = min(keep_from, _text(summary["min"]), key=_entry_order)
+        keep_from = min(keep_from, as_text(summary["min"]), key=_entry_order)
     else:  # everything delivered is acknowledged: keep only what comes after
         ms, _, seq = keep_from.partition("-")
         keep_from = f"{ms}-{int(seq or 0) + 1}"
@@ -194,7 +196,3 @@ def _entry_order(entry_id: str) -> tuple[int, int]:
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), seconds)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

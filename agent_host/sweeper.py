@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 from . import keys as K
+from .connections import as_text
 from .crashpoints import NEVER, CrashPoints
 from .decisions import Expired
 from .store import RunStore
@@ -49,7 +50,7 @@ class Sweeper:
             self.crash.reached("sweeper_after_due")
         expired = 0
         for raw in due:
-            request_id = raw.decode() if isinstance(raw, bytes) else str(raw)
+            request_id = as_text(raw)
             result = await self.store.decide(request_id, Expired(decided_by=EXPIRED_BY))
             if result.outcome == "decided":
                 expired += 1
