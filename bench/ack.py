@@ -37,13 +37,10 @@ from .common import (
 from .stack import (
     SECRET,
     bare_server,
-    click_bodies,
     decided_count,
-    persist_pauses,
-    post_approvals,
+    prepare_clicks,
     resume_streams,
     serve_process,
-    set_message_refs,
     standin,
     wait_streams_drained,
 )
@@ -76,10 +73,7 @@ async def _phase(tmp: Path, server_kind: str, profile_to: Path | None = None) ->
     template = await refund_paused()
     outcomes = [clone_paused(template) for _ in range(WARMUP + clicks)]
     async with dedicated_redis(tmp, "redis") as (redis_server, redis), standin() as slack:
-        requests = await persist_pauses(redis, outcomes)
-        stamps = post_approvals(slack, requests)
-        await set_message_refs(redis, requests, stamps)
-        bodies = click_bodies(slack, requests, stamps)
+        requests, bodies = await prepare_clicks(redis, slack, outcomes)
         spec = {
             "url": "",
             "secret": SECRET,

@@ -20,12 +20,9 @@ from .common import Figure, clone_paused, dedicated_redis, ms, percentile, refun
 from .resume import handoff_latencies
 from .stack import (
     SECRET,
-    click_bodies,
-    persist_pauses,
-    post_approvals,
+    prepare_clicks,
     resume_streams,
     serve_process,
-    set_message_refs,
     standin,
     wait_streams_drained,
 )
@@ -41,10 +38,7 @@ async def run(tmp: Path) -> list[Figure]:
     template = await refund_paused()
     outcomes = [clone_paused(template) for _ in range(WARMUP + CLICKS)]
     async with dedicated_redis(tmp, "click-resume") as (server, redis), standin() as slack:
-        requests = await persist_pauses(redis, outcomes)
-        stamps = post_approvals(slack, requests)
-        await set_message_refs(redis, requests, stamps)
-        bodies = click_bodies(slack, requests, stamps)
+        requests, bodies = await prepare_clicks(redis, slack, outcomes)
         spec = {
             "url": "",
             "secret": SECRET,

@@ -303,6 +303,17 @@ async def set_message_refs(
         await store.set_message_ref(request.request_id, request.route.destination, ts)
 
 
+async def prepare_clicks(
+    redis: Redis, slack: SlackStandIn, outcomes: Sequence[Paused]
+) -> tuple[list[ApprovalRequest], list[str]]:
+    """Pauses saved, their messages posted and referenced, and one signed-to-be approval
+    click body per request: what the click benchmarks replay."""
+    requests = await persist_pauses(redis, outcomes)
+    stamps = post_approvals(slack, requests)
+    await set_message_refs(redis, requests, stamps)
+    return requests, click_bodies(slack, requests, stamps)
+
+
 def click_bodies(
     slack: SlackStandIn,
     requests: Sequence[ApprovalRequest],
