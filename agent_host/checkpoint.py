@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from .agents import canonical_json
-from .decisions import Decision
+from .decisions import Approve, Decision
 from .errors import CheckpointError, UnsupportedCheckpointVersion
 from .messages import Message
 
@@ -87,7 +87,12 @@ class RunState(BaseModel):
     context: dict[str, Any] = Field(default_factory=dict)
     transcript: list[Message] = Field(default_factory=list)
     calls: list[CallRecord] = Field(default_factory=list)
+    # "Reject for this run", by tool. ("approve" entries of older checkpoints are ignored:
+    # approvals for the run are scoped, see `standing`.)
     sticky: dict[str, Literal["approve", "reject"]] = Field(default_factory=dict)
+    # "Approve for this run", by tool: the decision, stamped with the route and severity it
+    # was given for; the store applies it only to later calls within that scope.
+    standing: dict[str, Approve] = Field(default_factory=dict)
     turns: int = 0
     status: RunStatus = "running"
     output: str | None = None

@@ -27,13 +27,21 @@ DEFAULT_EXPIRED_MESSAGE = "Tool execution was not approved: the approval request
 
 
 class _Base(BaseModel):
-    decided_by: str = ""
+    decided_by: str = ""  # the identity that counts: a user id, `webhook`, the sweeper
     call_hash: str | None = None
+    via: str = ""  # the channel it came through: slack, webhook, api, sweeper, standing
+    note: str = ""  # e.g. the name a webhook caller claimed; shown, never counted
 
 
 class Approve(_Base):
     kind: Literal["approve"] = "approve"
-    always: bool = False  # approve every later call of this tool in the run
+    # "Approve for this run": later calls of this tool in the run are approved too, but
+    # only those that resolve to `route_id` at `severity` or lower (the approval service
+    # stamps both from the request it was given on).
+    always: bool = False
+    route_id: str = ""
+    severity: str = ""
+    standing_of: str = ""  # set on a call approved by a standing approval: its request id
 
 
 class Reject(_Base):

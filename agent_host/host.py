@@ -18,7 +18,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from .agents import AgentRegistry
-from .approvals import Router
+from .approvals import ApprovalService, ReviewerDirectory, Router
 from .crashpoints import CrashPoints
 from .crypto import KeyRing, generate_key
 from .errors import ConfigurationError
@@ -75,6 +75,7 @@ class Host:
     router: Router
     notifier: Notifier = field(default_factory=LoggingNotifier)
     embedded: RedisServer | None = None
+    directory: ReviewerDirectory | None = None  # who is in a route's reviewer groups (chat)
     consumer_name: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     retry_idle_ms: int = 5_000  # how long an undelivered outbox entry waits to be retried
     resume_idle_ms: int = 30_000  # how long a resume entry of a silent worker waits to be reclaimed
@@ -85,6 +86,7 @@ class Host:
     def __post_init__(self) -> None:
         self.crash = CrashPoints(self.settings.crash_at)
         self.store = RunStore(self.redis, self.keyring, self.router)
+        self.approvals = ApprovalService(self.store, self.directory)
         self.runner = Runner(self.registry, RedisLedger(self.redis))
 
     def start_background(
@@ -102,7 +104,9 @@ class Host:
             self._spawn(worker.consumer.run(self._stop), f"resume-worker-{n}")
         if sweeper:
             self._spawn(
-                Sweeper(self.store, interval=self.sweep_interval, crash=self.crash).run(self._stop),
+                Sweeper(
+                    self.store, self.approvals, interval=self.sweep_interval, crash=self.crash
+                ).run(self._stop),
                 "sweeper",
             )
         if outbox:

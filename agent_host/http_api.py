@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from . import keys as K
-from .decisions import Answer, Approve, Decision, Reject, RequestChanges
+from .approvals import decision_for
 from .errors import CountersignError, UnknownAgentError
 from .host import Host
 from .store import parse_cursor
@@ -26,8 +26,7 @@ __all__ = ["add_api_routes", "create_app"]
 log = logging.getLogger(__name__)
 
 HOST_KEY = web.AppKey("countersign_host", Host)
-API_STATUS = {"running": "running", "resuming": "running", "waiting": "waiting"}
-WEBHOOK_DECISIONS = ("approved", "rejected", "request_changes")
+WEBHOOK_DECISIONS = ("approved", "rejected", "request_changes")  # seed 003's wire format
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -111,16 +110,16 @@ async def run_detail(request: web.Request) -> web.Response:
         return error(404, f"no run {run_id!r}")
     detail: dict[str, Any] = {
         "run_id": run_id,
-        "agent": info.get("agent"),
-        "status": API_STATUS.get(info.get("status", ""), info.get("status")),
-        "output": info.get("output") or None,
-        "error": info.get("error") or None,
-        "requested_by": info.get("requested_by") or None,
+        "agent": info.agent,
+        "status": info.status.public,
+        "output": info.output or None,
+        "error": info.error or None,
+        "requested_by": info.requested_by or None,
         "approvals": [r.public() for r in await host.store.run_requests(run_id)],
         "tool_calls": [],
         "audit": await host.store.audit(run_id),
     }
-    pause_id = info.get("pause_id", "")
+    pause_id = info.pause_id
     if pause_id:
         try:
             state = await host.store.load_checkpoint(run_id, pause_id)
@@ -187,14 +186,14 @@ async def approval_webhook(request: web.Request) -> web.Response:
         )
     if not isinstance(feedback, str):
         return error(400, "feedback must be a string")
-    approval = await host.store.get_request(request_id)
+    claimed = body.get("decidedBy")
+    if claimed is not None and not isinstance(claimed, str):
+        return error(400, "decidedBy must be a string")
+    approval = await host.approvals.load(request_id)
     if approval is None:
         return error(404, f"no approval request {request_id!r}")
-    if approval.decided:
-        return _already(approval.request_id, approval.status, approval.decided_by)
-    decided_by = str(body.get("decidedBy") or "webhook")
-    decision = _webhook_decision(verdict, feedback, decided_by, approval.kind)
-    result = await host.store.decide(request_id, decision, current=approval)
+    decision = decision_for(verdict, approval, feedback, claimed or "")
+    result = await host.approvals.decide(request_id, decision, via="webhook", current=approval)
     current = result.request
     if result.outcome in ("already_decided", "duplicate_vote") and current is not None:
         return _already(request_id, current.status, current.decided_by)
@@ -204,11 +203,14 @@ async def approval_webhook(request: web.Request) -> web.Response:
         return error(409, f"approval request {request_id!r} is past its deadline; it expires")
     if result.outcome == "hash_mismatch":
         return error(409, f"approval request {request_id!r} changed; nothing was decided")
+    if result.outcome in ("wrong_kind", "refused"):
+        return error(409, f"approval request {request_id!r}: {result.reason}; nothing was decided")
     return web.json_response(
         {
             "status": "processed" if result.outcome == "decided" else "recorded",
             "request_id": request_id,
-            "decision": current.status,
+            "decision": str(current.status),
+            "decided_by": current.decided_by or None,
             "approvals": len(current.approvals),
             "quorum": current.route.quorum,
         }
@@ -220,20 +222,10 @@ def _already(request_id: str, status: str, decided_by: str) -> web.Response:
         {
             "status": "already_processed",
             "request_id": request_id,
-            "decision": status,
+            "decision": str(status),
             "decided_by": decided_by,
         }
     )
-
-
-def _webhook_decision(verdict: str, feedback: str, decided_by: str, kind: str) -> Decision:
-    if verdict == "approved":
-        if kind == "question":
-            return Answer(text=feedback, decided_by=decided_by)
-        return Approve(decided_by=decided_by)
-    if verdict == "rejected":
-        return Reject(message=feedback, decided_by=decided_by)
-    return RequestChanges(feedback=feedback, decided_by=decided_by)
 
 
 async def healthz(request: web.Request) -> web.Response:

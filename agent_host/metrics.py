@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import keys as K
+from .approvals import TERMINAL
 from .connections import as_text
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ async def render_metrics(host: Host) -> str:
         "# HELP countersign_decisions_total Terminal decisions by status.",
         "# TYPE countersign_decisions_total counter",
     ]
-    for status in ("approved", "rejected", "changes_requested", "answered", "expired"):
+    for status in TERMINAL:
         value = int(counters.get(f"decisions_{status}", 0))
         lines.append(f'countersign_decisions_total{{status="{status}"}} {value}')
     lines += [

@@ -67,10 +67,10 @@ class Outbox:
             return
         summary = RunSummary(
             run_id=run_id,
-            agent=info.get("agent", ""),
-            status=info.get("status", ""),
-            output=info.get("output", ""),
-            error=info.get("error", ""),
-            requested_by=info.get("requested_by", ""),
+            agent=info.agent,
+            status=str(info.status),
+            output=info.output,
+            error=info.error,
+            requested_by=info.requested_by,
         )
         await self.notifier.run_finished(summary, await self.store.run_requests(run_id))

@@ -275,10 +275,10 @@ def _invalid(state: RunState, proposed: ToolCall, explanation: str) -> CallRecor
 
 
 def _apply_sticky(state: RunState, record: CallRecord, verdict: Verdict) -> None:
-    sticky = state.sticky.get(record.tool)
-    if sticky == "approve" and verdict.allow_always:
-        record.decision = Approve(decided_by="approve-always", call_hash=record.call_hash)
-    elif sticky == "reject":
+    """ "Reject for this run" applies here. "Approve for this run" does not: whether it covers
+    a call depends on the call's route, which the store resolves when it records the pause
+    (`RunState.standing`), so the call pauses like any other and is asked or approved there."""
+    if state.sticky.get(record.tool) == "reject":
         record.decision = Reject(decided_by="reject-always", call_hash=record.call_hash)
 
 
@@ -292,10 +292,12 @@ def _apply(state: RunState, record: CallRecord, decision: Decision) -> None:
         raise InvalidDecisionError(f"call {record.call_id} asks a question: answer or reject it")
     if record.gate == "ask" and isinstance(decision, Answer):
         raise InvalidDecisionError(f"call {record.call_id} needs approve or reject, not an answer")
-    if isinstance(decision, Approve | Reject) and decision.always:
-        if not record.allow_always and isinstance(decision, Approve):
+    if isinstance(decision, Approve) and decision.always:
+        if not record.allow_always:
             raise InvalidDecisionError(f"tool {record.tool} may not be approved for the whole run")
-        state.sticky[record.tool] = decision.kind
+        state.standing[record.tool] = decision
+    elif isinstance(decision, Reject) and decision.always:
+        state.sticky[record.tool] = "reject"
     record.decision = decision
 
 

@@ -24,77 +24,108 @@ redis.call('XADD', KEYS[4], '*', 'type', 'start', 'run_id', ARGV[1], 'pause_id',
 return 1
 """
 
-# KEYS: run, checkpoint, requests, run audit, PENDING, DEADLINES, OUTBOX, then per request:
-#       request hash, pending-by-destination zset
+# KEYS: run, checkpoint, requests, run audit, PENDING, DEADLINES, OUTBOX, RESUME, then per
+#       request: request hash, pending-by-destination zset
 # ARGV: expected pause id, new pause id, checkpoint blob, now, actor, n, then per request:
 #       request id, created score, expiry score, fields as JSON
+# A request whose fields arrive already decided (a call covered by a standing approval) is
+# recorded and audited but never listed, posted or swept; if every request of the pause is
+# such, the run is queued to resume at once.
 PAUSE = """
 local current = redis.call('HGET', KEYS[1], 'pause_id') or ''
 if current ~= ARGV[1] then return 0 end
 local n = tonumber(ARGV[6])
 redis.call('SET', KEYS[2], ARGV[3])
 local ids = {}
+local undecided = 0
 for i = 1, n do
   local base = 6 + (i - 1) * 4
   local rid, created, expires = ARGV[base + 1], ARGV[base + 2], ARGV[base + 3]
   local fields = cjson.decode(ARGV[base + 4])
   local flat = {}
   for k, v in pairs(fields) do flat[#flat + 1] = k; flat[#flat + 1] = v end
-  local req_key, by_dest = KEYS[7 + (i - 1) * 2 + 1], KEYS[7 + (i - 1) * 2 + 2]
+  local req_key, by_dest = KEYS[8 + (i - 1) * 2 + 1], KEYS[8 + (i - 1) * 2 + 2]
   redis.call('HSET', req_key, unpack(flat))
   redis.call('RPUSH', KEYS[3], rid)
-  redis.call('ZADD', KEYS[5], created, rid)
-  redis.call('ZADD', by_dest, created, rid)
-  redis.call('ZADD', KEYS[6], expires, rid)
-  redis.call('XADD', KEYS[7], '*', 'type', 'request_posted', 'request_id', rid)
+  if fields['status'] == 'pending' then
+    undecided = undecided + 1
+    redis.call('ZADD', KEYS[5], created, rid)
+    redis.call('ZADD', by_dest, created, rid)
+    redis.call('ZADD', KEYS[6], expires, rid)
+    redis.call('XADD', KEYS[7], '*', 'type', 'request_posted', 'request_id', rid)
+  else
+    redis.call('XADD', KEYS[4], '*', 'at', ARGV[4], 'actor', fields['decided_by'],
+      'event', fields['status'], 'request_id', rid, 'call_hash', fields['call_hash'],
+      'detail', fields['decision'])
+  end
   ids[#ids + 1] = rid
 end
-redis.call('HSET', KEYS[1], 'status', 'waiting', 'pause_id', ARGV[2], 'undecided', n,
+local status = 'waiting'
+if undecided == 0 then status = 'resuming' end
+redis.call('HSET', KEYS[1], 'status', status, 'pause_id', ARGV[2], 'undecided', undecided,
   'pause_requests', cjson.encode(ids), 'updated_at', ARGV[4])
 redis.call('XADD', KEYS[4], '*', 'at', ARGV[4], 'actor', ARGV[5], 'event', 'paused',
   'detail', cjson.encode(ids))
+if undecided == 0 then
+  redis.call('HSET', KEYS[1], 'decided_at', ARGV[4])
+  local run_id = redis.call('HGET', KEYS[1], 'run_id')
+  redis.call('XADD', KEYS[8], '*', 'type', 'resume', 'run_id', run_id, 'pause_id', ARGV[2])
+end
 return 1
 """
 
 # KEYS: request, approvers, run, run audit, PENDING, DEADLINES, RESUME, OUTBOX, METRICS,
 #       pending-by-destination
-# ARGV: request id, kind, terminal status, decision JSON, decider, now, seen hash
+# ARGV: request id, kind, terminal status, decision JSON, decider, seen hash,
+#       completes quorum ("1": this approval decides whatever the quorum)
+# Time is Redis's own (TIME), never the caller's: a replica whose clock lags cannot decide
+# after the deadline, and one whose clock runs ahead cannot expire a request early.
 DECIDE = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'not_found', 0} end
 local f = redis.call('HMGET', KEYS[1], 'status', 'call_hash', 'quorum', 'run_id', 'pause_id',
-  'expires_at')
+  'expires_at', 'kind')
 if f[1] ~= 'pending' then return {'already_decided', 0} end
--- Past its deadline a request can only expire (the sweeper may just not have run yet).
-if ARGV[2] ~= 'expired' and tonumber(ARGV[6]) > tonumber(f[6]) then
+local kind = ARGV[2]
+local fits = kind == 'reject' or kind == 'expired'
+  or ((kind == 'approve' or kind == 'request_changes') and f[7] == 'approval')
+  or (kind == 'answer' and f[7] == 'question')
+if not fits then return {'wrong_kind', 0} end
+local t = redis.call('TIME')
+local now_n = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local now = string.format('%.6f', now_n)
+if kind == 'expired' then
+  if now_n < tonumber(f[6]) then return {'not_due', 0} end
+elseif now_n > tonumber(f[6]) then
+  -- Past its deadline a request can only expire (the sweeper may just not have run yet).
   return {'past_deadline', 0}
 end
-if ARGV[7] ~= '' and ARGV[7] ~= f[2] then return {'hash_mismatch', 0} end
+if ARGV[6] ~= '' and ARGV[6] ~= f[2] then return {'hash_mismatch', 0} end
 local hash = f[2]
-if ARGV[2] == 'approve' then
+if kind == 'approve' then
   if redis.call('SADD', KEYS[2], ARGV[5]) == 0 then return {'duplicate_vote', 0} end
   local approvals = redis.call('HGET', KEYS[1], 'approvals')
   local list = cjson.decode(approvals ~= '' and approvals or '[]')
   list[#list + 1] = ARGV[5]
   redis.call('HSET', KEYS[1], 'approvals', cjson.encode(list))
-  if #list < tonumber(f[3] or '1') then
-    redis.call('XADD', KEYS[4], '*', 'at', ARGV[6], 'actor', ARGV[5], 'event', 'approval',
+  if #list < tonumber(f[3] or '1') and ARGV[7] ~= '1' then
+    redis.call('XADD', KEYS[4], '*', 'at', now, 'actor', ARGV[5], 'event', 'approval',
       'request_id', ARGV[1], 'call_hash', hash, 'detail', #list .. ' of ' .. f[3])
     redis.call('XADD', KEYS[8], '*', 'type', 'request_progress', 'request_id', ARGV[1])
     return {'progress', #list}
   end
 end
 redis.call('HSET', KEYS[1], 'status', ARGV[3], 'decision', ARGV[4], 'decided_by', ARGV[5],
-  'decided_at', ARGV[6])
+  'decided_at', now)
 redis.call('ZREM', KEYS[5], ARGV[1])
 redis.call('ZREM', KEYS[10], ARGV[1])
 redis.call('ZREM', KEYS[6], ARGV[1])
 redis.call('HINCRBY', KEYS[9], 'decisions_' .. ARGV[3], 1)
-redis.call('XADD', KEYS[4], '*', 'at', ARGV[6], 'actor', ARGV[5], 'event', ARGV[3],
+redis.call('XADD', KEYS[4], '*', 'at', now, 'actor', ARGV[5], 'event', ARGV[3],
   'request_id', ARGV[1], 'call_hash', hash, 'detail', ARGV[4])
 redis.call('XADD', KEYS[8], '*', 'type', 'request_decided', 'request_id', ARGV[1])
 local left = redis.call('HINCRBY', KEYS[3], 'undecided', -1)
 if left == 0 then
-  redis.call('HSET', KEYS[3], 'status', 'resuming', 'decided_at', ARGV[6])
+  redis.call('HSET', KEYS[3], 'status', 'resuming', 'decided_at', now)
   redis.call('XADD', KEYS[7], '*', 'type', 'resume', 'run_id', f[4], 'pause_id', f[5])
   return {'decided', 1}
 end

@@ -18,12 +18,13 @@ from typing import Any
 from redis.asyncio import Redis
 
 from . import keys as K
-from .approvals import ApprovalRequest, DecideResult, Router
+from .approvals import ApprovalRequest, DecideResult, RequestStatus, Router, RunRecord
 from .checkpoint import RunState
 from .connections import as_text
 from .crypto import KeyRing
-from .decisions import Decision, decision_adapter
+from .decisions import Approve, Decision, decision_adapter
 from .errors import StoreError
+from .policy import Severity
 from .runner import Failed, Paused, RunOutcome
 from .scripts import CREATE, DECIDE, FINISH, PAUSE
 
@@ -86,9 +87,9 @@ class RunStore:
         )
         return run_id
 
-    async def run_info(self, run_id: str) -> dict[str, str] | None:
-        raw = await self.redis.hgetall(K.Keys(run_id).run)
-        return _decode_map(raw) or None
+    async def run_info(self, run_id: str) -> RunRecord | None:
+        raw = _decode_map(await self.redis.hgetall(K.Keys(run_id).run))
+        return RunRecord.from_hash(raw) if raw else None
 
     async def save_outcome(self, outcome: RunOutcome, expected_pause_id: str, actor: str) -> bool:
         """Persist a run's outcome if nobody else did first (fenced by the pause id)."""
@@ -133,30 +134,33 @@ class RunStore:
         state = outcome.state
         run_id, now = state.run_id, self.clock()
         k = K.Keys(run_id)
-        index = {c.call_id: i for i, c in enumerate(state.calls)}
+        # Request numbers come from a per-run counter, so a request id (and the pause id,
+        # its pause's first request id) is never used twice, even when a call that was
+        # approved then asks a question. A pause that loses its fence wastes its numbers.
+        last = int(await self.redis.hincrby(k.run, "request_seq", len(outcome.pending)))
         requests = []
-        for record in outcome.pending:
+        for number, record in enumerate(outcome.pending, start=last - len(outcome.pending) + 1):
             route = await self.router.route(state.agent, record.tool, record.severity)
-            requests.append(
-                ApprovalRequest(
-                    request_id=K.request_id(run_id, index[record.call_id] + 1),
-                    run_id=run_id,
-                    call_id=record.call_id,
-                    agent=state.agent,
-                    tool=record.tool,
-                    arguments=record.arguments,
-                    call_hash=record.call_hash,
-                    kind="question" if record.gate == "question" else "approval",
-                    reason=record.reason,
-                    severity=record.severity,
-                    requested_by=state.requested_by or "",
-                    created_at=now,
-                    expires_at=now + route.expiry_seconds,
-                    route=route,
-                    allow_always=record.allow_always,
-                    question=record.question or "",
-                )
+            request = ApprovalRequest(
+                request_id=K.request_id(run_id, number),
+                run_id=run_id,
+                call_id=record.call_id,
+                agent=state.agent,
+                tool=record.tool,
+                arguments=record.arguments,
+                call_hash=record.call_hash,
+                kind="question" if record.gate == "question" else "approval",
+                reason=record.reason,
+                severity=record.severity,
+                requested_by=state.requested_by or "",
+                created_at=now,
+                expires_at=now + route.expiry_seconds,
+                route=route,
+                allow_always=record.allow_always and route.allows_standing_approval,
+                question=record.question or "",
             )
+            _apply_standing_approval(request, state.standing.get(record.tool), now)
+            requests.append(request)
         pause_id = requests[0].request_id
         blob = self.keyring.encrypt(state.to_json().encode(), run_id=run_id, request_id=pause_id)
         shard = k.shard
@@ -168,6 +172,7 @@ class RunStore:
             shard.pending,
             shard.deadlines,
             shard.outbox,
+            shard.resume,
         ]
         args: list[Any] = [expected_pause_id, pause_id, blob, repr(now), actor, len(requests)]
         for request in requests:
@@ -196,11 +201,11 @@ class RunStore:
     async def decisions_for(self, run_id: str, pause_id: str) -> dict[str, Decision]:
         """The recorded decision of every request of a pause, by call id."""
         info = await self.run_info(run_id)
-        ids = json.loads((info or {}).get("pause_requests") or "[]")
+        ids = list(info.pause_requests) if info is not None else []
         decisions: dict[str, Decision] = {}
         for request in await self.get_requests(run_id, ids):
             if request.pause_id == pause_id and request.decision is not None:
-                decisions[request.call_id] = decision_adapter.validate_python(request.decision)
+                decisions[request.call_id] = request.decision
         return decisions
 
     # -- requests -----------------------------------------------------------------------
@@ -225,12 +230,18 @@ class RunStore:
         return await self.get_requests(run_id, ids)
 
     async def decide(
-        self, request_id: str, decision: Decision, *, current: ApprovalRequest | None = None
+        self,
+        request_id: str,
+        decision: Decision,
+        *,
+        current: ApprovalRequest | None = None,
+        completes_quorum: bool = False,
     ) -> DecideResult:
         """The compare-and-set: the first valid decision (or the quorum) wins, atomically.
 
-        `current`, when the caller has just read the request, saves a round trip; the
-        script checks the request's state itself, so a stale copy changes nothing.
+        Only the approval service calls this (`approvals.service`): it decides who may
+        decide. `current`, when the caller has just read the request, saves a round trip;
+        the script checks the request's state itself, so a stale copy changes nothing.
         """
         if not _is_request_id(request_id):
             return DecideResult("not_found")
@@ -246,8 +257,8 @@ class RunStore:
                 TERMINAL_STATUS[decision.kind],
                 decision_adapter.dump_json(decision).decode(),
                 decision.decided_by,
-                repr(self.clock()),
                 decision.call_hash or "",
+                "1" if completes_quorum else "0",
             ],
         )
         kind = as_text(outcome)
@@ -320,13 +331,12 @@ class RunStore:
             rows = await pipe.execute()
         return [ApprovalRequest.from_hash(_decode_map(r)) if r else None for r in rows]
 
-    async def record_resume_latency(self, info: dict[str, str]) -> None:
+    async def record_resume_latency(self, info: RunRecord) -> None:
         """Time from the last decision to its resume, for /metrics."""
-        decided_at = info.get("decided_at")
-        if decided_at:
-            latency = max(0.0, self.clock() - float(decided_at))
+        if info.decided_at is not None:
+            latency = max(0.0, self.clock() - info.decided_at)
             async with self.redis.pipeline(transaction=False) as pipe:
-                metrics = K.Keys(info["run_id"]).shard.metrics
+                metrics = K.Keys(info.run_id).shard.metrics
                 pipe.hincrbyfloat(metrics, "resume_latency_seconds_sum", latency)
                 pipe.hincrby(metrics, "resume_latency_seconds_count", 1)
                 await pipe.execute()
@@ -341,6 +351,38 @@ class RunStore:
     async def audit(self, run_id: str) -> list[dict[str, str]]:
         entries: Any = await self.redis.xrange(K.Keys(run_id).audit)
         return [_decode_map(fields) | {"id": as_text(entry_id)} for entry_id, fields in entries]
+
+
+def _apply_standing_approval(
+    request: ApprovalRequest, standing: Approve | None, now: float
+) -> None:
+    """Record `request` as approved if a standing approval ("approve for this run") covers
+    it: the same route, the same or a lower severity, and a route where one person may
+    decide alone. Anything else is asked again (invariant 14)."""
+    if standing is None or request.kind != "approval":
+        return
+    route = request.route
+    if not route.allows_standing_approval or route.route_id != standing.route_id:
+        return
+    if _rank(request.severity) > _rank(standing.severity):
+        return
+    request.status = RequestStatus.APPROVED
+    request.decision = Approve(
+        decided_by=standing.decided_by,
+        call_hash=request.call_hash,
+        via="standing",
+        standing_of=standing.standing_of,
+    )
+    request.decided_by = standing.decided_by
+    request.decided_at = now
+    request.approvals = [standing.decided_by]
+
+
+def _rank(severity: str) -> int:
+    try:
+        return Severity(severity.lower()).rank
+    except ValueError:
+        return len(Severity)  # unknown: above every known severity, so never covered
 
 
 def _is_request_id(value: str) -> bool:

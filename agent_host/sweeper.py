@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 from . import keys as K
+from .approvals import ApprovalService
 from .connections import as_text
 from .crashpoints import NEVER, CrashPoints
 from .decisions import Expired
@@ -31,16 +32,22 @@ class Sweeper:
     def __init__(
         self,
         store: RunStore,
+        approvals: ApprovalService | None = None,
         *,
         interval: float = 1.0,
         batch: int = 100,
         crash: CrashPoints = NEVER,
     ) -> None:
         self.store, self.interval, self.batch, self.crash = store, interval, batch, crash
+        self.approvals = approvals or ApprovalService(store)
 
     async def sweep(self) -> int:
-        """Expire every request whose deadline passed; returns how many this sweeper decided."""
-        now_ms = int(self.store.clock() * 1000)
+        """Expire every request whose deadline passed; returns how many this sweeper decided.
+
+        "Passed" by Redis's clock, the one the compare-and-set checks: a sweeper whose own
+        clock runs ahead cannot expire anything early."""
+        seconds, micros = await self.store.redis.time()
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
         due: list[Any] = []
         for shard in K.shards():
             due += await self.store.redis.zrange(
@@ -51,7 +58,9 @@ class Sweeper:
         expired = 0
         for raw in due:
             request_id = as_text(raw)
-            result = await self.store.decide(request_id, Expired(decided_by=EXPIRED_BY))
+            result = await self.approvals.decide(
+                request_id, Expired(decided_by=EXPIRED_BY), via="sweeper"
+            )
             if result.outcome == "decided":
                 expired += 1
             elif result.outcome == "not_found":

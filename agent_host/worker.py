@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 from . import keys as K
+from .approvals import RunRecord, RunStatus
 from .crashpoints import NEVER, CrashPoints
 from .errors import CheckpointDecryptError, CheckpointError, CountersignError
 from .runner import Runner
@@ -50,19 +51,18 @@ class ResumeWorker:
     async def handle(self, entry_id: str, fields: dict[str, str]) -> None:
         run_id, pause_id = fields.get("run_id", ""), fields.get("pause_id", "")
         info = await self.store.run_info(run_id)
-        terminal = info is not None and info.get("status") in ("succeeded", "failed")
-        if info is None or terminal or info.get("pause_id", "") != pause_id:
+        if info is None or info.status.terminal or info.pause_id != pause_id:
             log.info("resume entry %s for run %s is stale; skipped", entry_id, run_id)
             return
         if fields.get("type") == "start":
-            if info.get("status") != "running":
+            if info.status != RunStatus.RUNNING:
                 return
             try:
                 outcome = await self.runner.run(
-                    info["agent"],
-                    info["input"],
+                    info.agent,
+                    info.input,
                     run_id=run_id,
-                    requested_by=info.get("requested_by") or None,
+                    requested_by=info.requested_by or None,
                 )
             except CountersignError as exc:
                 await self.store.finish(run_id, "", "failed", "", str(exc), "worker")
@@ -71,7 +71,7 @@ class ResumeWorker:
             return
         await self._resume(run_id, pause_id, info)
 
-    async def _resume(self, run_id: str, pause_id: str, info: dict[str, str]) -> None:
+    async def _resume(self, run_id: str, pause_id: str, info: RunRecord) -> None:
         await self.store.record_resume_latency(info)
         try:
             state = await self.store.load_checkpoint(run_id, pause_id)

@@ -12,30 +12,41 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from redis.exceptions import RedisError
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
+from slack_bolt.response import BoltResponse
 
-from agent_host.approvals import ApprovalRequest, DecideResult
+from agent_host.approvals import ApprovalRequest, ApprovalService, DecideResult
 from agent_host.decisions import Answer, Approve, Decision, Reject
-from agent_host.store import RunStore
 
 from . import blocks
 from .commands import SlashCommands
+from .installation import foreign_request
 from .interactions import Click, input_value, parse_click, parse_submission
 from .notifier import SlackNotifier
-from .reviewers import ReviewerRules
 
 __all__ = ["BackgroundTasks", "build_bolt_app"]
 
 log = logging.getLogger(__name__)
 
-REDIS_TIMEOUT = 1.0  # seconds a click waits on Redis before answering "try again"
+# Slack wants its answer within 3 s: everything one listener does (load, the reviewer-group
+# lookup, the compare-and-set) shares this one budget, then the reviewer is told to look again.
+LISTENER_BUDGET = 2.5
 UNAVAILABLE = (
     ":hourglass: countersign could not record your decision right now (its database is not "
     "reachable). Nothing was changed; please click again in a moment."
+)
+UNCONFIRMED = (
+    ":warning: countersign could not confirm your decision in time. If the message still "
+    "shows its buttons, click again; if your decision was recorded, you will be told so."
+)
+NOT_FOUND = "This approval request does not exist (any more). Nothing was changed."
+FOREIGN = (
+    ":no_entry: countersign does not accept decisions or commands from this workspace; "
+    "ask someone in the workspace where it is installed."
 )
 
 
@@ -60,50 +71,15 @@ class BackgroundTasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
 
-class Decider:
-    """The shared path of every decision: load, check who may decide, compare-and-set."""
-
-    def __init__(self, store: RunStore, reviewers: ReviewerRules) -> None:
-        self.store, self.reviewers = store, reviewers
-
-    async def load(self, request_id: str) -> ApprovalRequest | None:
-        return await asyncio.wait_for(self.store.get_request(request_id), REDIS_TIMEOUT)
-
-    async def refusal(
-        self, user: str, request: ApprovalRequest | None, click: Click | None = None
-    ) -> str:
-        """Why `user` may not decide `request` (from the message `click` came from);
-        empty when they may."""
-        if request is None:
-            return "This approval request does not exist (any more). Nothing was changed."
-        if click is not None and not _click_belongs(click, request):
-            return "This button does not belong to this request's message. Nothing was changed."
-        if request.decided:
-            return already_decided(request)
-        verdict = await self.reviewers.may_decide(user, request)
-        return "" if verdict.allowed else f":no_entry: Not allowed: {verdict.reason}."
-
-    async def decide(self, request: ApprovalRequest, decision: Decision) -> DecideResult:
-        try:
-            return await asyncio.wait_for(
-                self.store.decide(request.request_id, decision, current=request), REDIS_TIMEOUT
-            )
-        except TimeoutError:
-            # The script may have run even though its answer came late: look, don't guess.
-            return await self._after_timeout(request.request_id, decision.decided_by)
-
-    async def _after_timeout(self, request_id: str, user: str) -> DecideResult:
-        try:
-            now = await asyncio.wait_for(self.store.get_request(request_id), REDIS_TIMEOUT)
-        except (RedisError, TimeoutError, OSError):
-            return DecideResult("unknown")
-        if now is None:
-            return DecideResult("not_found")
-        if now.decided:
-            return DecideResult("decided" if now.decided_by == user else "already_decided", now)
-        if user in now.approvals:
-            return DecideResult("progress", now, approvals=len(now.approvals))
-        raise TimeoutError("the decision was not recorded")
+def refusal(request: ApprovalRequest | None, click: Click | None = None) -> str:
+    """Why a click cannot lead anywhere, before anyone's rights are checked; empty if it can."""
+    if request is None:
+        return NOT_FOUND
+    if click is not None and not _click_belongs(click, request):
+        return "This button does not belong to this request's message. Nothing was changed."
+    if request.decided:
+        return already_decided(request)
+    return ""
 
 
 def _click_belongs(click: Click, request: ApprovalRequest) -> bool:
@@ -142,13 +118,17 @@ def result_text(result: DecideResult) -> str:
             ":hourglass: This request's deadline has passed, so it can no longer be approved "
             "or rejected; it is being marked expired and the call will not run."
         )
-    if result.outcome == "unknown":
+    if result.outcome in ("refused", "wrong_kind"):
+        return f":no_entry: Not allowed: {result.reason}. Nothing was changed."
+    if result.outcome == "stale":
         return (
-            ":warning: countersign could not confirm whether your decision was recorded (its "
-            "database answered too slowly). If the message still shows its buttons, click again."
+            "This form belongs to an earlier step of the run that is over; nothing was "
+            "changed. Close it and use the buttons on the current message."
         )
+    if result.outcome == "unknown":
+        return UNCONFIRMED
     if result.outcome == "not_found":
-        return "This approval request does not exist (any more). Nothing was changed."
+        return NOT_FOUND
     return ""
 
 
@@ -157,8 +137,7 @@ def build_bolt_app(
     client: Any,
     notifier: SlackNotifier,
     signing_secret: str,
-    store: RunStore,
-    reviewers: ReviewerRules,
+    approvals: ApprovalService,
     commands: SlashCommands,
     tasks: BackgroundTasks,
 ) -> AsyncApp:
@@ -168,51 +147,69 @@ def build_bolt_app(
         process_before_response=True,
         ignoring_self_events_enabled=False,
     )
-    decider = Decider(store, reviewers)
 
     def ephemeral(channel: str, user: str, text: str) -> None:
         if text and channel:
             tasks.spawn(_post_ephemeral(notifier, channel, user, text))
 
-    def foreign(team: str, context: AsyncBoltContext) -> bool:
-        """From another workspace than the one the bot's token belongs to?"""
-        installed = context.authorize_result.team_id if context.authorize_result else None
-        return bool(installed) and team != installed
+    async def from_installed_workspace(
+        body: dict[str, Any], context: AsyncBoltContext, next: Any
+    ) -> BoltResponse | None:
+        """Clicks, forms and commands only from the workspace (or org) the bot is installed
+        in; anything else is answered, and nothing is changed."""
+        if not foreign_request(body, context.authorize_result):
+            await next()
+            return None
+        log.warning("refused a %s from another workspace", body.get("type") or "command")
+        return _foreign_response(body, ephemeral)
 
-    async def on_button(ack: AsyncAck, body: dict[str, Any], context: AsyncBoltContext) -> None:
+    app.use(from_installed_workspace)
+
+    async def on_button(ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
         click = parse_click(body)
-        if click is None or foreign(click.team, context):
-            log.warning("ignored a click that is malformed or from another workspace")
+        if click is None:
+            log.warning("ignored a malformed click")
             return
-        user, channel = click.user, click.channel
         try:
-            request = await decider.load(click.request_id)
-            refusal = await decider.refusal(user, request, click)
-            if refusal or request is None:
-                ephemeral(channel, user, refusal)
-                return
-            if click.action_id in (blocks.REJECT, blocks.ANSWER):
-                modal = (
-                    blocks.reject_modal if click.action_id == blocks.REJECT else blocks.answer_modal
+            async with asyncio.timeout(LISTENER_BUDGET):
+                text = await _on_click(click)
+        except TimeoutError:
+            text = UNCONFIRMED
+        except (RedisError, OSError):
+            log.warning("click by %s could not reach Redis", click.user)
+            text = UNAVAILABLE
+        ephemeral(click.channel, click.user, text)
+
+    async def _on_click(click: Click) -> str:
+        request = await approvals.load(click.request_id)
+        if reason := refusal(request, click):
+            return reason
+        assert request is not None
+        if click.action_id in (blocks.REJECT, blocks.ANSWER):
+            eligibility = await approvals.may_decide(click.user, request)
+            if not eligibility.allowed:
+                return f":no_entry: Not allowed: {eligibility.reason}."
+            modal = blocks.reject_modal if click.action_id == blocks.REJECT else blocks.answer_modal
+            tasks.spawn(
+                _open_view(
+                    client, notifier, click.trigger_id, modal(request), click.channel, click.user
                 )
-                tasks.spawn(
-                    _open_view(client, notifier, click.trigger_id, modal(request), channel, user)
-                )
-                return
-            always = click.action_id == blocks.APPROVE_ALWAYS and request.allow_always
-            decision = Approve(decided_by=user, call_hash=request.call_hash, always=always)
-            ephemeral(channel, user, result_text(await decider.decide(request, decision)))
-        except (RedisError, TimeoutError, OSError):
-            log.warning("click by %s could not reach Redis", user)
-            ephemeral(channel, user, UNAVAILABLE)
+            )
+            return ""
+        decision = Approve(
+            decided_by=click.user,
+            call_hash=request.call_hash,
+            always=click.action_id == blocks.APPROVE_ALWAYS,
+        )
+        return result_text(
+            await approvals.decide(request.request_id, decision, via="slack", current=request)
+        )
 
     for action_id in (blocks.APPROVE, blocks.APPROVE_ALWAYS, blocks.REJECT, blocks.ANSWER):
         app.action(action_id)(on_button)
 
-    async def on_submit(
-        ack: AsyncAck, body: dict[str, Any], view: dict[str, Any], context: AsyncBoltContext
-    ) -> None:
+    async def on_submit(ack: AsyncAck, body: dict[str, Any], view: dict[str, Any]) -> None:
         is_answer = isinstance(view, dict) and view.get("callback_id") == blocks.ANSWER_MODAL
         block, field = (
             (blocks.ANSWER_BLOCK, blocks.ANSWER_INPUT)
@@ -220,28 +217,26 @@ def build_bolt_app(
             else (blocks.REASON_BLOCK, blocks.REASON_INPUT)
         )
         submission = parse_submission(body, view)
-        if submission is None or foreign(submission.team, context):
+        if submission is None:
             stale = "This form does not match a request any more; close it and click again."
             await ack(response_action="errors", errors={block: stale})
             return
-        user = submission.user
         text = input_value(submission.values, block, field)
+        if is_answer and not text.strip():
+            await ack(response_action="errors", errors={block: "Write an answer to send."})
+            return
+        user = submission.user
+        decision: Decision = (
+            Answer(text=text, decided_by=user)
+            if is_answer
+            else Reject(message=text, decided_by=user)
+        )
         try:
-            request = await decider.load(submission.request_id)
-            refusal = await decider.refusal(user, request)
-            if refusal or request is None:
-                await ack(response_action="errors", errors={block: _plain(refusal)})
-                return
-            if is_answer and not text.strip():
-                await ack(response_action="errors", errors={block: "Write an answer to send."})
-                return
-            decision: Decision = (
-                Answer(text=text, decided_by=user, call_hash=request.call_hash)
-                if is_answer
-                else Reject(message=text, decided_by=user, call_hash=request.call_hash)
-            )
-            result = await decider.decide(request, decision)
-        except (RedisError, TimeoutError, OSError):
+            async with asyncio.timeout(LISTENER_BUDGET):
+                result = await _submit(submission.request_id, submission.pause_id, decision)
+        except TimeoutError:
+            result = DecideResult("unknown")
+        except (RedisError, OSError):
             await ack(response_action="errors", errors={block: _plain(UNAVAILABLE)})
             return
         if result.accepted:
@@ -249,13 +244,21 @@ def build_bolt_app(
         else:
             await ack(response_action="errors", errors={block: _plain(result_text(result))})
 
+    async def _submit(request_id: str, pause_id: str, decision: Decision) -> DecideResult:
+        request = await approvals.load(request_id)
+        if request is not None:  # what the reviewer saw when the form opened
+            decision = decision.model_copy(update={"call_hash": request.call_hash})
+        return await approvals.decide(
+            request_id, decision, via="slack", current=request, pause_id=pause_id
+        )
+
     app.view(blocks.REJECT_MODAL)(on_submit)
     app.view(blocks.ANSWER_MODAL)(on_submit)
 
-    async def on_command(ack: AsyncAck, command: dict[str, Any], context: AsyncBoltContext) -> None:
+    async def on_command(ack: AsyncAck, command: dict[str, Any]) -> None:
         user, channel = command.get("user_id"), command.get("channel_id")
         text_in = command.get("text")
-        if not isinstance(user, str) or not user or foreign(str(command.get("team_id")), context):
+        if not isinstance(user, str) or not user:
             await ack()
             return
         try:
@@ -265,7 +268,7 @@ def build_bolt_app(
                     channel if isinstance(channel, str) else "",
                     text_in if isinstance(text_in, str) else "",
                 ),
-                REDIS_TIMEOUT * 2,
+                LISTENER_BUDGET,
             )
         except (RedisError, TimeoutError, OSError):
             text = (
@@ -275,6 +278,32 @@ def build_bolt_app(
 
     app.command("/approvals")(on_command)
     return app
+
+
+def _foreign_response(
+    body: dict[str, Any], ephemeral: Callable[[str, str, str], None]
+) -> BoltResponse:
+    kind = body.get("type")
+    if kind == "block_actions":
+        click = parse_click(body)
+        if click is not None:
+            ephemeral(click.channel, click.user, FOREIGN)
+        return BoltResponse(status=200, body="")
+    if kind == "view_submission":
+        view = body.get("view")
+        shown = view.get("blocks") if isinstance(view, dict) else None
+        inputs = [
+            b.get("block_id")
+            for b in (shown if isinstance(shown, list) else [])
+            if isinstance(b, dict) and b.get("type") == "input" and b.get("block_id")
+        ]
+        if inputs:
+            errors = {str(inputs[0]): _plain(FOREIGN)}
+            return BoltResponse(status=200, body={"response_action": "errors", "errors": errors})
+        return BoltResponse(status=200, body="")
+    if "command" in body:
+        return BoltResponse(status=200, body={"response_type": "ephemeral", "text": FOREIGN})
+    return BoltResponse(status=200, body="")
 
 
 def _plain(text: str) -> str:

@@ -17,8 +17,11 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from agent_host.approvals import ApprovalRequest
+from agent_host.approvals import WEBHOOK, ApprovalRequest
+from agent_host.decisions import Approve, Reject
 from agent_host.notifier import RunSummary
+
+from .interactions import modal_metadata
 
 __all__ = [
     "ANSWER",
@@ -49,7 +52,7 @@ APPROVE = "countersign_approve"
 APPROVE_ALWAYS = "countersign_approve_always"
 REJECT = "countersign_reject"
 ANSWER = "countersign_answer"
-# Modal callback ids; private_metadata is the request id.
+# Modal callback ids; private_metadata is `<request id>|<pause id>` (bot.interactions).
 REJECT_MODAL = "countersign_reject_modal"
 ANSWER_MODAL = "countersign_answer_modal"
 # block_id / action_id of the modal inputs (view.state.values[block][action]).
@@ -372,6 +375,21 @@ def _confirm(request: ApprovalRequest) -> Block:
     }
 
 
+def _confirm_always(request: ApprovalRequest) -> Block:
+    """A standing approval reaches further than the call on screen: say how far."""
+    tool = request.tool
+    text = (
+        f"This approves this call and later calls of {tool} in this run that go to this same "
+        f"route at {request.severity} severity or lower, without asking again."
+    )
+    return {
+        "title": _text(_plain("Approve for this run?", CONFIRM_TITLE_MAX), "plain_text"),
+        "text": _text(_plain(text, CONFIRM_TEXT_MAX), "plain_text"),
+        "confirm": _text("Approve for this run", "plain_text"),
+        "deny": _text("Cancel", "plain_text"),
+    }
+
+
 def _actions(request: ApprovalRequest) -> Block:
     rid = request.request_id
     if request.kind == "question":
@@ -386,8 +404,10 @@ def _actions(request: ApprovalRequest) -> Block:
                 "Approve", APPROVE, rid, "primary", _confirm(request) if needs_confirm else None
             )
         ]
-        if request.allow_always:
-            elements.append(_button("Approve for this run", APPROVE_ALWAYS, rid))
+        if request.allow_always and request.route.allows_standing_approval:
+            elements.append(
+                _button("Approve for this run", APPROVE_ALWAYS, rid, None, _confirm_always(request))
+            )
         elements.append(_button("Reject", REJECT, rid, "danger"))
     return {"type": "actions", "block_id": actions_block_id(rid), "elements": elements}
 
@@ -429,43 +449,56 @@ _OUTCOME_EMOJI = {
 
 def _decision_detail(request: ApprovalRequest) -> str:
     """The free text of the decision: reject message, requested changes, or the answer."""
-    decision = request.decision or {}
+    decision = request.decision
     for key in ("message", "feedback", "text"):
-        value = decision.get(key)
+        value = getattr(decision, key, None)
         if isinstance(value, str) and value.strip():
             return value.strip()
     return ""
 
 
+def _decider(request: ApprovalRequest) -> str:
+    """ "by <@U…>", or for a webhook "via webhook" with the name its caller claimed shown
+    only as a claim."""
+    decision = request.decision
+    if request.decided_by == WEBHOOK:
+        claimed = decision.note if decision is not None else ""
+        return f"via webhook (claimed: {_short(claimed, 80)})" if claimed else "via webhook"
+    by = _who(request.decided_by)
+    if isinstance(decision, Approve) and decision.standing_of:
+        return f"by {by}'s approval for this run ({_inline_code(decision.standing_of)})"
+    return f"by {by}"
+
+
 def _outcome(request: ApprovalRequest) -> tuple[str, str]:
     """(trusted mrkdwn lead, raw detail to escape) stating the decision."""
     status = request.status
-    decision = request.decision or {}
-    by = _who(request.decided_by)
+    decision = request.decision
+    by = _decider(request)
     emoji = _OUTCOME_EMOJI.get(status, ":grey_question:")
-    always = bool(decision.get("always"))
+    always = isinstance(decision, Approve | Reject) and decision.always
     if status == "approved":
         if request.route.quorum > 1 and request.approvals:
             lead = f"Approved by {_who_list(request.approvals)}"
             lead += f" ({len(request.approvals)} of {request.route.quorum} approvals)"
         else:
-            lead = f"Approved by {by}"
+            lead = f"Approved {by}"
         if always:
             lead += f", also for later calls of {_inline_code(request.tool)} in this run"
         return f"{emoji} {lead}", ""
     if status == "rejected":
-        lead = f"{emoji} Rejected by {by}"
+        lead = f"{emoji} Rejected {by}"
         if always:
             lead += f", also for later calls of {_inline_code(request.tool)} in this run"
         detail = _decision_detail(request)
         return (lead + ": " if detail else lead), detail
     if status == "changes_requested":
         detail = _decision_detail(request)
-        lead = f"{emoji} Changes requested by {by}"
+        lead = f"{emoji} Changes requested {by}"
         return (lead + ": " if detail else lead), detail
     if status == "answered":
         detail = _decision_detail(request)
-        lead = f"{emoji} Answered by {by}"
+        lead = f"{emoji} Answered {by}"
         return (lead + ": " if detail else lead), detail
     if status == "expired":
         what = (
@@ -475,7 +508,7 @@ def _outcome(request: ApprovalRequest) -> tuple[str, str]:
         return f"{emoji} Expired — nobody decided before {deadline}; {what}", ""
     if status == "pending":
         return f"{emoji} Waiting for a decision: {_quorum_line(request)}", ""
-    return f"{emoji} {_short(status, 100)} by {by}", ""
+    return f"{emoji} {_short(status, 100)} {by}", ""
 
 
 def _decided_header(request: ApprovalRequest) -> str:
@@ -512,7 +545,7 @@ def _modal(
     return {
         "type": "modal",
         "callback_id": callback_id,
-        "private_metadata": request.request_id,
+        "private_metadata": modal_metadata(request.request_id, request.pause_id),
         "title": _text(_plain(title, MODAL_TITLE_MAX), "plain_text"),
         "submit": _text(_plain(submit, MODAL_TITLE_MAX), "plain_text"),
         "close": _text("Cancel", "plain_text"),

@@ -10,7 +10,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Click", "Submission", "input_value", "parse_click", "parse_submission", "well_formed"]
+__all__ = [
+    "METADATA_SEPARATOR",
+    "Click",
+    "Submission",
+    "input_value",
+    "modal_metadata",
+    "parse_click",
+    "parse_submission",
+    "well_formed",
+]
+
+METADATA_SEPARATOR = "|"
+
+
+def modal_metadata(request_id: str, pause_id: str) -> str:
+    """A modal's private_metadata: the request and the pause it was opened in."""
+    return f"{request_id}{METADATA_SEPARATOR}{pause_id}"
 
 
 @dataclass(frozen=True)
@@ -32,6 +48,7 @@ class Submission:
     team: str
     callback_id: str
     request_id: str
+    pause_id: str  # the pause the form was opened in: a form of a pause that is over is stale
     values: dict[str, Any]
 
 
@@ -73,11 +90,13 @@ def parse_click(body: Any) -> Click | None:
 def parse_submission(body: Any, view: Any) -> Submission | None:
     body, view = _dict(body), _dict(view)
     values = _dict(_dict(view.get("state")).get("values"))
+    request_id, _, pause_id = _text(view.get("private_metadata")).partition(METADATA_SEPARATOR)
     submission = Submission(
         user=_text(_dict(body.get("user")).get("id")),
         team=_text(_dict(body.get("team")).get("id")),
         callback_id=_text(view.get("callback_id")),
-        request_id=_text(view.get("private_metadata")),
+        request_id=request_id,
+        pause_id=pause_id,
         values=values,
     )
     if not (submission.user and submission.request_id):

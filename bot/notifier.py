@@ -88,6 +88,7 @@ class SlackNotifier:
         )
 
     async def run_finished(self, run: RunSummary, requests: list[ApprovalRequest]) -> None:
+        requests = [r for r in requests if r.asked]
         if any(not r.message_ts for r in requests):
             # Another process may still be posting a request (paced, or Slack is slow):
             # the outcome belongs in its thread, so wait for it rather than drop it.

@@ -1,4 +1,5 @@
-"""Who may decide a request: the route's reviewers (users and user groups) and self-approval.
+"""The reviewer directory on Slack: is a user among a route's reviewers (users and user
+groups)? The rules of who may decide live in `agent_host.approvals.service`.
 
 User-group members are looked up with `usergroups.users.list` and cached briefly, so a
 click usually costs no Slack call at all.
@@ -10,20 +11,13 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from agent_host.approvals import ApprovalRequest
+from agent_host.approvals import ApprovalRequest, Eligibility, may_decide
 
-__all__ = ["ReviewerRules", "Verdict"]
+__all__ = ["ReviewerRules"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    allowed: bool
-    reason: str = ""
 
 
 class ReviewerRules:
@@ -43,28 +37,24 @@ class ReviewerRules:
         )
         self._groups: dict[str, tuple[float, frozenset[str]]] = {}
 
-    async def may_decide(self, user_id: str, request: ApprovalRequest) -> Verdict:
-        route = request.route
-        if user_id == request.requested_by and not route.allow_self_approval:
-            return Verdict(
-                False,
-                "you started this run, and this route does not allow approving your own request; "
-                "ask another reviewer",
-            )
-        if not route.reviewers or user_id in route.reviewers:
-            return Verdict(True)
-        groups = [r for r in route.reviewers if r.startswith("S")]
+    async def may_decide(self, user_id: str, request: ApprovalRequest) -> Eligibility:
+        return await may_decide(self, user_id, request)
+
+    async def is_reviewer(self, user_id: str, reviewers: tuple[str, ...]) -> Eligibility:
+        if user_id in reviewers:
+            return Eligibility(True)
+        groups = [r for r in reviewers if r.startswith("S")]
         # All groups at once, under one budget: the click must be answered within 3 s.
         results = await asyncio.gather(*(self.group_members(g) for g in groups))
         if any(members is not None and user_id in members for members in results):
-            return Verdict(True)
+            return Eligibility(True)
         if any(members is None for members in results):
-            return Verdict(
+            return Eligibility(
                 False,
                 "countersign could not check the reviewer group right now; click again in a moment",
             )
-        listed = ", ".join(_mention(r) for r in route.reviewers)
-        return Verdict(
+        listed = ", ".join(_mention(r) for r in reviewers)
+        return Eligibility(
             False, f"you are not a reviewer for this request; it can be decided by {listed}"
         )
 

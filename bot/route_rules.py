@@ -180,6 +180,7 @@ class RouteRule:
     quorum: int = 1
     expiry_seconds: int = DEFAULT_EXPIRY_SECONDS
     allow_self_approval: bool = False
+    webhook_completes_quorum: bool = False
 
     def __post_init__(self) -> None:
         for name in ("agent", "tool"):
@@ -212,11 +213,9 @@ class RouteRule:
         if isinstance(expiry, bool) or not isinstance(expiry, int):
             raise RouteSpecError(f"expiry {expiry!r} must be whole seconds", "expiry")
         parse_duration(expiry, bare_seconds=True)  # the range check
-        if not isinstance(self.allow_self_approval, bool):
-            raise RouteSpecError(
-                f"allow_self_approval {self.allow_self_approval!r} must be true or false",
-                "allow_self_approval",
-            )
+        for flag in ("allow_self_approval", "webhook_completes_quorum"):
+            if not isinstance(getattr(self, flag), bool):
+                raise RouteSpecError(f"{flag} {getattr(self, flag)!r} must be true or false", flag)
 
     def matches(self, agent: str, tool: str, severity: Severity | str) -> bool:
         return (
@@ -233,6 +232,7 @@ class RouteRule:
             quorum=self.quorum,
             expiry_seconds=self.expiry_seconds,
             allow_self_approval=self.allow_self_approval,
+            webhook_completes_quorum=self.webhook_completes_quorum,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -247,8 +247,23 @@ class RouteRule:
 
 
 # -- the slash command spec -----------------------------------------------------------------
-_SPEC_KEYS = ("agent", "tool", "severity", "channel", "reviewers", "quorum", "expiry", "self")
-_SPEC_ALIASES = {"min_severity": "severity", "allow_self_approval": "self", "reviewer": "reviewers"}
+_SPEC_KEYS = (
+    "agent",
+    "tool",
+    "severity",
+    "channel",
+    "reviewers",
+    "quorum",
+    "expiry",
+    "self",
+    "webhook_quorum",
+)
+_SPEC_ALIASES = {
+    "min_severity": "severity",
+    "allow_self_approval": "self",
+    "reviewer": "reviewers",
+    "webhook_completes_quorum": "webhook_quorum",
+}
 _TOKEN = re.compile(r"(?:<[^>]*>|<|[^\s<])+")  # a Slack mention `<…>` never splits a token
 _PAIR = re.compile(r"^([A-Za-z_]+)=(.*)$", re.S)
 
@@ -314,6 +329,8 @@ def parse_spec(text: str) -> RouteRule:
             fields["expiry_seconds"] = parse_duration(values["expiry"])
         if "self" in values:
             fields["allow_self_approval"] = _flag(values["self"], "self")
+        if "webhook_quorum" in values:
+            fields["webhook_completes_quorum"] = _flag(values["webhook_quorum"], "webhook_quorum")
         return RouteRule(**fields)
     except RouteSpecError as exc:
         raise _with_example(str(exc)) from None
@@ -329,6 +346,7 @@ _FILE_FIELDS = (
     "quorum",
     "expiry",
     "allow_self_approval",
+    "webhook_completes_quorum",
 )
 
 
@@ -380,8 +398,9 @@ def _file_rule(item: Any, where: str) -> RouteRule:
             fields["quorum"] = item["quorum"]
         if "expiry" in item:
             fields["expiry_seconds"] = parse_duration(item["expiry"], bare_seconds=True)
-        if "allow_self_approval" in item:
-            fields["allow_self_approval"] = item["allow_self_approval"]
+        for flag in ("allow_self_approval", "webhook_completes_quorum"):
+            if flag in item:
+                fields[flag] = item[flag]
         return RouteRule(**fields)
     except RouteSpecError as exc:
         failing = {"severity": "min_severity"}.get(exc.field or "", exc.field or "?")
@@ -406,6 +425,8 @@ def format_rules(rules: Iterable[RouteRule], default_channel: str = "") -> str:
     for rule in rules:
         reviewers = ", ".join(_mention(r) for r in rule.reviewers) or "anyone"
         self_approval = "self-approval allowed" if rule.allow_self_approval else "no self-approval"
+        if rule.webhook_completes_quorum:
+            self_approval += " · a webhook approval completes the quorum"
         lines.append(
             f"• *{rule.id}* agent `{rule.agent}` tool `{rule.tool}` severity ≥ "
             f"{rule.min_severity.value} → <#{rule.channel}> · reviewers {reviewers} · "

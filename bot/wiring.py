@@ -79,6 +79,7 @@ async def build(settings: Settings) -> tuple[Host, SlackBot]:
     if settings.routes_file is not None:
         await routes.seed(load_routes_file(settings.routes_file))
     notifier = SlackNotifier(client, settings.default_channel)
+    directory = ReviewerRules(client)
     host = Host(
         settings=settings,
         redis=redis,
@@ -87,14 +88,14 @@ async def build(settings: Settings) -> tuple[Host, SlackBot]:
         router=routes,
         notifier=notifier,
         embedded=embedded,
+        directory=directory,
     )
     tasks = BackgroundTasks()
     bolt = build_bolt_app(
         client=client,
         notifier=notifier,
         signing_secret=settings.slack_signing_secret or "",
-        store=host.store,
-        reviewers=ReviewerRules(client),
+        approvals=host.approvals,
         commands=SlashCommands(host.store, routes, settings.admin_ids),
         tasks=tasks,
     )

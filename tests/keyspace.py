@@ -38,3 +38,13 @@ async def xrange_all(redis: Any, stream: str) -> list[tuple[Any, Any]]:
 
 async def metric(redis: Any, name: str) -> float:
     return sum([float(await redis.hget(s.metrics, name) or 0) for s in K.shards()])
+
+
+async def pass_deadline(redis: Any, request_id: str, seconds_ago: float = 1.0) -> None:
+    """Make a pending request due now by Redis's clock (the one DECIDE and the sweeper
+    read), by moving its deadline back: Redis's own clock cannot be moved."""
+    seconds, micros = await redis.time()
+    deadline = int(seconds) + int(micros) / 1e6 - seconds_ago
+    k = K.Keys(request_id)
+    await redis.hset(k.request(request_id), "expires_at", repr(deadline))
+    await redis.zadd(k.shard.deadlines, {request_id: int(deadline * 1000)})

@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 
 from agent_host import keys as K
 from agent_host.agents import AgentRegistry
-from agent_host.approvals import ApprovalRequest, FixedRouter, Route, Router
+from agent_host.approvals import ApprovalRequest, FixedRouter, Route, Router, RunRecord
 from agent_host.checkpoint import RunState
 from agent_host.crypto import KeyRing, generate_key
 from agent_host.examples import ExampleEffects, build_registry
@@ -35,15 +35,17 @@ __all__ = [
     "text",
 ]
 
-START = 1_700_000_000.0
+# Near the real time: deadlines are checked against Redis's clock (TIME), so requests
+# created by a fake clock must be due when Redis says so; `Env.age` moves them closer.
+START = float(int(time.time()))
 
 
 class FakeClock:
     """A clock the test moves by hand; each reading is strictly later than the last by 1 ms,
     so scores in the indexes stay distinct unless `tick` is 0."""
 
-    def __init__(self, start: float = START, tick: float = 0.001) -> None:
-        self.now, self.tick = start, tick
+    def __init__(self, start: float | None = None, tick: float = 0.001) -> None:
+        self.now, self.tick = float(int(time.time())) if start is None else start, tick
 
     def __call__(self) -> float:
         self.now += self.tick
@@ -104,16 +106,28 @@ class Env:
     async def status(self, run_id: str) -> str:
         info = await self.store.run_info(run_id)
         assert info is not None, f"run {run_id} does not exist"
-        return info["status"]
+        return info.status
 
-    async def info(self, run_id: str) -> dict[str, str]:
+    async def info(self, run_id: str) -> RunRecord:
         info = await self.store.run_info(run_id)
         assert info is not None, f"run {run_id} does not exist"
         return info
 
+    async def age(self, seconds: float) -> None:
+        """Let `seconds` pass for every pending deadline: Redis's clock, which decides what
+        is due, cannot be moved, so the deadlines move back instead."""
+        for shard in K.shards():
+            due: Any = await self.store.redis.zrange(shard.deadlines, 0, -1, withscores=True)
+            for member, score in due:
+                rid = text(member)
+                await self.store.redis.zadd(shard.deadlines, {rid: score - seconds * 1000})
+                await self.store.redis.hincrbyfloat(
+                    K.Keys(rid).request(rid), "expires_at", -seconds
+                )
+
     async def final_state(self, run_id: str) -> RunState:
         info = await self.info(run_id)
-        return await self.store.load_checkpoint(run_id, info["pause_id"])
+        return await self.store.load_checkpoint(run_id, info.pause_id)
 
 
 def make_env(

@@ -349,10 +349,12 @@ async def test_webhook_approves_once_and_later_calls_learn_who_decided(api: Api)
     body = {"requestId": rid, "decision": "approved", "decidedBy": "U-bob"}
     resp = await api.webhook(body)
     assert resp.status == 200, await resp.text()
+    # The webhook is one identity whatever name its caller claims; the claim is a note.
     assert await resp.json() == {
         "status": "processed",
         "request_id": rid,
         "decision": "approved",
+        "decided_by": "webhook",
         "approvals": 1,
         "quorum": 1,
     }
@@ -362,8 +364,11 @@ async def test_webhook_approves_once_and_later_calls_learn_who_decided(api: Api)
         "status": "already_processed",
         "request_id": rid,
         "decision": "approved",
-        "decided_by": "U-bob",
+        "decided_by": "webhook",
     }
+    decided = await api.env.store.get_request(rid)
+    assert decided is not None and decided.decision is not None
+    assert decided.decision.note == "U-bob" and decided.decision.via == "webhook"
     await api.env.drain()
     detail = await api.run(run_id)
     assert detail["status"] == "succeeded" and "Refund issued" in detail["output"]

@@ -56,9 +56,11 @@ def expected_gate(tool: str, target: str) -> str:
 
 
 KINDS = {
-    # kind: (outcome the call must end with, sticky decision it leaves behind)
+    # kind: (outcome the call must end with, sticky decision it leaves behind). "Approve for
+    # this run" is kept for the store to scope by route (RunState.standing): in the runner
+    # alone, later calls of the tool still pause.
     "approve": ("executed", None),
-    "approve_always": ("executed", "approve"),
+    "approve_always": ("executed", None),
     "reject": ("rejected", None),
     "reject_message": ("rejected", None),
     "reject_always": ("rejected", "reject"),
@@ -113,9 +115,7 @@ async def check_run(turns: list[list[tuple[str, str]]], data: st.DataObject) -> 
             elif gate == "deny":
                 expected[proposed.id] = "denied"
             elif proposed.name in sticky:
-                expected[proposed.id] = (
-                    "executed" if sticky[proposed.name] == "approve" else ("rejected")
-                )
+                expected[proposed.id] = "rejected"
             else:
                 must_pause.append(proposed.id)
         if not must_pause:

@@ -3,8 +3,6 @@ resumably, without clobbering a run that moves on meanwhile; rotated checkpoints
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 import redis as redis_sync
 from redis.asyncio import Redis
@@ -59,10 +57,8 @@ async def test_rotation_reencrypts_every_checkpoint_and_they_still_resume(redis:
         info = await env_a.info(run_id)
         fresh = await redis.get(K.Keys(run_id).checkpoint)
         assert fresh is not None and fresh != before[run_id]
-        same = ring_b.decrypt(fresh, run_id=run_id, request_id=info["pause_id"])
-        old = KeyRing.parse(KEY_A).decrypt(
-            before[run_id], run_id=run_id, request_id=info["pause_id"]
-        )
+        same = ring_b.decrypt(fresh, run_id=run_id, request_id=info.pause_id)
+        old = KeyRing.parse(KEY_A).decrypt(before[run_id], run_id=run_id, request_id=info.pause_id)
         assert same == old
 
     again = await rotate_checkpoints(redis, ring_b)
@@ -86,7 +82,7 @@ async def test_rotation_does_not_clobber_a_checkpoint_written_meanwhile(
 ) -> None:
     env = make_env(redis, keyring=KeyRing.parse(KEY_A))
     run_id = await env.start("refund-agent", "refund order 123")
-    pause_id = (await env.info(run_id))["pause_id"]
+    pause_id = (await env.info(run_id)).pause_id
     ring_b = KeyRing.parse(f"{KEY_B},{KEY_A}")
     moved_on = ring_b.encrypt(b'{"moved": "on"}', run_id=run_id, request_id=pause_id)
 
@@ -144,8 +140,8 @@ async def test_rotation_survives_a_run_that_failed_at_resume(redis: Redis) -> No
     env.runner.registry = changed_refund_registry(env.effects)
     env.runner.reload_agents()  # as a redeploy with the changed agent would
     await env.drain()
-    info: dict[str, Any] = await env.info(failed)
-    assert info["status"] == "failed" and "changed" in info["error"]
+    info = await env.info(failed)
+    assert info.status == "failed" and "changed" in info.error
     assert env.effects.count("refund") == 0
 
     report = await rotate_checkpoints(redis, KeyRing.parse(f"{KEY_B},{KEY_A}"))

@@ -201,25 +201,28 @@ def multi_turn_registry(
     return registry_of("janitor", tools, scripted(*turns, reply("all done")))
 
 
-async def test_seed001_approve_always_stops_later_calls_of_that_tool_from_pausing() -> None:
+async def test_seed001_approve_always_is_kept_for_the_store_to_scope_not_applied_blindly() -> None:
+    """The runner records "approve for this run" but does not apply it: whether a later call
+    is covered depends on its route, which the store resolves (invariant 14)."""
     rec = Recorder()
     registry = multi_turn_registry(
         rec,
         [tc("a", "delete_file", target="/a")],
         [tc("b", "delete_file", target="/b"), tc("c", "delete_file", target="/c")],
-        [tc("d", "delete_file", target="/d")],
     )
     paused = await Runner(registry).run("janitor", "clean")
-    assert isinstance(paused, Paused) and [p.call_id for p in paused.pending] == ["a"]
+    assert isinstance(paused, Paused) and len(paused.pending) == 1
+    first = paused.pending[0].call_id
 
-    done = await Runner(registry).resume(roundtrip(paused.state), {"a": Approve(always=True)})
+    later = await Runner(registry).resume(
+        roundtrip(paused.state), {first: Approve(decided_by="U1", always=True)}
+    )
 
-    assert isinstance(done, Succeeded)
-    assert done.state.sticky == {"delete_file": "approve"}
-    assert rec.targets("delete_file") == ["/a", "/b", "/c", "/d"]
-    later = [done.state.call(i) for i in "bcd"]
-    assert all(c is not None and c.decision is not None for c in later)
-    assert {c.decision.decided_by for c in later if c and c.decision} == {"approve-always"}
+    assert isinstance(later, Paused) and len(later.pending) == 2
+    assert rec.targets("delete_file") == ["/a"]
+    standing = later.state.standing["delete_file"]
+    assert standing.always and standing.decided_by == "U1"
+    assert later.state.sticky == {}
 
 
 async def test_seed001_reject_always_rejects_later_calls_without_pausing_or_running() -> None:
@@ -244,29 +247,6 @@ async def test_seed001_reject_always_rejects_later_calls_without_pausing_or_runn
     assert b is not None and (b.outcome, b.result) == ("rejected", DEFAULT_REJECT_MESSAGE)
     assert b.decision is not None and b.decision.decided_by == "reject-always"
     assert tool_messages(done.state)["a"] == "not today"
-
-
-async def test_seed001_sticky_decisions_survive_a_checkpoint_and_are_per_tool() -> None:
-    rec = Recorder()
-    registry = multi_turn_registry(
-        rec,
-        [tc("a", "delete_file", target="/a")],
-        [tc("b", "archive", target="/b")],
-        [tc("c", "delete_file", target="/c"), tc("d", "archive", target="/d")],
-        extra_tools=(counting_tool(rec, "archive", Permission.ASK),),
-    )
-    first = await Runner(registry).run("janitor", "clean")
-    assert isinstance(first, Paused)
-    second = await Runner(registry).resume(roundtrip(first.state), {"a": Approve(always=True)})
-    assert isinstance(second, Paused) and [p.call_id for p in second.pending] == ["b"]
-    third = await Runner(registry).resume(roundtrip(second.state), {"b": Approve()})
-
-    # c (delete_file) is approved by the sticky decision; d (archive) was only approved once
-    assert isinstance(third, Paused) and [p.call_id for p in third.pending] == ["d"]
-    assert rec.targets("delete_file") == ["/a"] and rec.targets("archive") == ["/b"]
-    done = await Runner(registry).resume(roundtrip(third.state), {"d": Reject()})
-    assert isinstance(done, Succeeded)
-    assert rec.targets("delete_file") == ["/a", "/c"] and rec.targets("archive") == ["/b"]
 
 
 async def test_seed001_approve_always_is_refused_when_the_verdict_forbids_it() -> None:

@@ -6,6 +6,7 @@ import asyncio
 
 from redis.asyncio import Redis
 
+from agent_host import keys as K
 from agent_host.decisions import Approve, Reject, RequestChanges
 from tests.keyspace import metric, xlen_all
 
@@ -36,7 +37,7 @@ async def test_same_approval_delivered_20_times_decides_once_and_runs_once(redis
     await asyncio.gather(env.drain(w1), env.drain(w2))
     assert await env.status(run_id) == "succeeded"
     assert env.effects.count("refund") == 1
-    assert "Refund issued" in (await env.info(run_id))["output"]
+    assert "Refund issued" in (await env.info(run_id)).output
 
 
 async def test_approve_racing_reject_gives_exactly_one_terminal_status(redis: Redis) -> None:
@@ -79,7 +80,10 @@ async def test_late_deciders_are_told_who_decided(redis: Redis) -> None:
     assert late.outcome == "already_decided" and not late.accepted and not late.resume_queued
     assert late.request is not None
     assert late.request.decided_by == "carol" and late.request.status == "rejected"
-    assert late.request.decision is not None and late.request.decision["message"] == "no"
+    assert (
+        late.request.decision is not None
+        and getattr(late.request.decision, "message", None) == "no"
+    )
     assert len(await resume_entries(redis, run_id)) == 1
 
 
@@ -134,7 +138,7 @@ async def test_quorum_any_reject_rejects(redis: Redis) -> None:
     assert late.request is not None and late.request.decided_by == "eve"
     await env.drain()
     assert env.effects.count("refund") == 0
-    assert "not approved" in (await env.info(run_id))["output"]
+    assert "not approved" in (await env.info(run_id)).output
 
 
 async def test_quorum_concurrent_distinct_approvers_decide_once(redis: Redis) -> None:
@@ -162,7 +166,7 @@ async def test_a_turn_resumes_only_when_every_gated_call_is_decided(redis: Redis
     one = await env.store.decide(first.request_id, Approve(decided_by="bob"))
     assert one.outcome == "decided" and not one.resume_queued
     assert await resume_entries(redis, run_id) == []
-    assert (await env.info(run_id))["undecided"] == "1"
+    assert await env.store.redis.hget(K.Keys(run_id).run, "undecided") == b"1"
     await env.drain()
     assert await env.status(run_id) == "waiting"
     assert env.effects.count("delete_file") == 0  # nothing of the turn ran yet

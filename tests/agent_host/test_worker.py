@@ -79,8 +79,8 @@ async def test_worker_died_after_the_tool_ran_reclaimed_run_succeeds_tool_ran_on
     ((_, entries),) = reply_
     assert len(entries) == 1
     info = await env.info(run_id)
-    state = await env.store.load_checkpoint(run_id, info["pause_id"])
-    decisions = await env.store.decisions_for(run_id, info["pause_id"])
+    state = await env.store.load_checkpoint(run_id, info.pause_id)
+    decisions = await env.store.decisions_for(run_id, info.pause_id)
     outcome = await env.runner.resume(state, decisions)
     assert outcome.kind == "succeeded"
     assert env.effects.count("refund") == 1
@@ -93,7 +93,7 @@ async def test_worker_died_after_the_tool_ran_reclaimed_run_succeeds_tool_ran_on
 
     assert await env.status(run_id) == "succeeded"
     assert env.effects.count("refund") == 1
-    output = (await env.info(run_id))["output"]
+    output = (await env.info(run_id)).output
     assert output.startswith("Done. Refund issued: $42.50 to order 123")
     calls = (await env.final_state(run_id)).calls
     assert [c.outcome for c in calls] == ["executed", "executed"]
@@ -113,7 +113,7 @@ async def test_call_started_but_unfinished_is_reported_not_rerun(redis: Redis) -
     refund = state.call(request.call_id)
     assert refund is not None
     assert refund.outcome == "unknown_outcome" and refund.result == UNKNOWN_OUTCOME
-    assert "unknown" in (await env.info(run_id))["output"]
+    assert "unknown" in (await env.info(run_id)).output
     assert await redis.hget(K.Keys(run_id).ledger, request.call_id) == b"started"
 
 
@@ -128,8 +128,8 @@ async def test_tampered_checkpoint_fails_the_run_and_never_runs_the_tool(redis: 
     await env.drain()
 
     info = await env.info(run_id)
-    assert info["status"] == "failed"
-    assert "decrypt" in info["error"] and "verif" in info["error"]
+    assert info.status == "failed"
+    assert "decrypt" in info.error and "verif" in info.error
     assert env.effects.count("refund") == 0
     assert await pending_count(redis) == 0
     (request,) = await env.requests(run_id)
@@ -145,7 +145,7 @@ async def test_checkpoint_copied_from_another_run_fails_closed(redis: Redis) -> 
     await env.drain()
 
     info = await env.info(victim)
-    assert info["status"] == "failed" and "decrypt" in info["error"]
+    assert info.status == "failed" and "decrypt" in info.error
     assert env.effects.count("refund") == 0
 
 
@@ -259,4 +259,4 @@ async def test_slow_tool_reclaimed_while_running_is_reported_truthfully(redis: R
     call_record = state.call(request.call_id)
     assert call_record is not None
     assert call_record.outcome == "executed", call_record.result
-    assert (await env.info(run_id))["output"] == "result: paid 7"
+    assert (await env.info(run_id)).output == "result: paid 7"

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from agent_host.approvals import ApprovalRequest
+from agent_host.approvals import ApprovalRequest, RunRecord
 from agent_host.crypto import generate_key
 from agent_host.examples import ExampleEffects
 from agent_host.host import Host
@@ -54,10 +54,10 @@ class Stack:
 
         return await eventually(posted)
 
-    async def run_status(self, run_id: str, *statuses: str) -> dict[str, str]:
-        async def reached() -> dict[str, str] | None:
+    async def run_status(self, run_id: str, *statuses: str) -> RunRecord:
+        async def reached() -> RunRecord | None:
             info = await self.host.store.run_info(run_id)
-            return info if info and info.get("status") in statuses else None
+            return info if info and info.status in statuses else None
 
         return await eventually(reached)
 

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent_host.approvals import ApprovalRequest, RequestStatus, Route
+from agent_host.decisions import Reject, decision_adapter
 from agent_host.notifier import RunSummary
 from bot import blocks as B
 from bot.sandbox.blockkit import check_blocks, check_view
@@ -255,7 +256,11 @@ def test_confirm_dialog_only_for_high_and_critical(severity: str, confirmed: boo
     _, body = B.approval_message(request)
     approve = buttons(body)[B.APPROVE]
     assert ("confirm" in approve) is confirmed
-    assert all("confirm" not in b for k, b in buttons(body).items() if k != B.APPROVE)
+    others = {k: b for k, b in buttons(body).items() if k not in (B.APPROVE, B.APPROVE_ALWAYS)}
+    assert all("confirm" not in b for b in others.values())
+    # "Approve for this run" always says how far it reaches
+    always = buttons(body)[B.APPROVE_ALWAYS]["confirm"]["text"]["text"]
+    assert "later calls of issue_refund in this run" in always
     if confirmed:
         confirm = approve["confirm"]
         assert confirm["confirm"]["text"] == "Approve"
@@ -389,7 +394,7 @@ def test_long_names_and_reason_fit() -> None:
         status="rejected",
         decided_by="U0BOB",
         decided_at=NOW,
-        decision={"kind": "reject", "message": "no " * 3000},
+        decision=Reject(message="no " * 3000),
     )
     check_message(B.decided_message(decided))
 
@@ -398,7 +403,13 @@ def test_long_names_and_reason_fit() -> None:
 def decided(
     request: ApprovalRequest, status: RequestStatus, by: str, decision: dict[str, Any]
 ) -> ApprovalRequest:
-    return replace(request, status=status, decided_by=by, decided_at=NOW + 60, decision=decision)
+    return replace(
+        request,
+        status=status,
+        decided_by=by,
+        decided_at=NOW + 60,
+        decision=decision_adapter.validate_python(decision),
+    )
 
 
 def outcome_section(body: list[dict[str, Any]]) -> str:
@@ -423,7 +434,7 @@ def outcome_section(body: list[dict[str, Any]]) -> str:
                 "webhook",
                 {"kind": "request_changes", "feedback": "smaller amount"},
             ),
-            ":memo: Changes requested by webhook: smaller amount",
+            ":memo: Changes requested via webhook: smaller amount",
         ),
         (
             decided(question(), "answered", "U0BOB", {"kind": "answer", "text": "replace it"}),
@@ -486,7 +497,7 @@ def test_reject_modal() -> None:
     view = B.reject_modal(request)
     check_modal(view)
     assert view["callback_id"] == B.REJECT_MODAL
-    assert view["private_metadata"] == request.request_id
+    assert view["private_metadata"] == f"{request.request_id}|{request.pause_id}"
     assert view["title"]["text"] == "Reject request"
     assert view["submit"]["text"] == "Reject"
     assert view["close"]["text"] == "Cancel"
@@ -505,7 +516,7 @@ def test_answer_modal() -> None:
     view = B.answer_modal(request)
     check_modal(view)
     assert view["callback_id"] == B.ANSWER_MODAL
-    assert view["private_metadata"] == request.request_id
+    assert view["private_metadata"] == f"{request.request_id}|{request.pause_id}"
     assert view["submit"]["text"] == "Send answer"
     (block,) = by_type(view["blocks"], "input")
     assert block["block_id"] == B.ANSWER_BLOCK and block["optional"] is False
@@ -634,7 +645,7 @@ def test_any_arguments_respect_limits(
         status="rejected",
         decided_by="U0BOB",
         decided_at=NOW,
-        decision={"kind": "reject", "message": "no"},
+        decision=Reject(message="no"),
     )
     check_message(B.decided_message(finished))
     check_modal(B.reject_modal(request))
@@ -689,7 +700,7 @@ def test_any_text_respects_limits(
             status=status,
             decided_by=by,
             decided_at=NOW,
-            decision={"kind": "x", "message": detail, "text": detail, "feedback": detail},
+            decision=Reject(message=detail),
         )
         check_message(B.decided_message(finished))
         for run_status in ("succeeded", "failed", "waiting"):

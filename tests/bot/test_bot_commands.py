@@ -76,7 +76,7 @@ async def waiting_requests(stack: Stack, run_id: str, count: int) -> list[Any]:
 
     async def paused() -> list[Any] | None:
         info = await stack.host.store.run_info(run_id)
-        if not info or info.get("status") != "waiting":
+        if not info or info.status != "waiting":
             return None
         requests = await stack.host.store.run_requests(run_id)
         return requests if len(requests) == count else None

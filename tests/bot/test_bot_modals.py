@@ -22,7 +22,7 @@ async def test_reject_with_reason_via_modal_reaches_the_model_and_the_message(
         view = await stack.opened_view(REVIEWER, blocks.REJECT_MODAL)
         [opened] = stack.standin.calls_to("views.open")
         assert "trigger_id" in opened
-        assert view["view"]["private_metadata"] == request.request_id
+        assert view["view"]["private_metadata"] == f"{request.request_id}|{request.pause_id}"
         # Opening the modal decides nothing yet.
         current = await stack.host.store.get_request(request.request_id)
         assert current is not None and current.status == "pending"
@@ -35,16 +35,16 @@ async def test_reject_with_reason_via_modal_reaches_the_model_and_the_message(
         assert stack.view_state(view["id"])["closed"] is True
 
         info = await stack.run_status(run_id, "succeeded", "failed")
-        assert info["status"] == "succeeded"
-        assert reason in info["output"]
-        assert "not approved" in info["output"]
+        assert info.status == "succeeded"
+        assert reason in info.output
+        assert "not approved" in info.output
         assert stack.effects.count("refund") == 0
 
         decided = await stack.host.store.get_request(request.request_id)
         assert decided is not None
         assert decided.status == "rejected"
         assert decided.decided_by == REVIEWER
-        assert decided.decision is not None and decided.decision.get("message") == reason
+        assert decided.decision is not None and getattr(decided.decision, "message", None) == reason
 
         message = await stack.decided_message(CHANNEL, request.message_ts)
         shown = str(message["blocks"])
@@ -65,7 +65,7 @@ async def test_reject_without_a_reason_is_recorded_too(redis_url: str, tmp_path:
         assert submitted.status == 200 and submitted.json() is None
 
         info = await stack.run_status(run_id, "succeeded", "failed")
-        assert info["status"] == "succeeded" and "not approved" in info["output"]
+        assert info.status == "succeeded" and "not approved" in info.output
         assert stack.effects.count("refund") == 0
         decided = await stack.host.store.get_request(request.request_id)
         assert decided is not None and decided.status == "rejected"
@@ -115,7 +115,7 @@ async def test_answer_button_opens_modal_and_the_answer_becomes_the_tool_result(
         reply = await stack.click(REVIEWER, request, blocks.ANSWER)
         assert reply.status == 200
         view = await stack.opened_view(REVIEWER, blocks.ANSWER_MODAL)
-        assert view["view"]["private_metadata"] == request.request_id
+        assert view["view"]["private_metadata"] == f"{request.request_id}|{request.pause_id}"
         assert "where is my parcel?" in str(view["view"]["blocks"])
 
         submitted = await stack.standin.submit_view(
@@ -124,8 +124,8 @@ async def test_answer_button_opens_modal_and_the_answer_becomes_the_tool_result(
         assert submitted.status == 200 and submitted.json() is None
 
         info = await stack.run_status(run_id, "succeeded", "failed")
-        assert info["status"] == "succeeded"
-        assert answer in info["output"]
+        assert info.status == "succeeded"
+        assert answer in info.output
         assert stack.effects.count("support_reply") == 1
 
         decided = await stack.host.store.get_request(request.request_id)
@@ -163,7 +163,7 @@ async def test_blank_answer_is_refused_in_the_modal_and_the_question_stays_open(
         )
         assert fine.status == 200 and fine.json() is None
         info = await stack.run_status(run_id, "succeeded", "failed")
-        assert "Say sorry." in info["output"]
+        assert "Say sorry." in info.output
 
         async def one_reply() -> bool:
             return stack.effects.count("support_reply") == 1
@@ -215,7 +215,7 @@ async def test_two_reviewers_reject_at_once_only_the_first_submission_counts(
         assert "already rejected" in second.json()["errors"][blocks.REASON_BLOCK]
 
         info = await stack.run_status(run_id, "succeeded", "failed")
-        assert ": no" in info["output"] and "also no" not in info["output"]
+        assert ": no" in info.output and "also no" not in info.output
         decided = await stack.host.store.get_request(request.request_id)
         assert decided is not None and decided.decided_by == REVIEWER2
         assert stack.effects.count("refund") == 0

@@ -84,7 +84,7 @@ async def assert_untouched(stack: Stack, request: ApprovalRequest) -> None:
     assert stack.standin.calls_to("chat.update") == []
     assert stack.standin.calls_to("chat.postEphemeral") == []
     info = await stack.host.store.run_info(request.run_id)
-    assert info is not None and info["status"] == "waiting"
+    assert info is not None and info.status == "waiting"
 
 
 async def test_forged_and_stale_clicks_get_401_and_change_nothing(

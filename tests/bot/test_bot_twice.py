@@ -73,8 +73,8 @@ async def test_run_pausing_twice_posts_two_messages_and_the_outcome_in_the_secon
 
         await stack.click(REVIEWER2, second, blocks.APPROVE)
         info = await stack.run_status(run_id, "succeeded", "failed")
-        assert info["status"] == "succeeded"
-        assert "Archived /one" in info["output"] and "Archived /two" in info["output"]
+        assert info.status == "succeeded"
+        assert "Archived /one" in info.output and "Archived /two" in info.output
         assert stack.effects.count("archive") == 2
 
         stored = {r.request_id: r for r in await stack.host.store.run_requests(run_id)}
@@ -106,14 +106,20 @@ async def test_approve_for_this_run_skips_later_asks_for_the_same_tool(
         assert reply.status == 200
 
         info = await stack.run_status(run_id, "succeeded", "failed")
-        assert info["status"] == "succeeded"
-        assert "Archived /two" in info["output"]
+        assert info.status == "succeeded"
+        assert "Archived /two" in info.output
         assert stack.effects.count("archive") == 2
-        # Only the first call ever asked: one request, one Slack message.
-        [only] = await stack.host.store.run_requests(run_id)
+        # Only the first call was asked (one Slack message); the second has its own request,
+        # approved by the standing decision and naming who gave it.
+        only, covered = await stack.host.store.run_requests(run_id)
         assert only.request_id == first.request_id
         assert only.status == "approved"
-        assert only.decision is not None and only.decision.get("always") is True
+        assert getattr(only.decision, "always", None) is True
+        assert covered.status == "approved" and not covered.asked
+        assert covered.decided_by == REVIEWER
+        assert getattr(covered.decision, "standing_of", None) == first.request_id
+        audit = await stack.host.store.audit(run_id)
+        assert any(e.get("request_id") == covered.request_id for e in audit)
         posts = stack.standin.calls_to("chat.postMessage")
         assert len([p for p in posts if not p.get("thread_ts")]) == 1
 
@@ -137,5 +143,5 @@ async def test_plain_approve_still_asks_for_the_next_call(redis_url: str, tmp_pa
         [second] = await eventually(second_pause)
         assert second.tool == "archive"
         info = await stack.host.store.run_info(run_id)
-        assert info is not None and info["status"] == "waiting"
+        assert info is not None and info.status == "waiting"
         assert stack.effects.count("archive") == 1

@@ -133,7 +133,7 @@ async def test_approve_click_travels_over_the_socket_and_the_refund_runs_once(
         assert acked == [envelope["envelope_id"]]
 
         info = await stack.run_status(run_id, "succeeded", "failed")
-        assert info["status"] == "succeeded"
+        assert info.status == "succeeded"
         assert stack.effects.count("refund") == 1
         message = await stack.decided_message(CHANNEL, request.message_ts)
         assert REVIEWER in str(message["blocks"])
@@ -183,7 +183,7 @@ async def test_reject_modal_submission_over_the_socket(redis_url: str, tmp_path:
         assert kinds == ["block_actions", "view_submission"]
 
         info = await stack.run_status(run_id, "succeeded", "failed")
-        assert info["status"] == "succeeded" and reason in info["output"]
+        assert info.status == "succeeded" and reason in info.output
         assert stack.effects.count("refund") == 0
         decided = await stack.decided(request.request_id)
         assert decided.status == "rejected" and decided.decided_by == REVIEWER

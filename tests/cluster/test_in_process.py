@@ -339,7 +339,7 @@ async def test_outcome_reaches_the_thread_when_the_run_ends_before_its_post_is_s
         decided = await store.decide(request.request_id, Reject(message="no", decided_by="api"))
         assert decided.outcome == "decided", decided
         assert await worker.consumer.poll() == 1
-        assert (await store.run_info(run_id) or {}).get("status") == "succeeded"
+        assert getattr(await store.run_info(run_id), "status", None) == "succeeded"
 
         # Replica 2's outbox handles the decision and the run's end.
         replica2 = Outbox(store, host.notifier, "replica-2-outbox", idle_ms=300)

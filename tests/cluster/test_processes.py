@@ -124,7 +124,7 @@ async def approve_a_listed_by_b(w: World, a: Proc, b: Proc, procs: list[Proc]) -
     final = await one_outcome(w, request, procs)
     assert final.status == "approved" and final.decided_by == REVIEWER
     info = await w.run_info(run_id)
-    assert info["output"].startswith("Done. Refund issued: $42.50 to order 123"), info
+    assert info.output.startswith("Done. Refund issued: $42.50 to order 123"), info
     assert len(journal_for(w, "refund", run_id)) == 1
     message, replies = await settled(w, APPROVALS, request.message_ts)
     assert f"<@{REVIEWER}>" in str(message.blocks)
@@ -150,7 +150,7 @@ async def reject_with_reason_via_b(w: World, a: Proc, b: Proc, procs: list[Proc]
     assert final.status == "rejected" and final.decided_by == REVIEWER, final
     assert final.decision is not None and final.decision.get("message") == reason
     info = await w.run_info(run_id)
-    assert "not approved" in info["output"] and reason in info["output"], info
+    assert "not approved" in info.output and reason in info.output, info
     assert journal_for(w, "refund", run_id) == []
     message, replies = await settled(w, APPROVALS, request.message_ts)
     shown = str(message.blocks)
@@ -265,7 +265,7 @@ async def expiry_by_sweepers(w: World, a: Proc, b: Proc, procs: list[Proc]) -> i
         final = await one_outcome(w, request, procs)  # exactly one terminal decision
         assert final.status == "expired" and final.decided_by == EXPIRED_BY, final
         assert final.decided_at is not None and final.decided_at >= request.expires_at
-        assert "not approved" in (await w.run_info(run_id))["output"]
+        assert "not approved" in (await w.run_info(run_id)).output
         assert journal_for(w, "delete_file", run_id) == []
         assert await w.indexed(request.request_id) == (False, False)
         message, replies = await settled(w, OPS, request.message_ts)
@@ -296,12 +296,12 @@ async def worker_killed_mid_run(
         code = await victim.exited(within=20.0)
         assert code == -signal.SIGKILL, f"{victim.name}: exit {code}\n{victim.tail()}"
         assert len(journal_for(w, "refund", run_id)) == 1, "the refund ran before the kill"
-        assert (await w.run_info(run_id))["status"] == "resuming"
+        assert (await w.run_info(run_id)).status == "resuming"
     finally:
         os.kill(other.proc.pid, signal.SIGCONT)
     watch = [a, b, other]
     info = await w.run_reaches(run_id, "succeeded", "failed", within=RECLAIM_WITHIN, watch=watch)
-    assert info["status"] == "succeeded", info
+    assert info.status == "succeeded", info
     final = await one_outcome(w, request, watch)
     assert final.status == "approved"
     assert len(journal_for(w, "refund", run_id)) == 1, "the refund ran twice"

@@ -40,7 +40,7 @@ from aiohttp import web
 from redis.asyncio import Redis
 
 from agent_host import keys as K
-from agent_host.approvals import TERMINAL, ApprovalRequest, FixedRouter
+from agent_host.approvals import TERMINAL, ApprovalRequest, FixedRouter, RunRecord
 from agent_host.crypto import KeyRing, generate_key
 from agent_host.redis_server import AppendFsync, RedisServer, free_port
 from agent_host.store import RunStore
@@ -353,8 +353,10 @@ class World:
         assert found is not None, f"request {request_id} is gone from Redis"
         return found
 
-    async def run_info(self, run_id: str) -> dict[str, str]:
-        return await self.store.run_info(run_id) or {}
+    async def run_info(self, run_id: str) -> RunRecord:
+        info = await self.store.run_info(run_id)
+        assert info is not None, f"run {run_id} does not exist"
+        return info
 
     async def only_request(
         self, run_id: str, *, posted: bool = False, **wait: Any
@@ -370,10 +372,10 @@ class World:
         what = f"run {run_id}'s request" + (" posted" if posted else "")
         return await until(what, found, **wait)
 
-    async def run_reaches(self, run_id: str, *statuses: str, **wait: Any) -> dict[str, str]:
-        async def reached() -> dict[str, str] | None:
+    async def run_reaches(self, run_id: str, *statuses: str, **wait: Any) -> RunRecord:
+        async def reached() -> RunRecord | None:
             info = await self.run_info(run_id)
-            return info if info.get("status") in statuses else None
+            return info if info.status in statuses else None
 
         return await until(f"run {run_id} to be {'/'.join(statuses)}", reached, **wait)
 

@@ -87,7 +87,7 @@ async def passed_alive(w: World, victim: Proc, point: str, run_id: str) -> bool:
     if point == "sweeper_after_due":
         return any(r.status == "expired" for r in requests)
     info = await w.run_info(run_id)
-    return info.get("status") in ("succeeded", "failed")  # after_tool_ran: the run moved on
+    return info.status in ("succeeded", "failed")  # after_tool_ran: the run moved on
 
 
 async def died_at(w: World, victim: Proc, point: str, run_id: str) -> int:
@@ -138,7 +138,7 @@ async def crash_and_recover(tmp: Path, case: Case) -> dict[str, Any]:
         if point == "after_tool_ran":
             assert request.status == "approved"
             assert len(w.refunds()) == 1, "the tool ran before the crash point"
-            assert (await w.run_info(run_id))["status"] == "resuming"
+            assert (await w.run_info(run_id)).status == "resuming"
         else:
             assert request.status == "pending", "the pending request survives the crash"
             assert await w.indexed(request.request_id) == (True, True)
@@ -166,19 +166,19 @@ async def crash_and_recover(tmp: Path, case: Case) -> dict[str, Any]:
         info = await w.run_reaches(run_id, "succeeded", "failed", within=within, watch=watch)
 
         # -- 4. the guarantees -------------------------------------------------------------
-        assert info["status"] == "succeeded", info
+        assert info.status == "succeeded", info
         final = await w.request(request.request_id)
         decided = await w.terminal_events(request.request_id)
         assert len(decided) == 1, f"not exactly one terminal decision: {decided}"
         refunds = w.refunds()
         if case.approved:
             assert final.status == "approved" and final.decided_by == REVIEWER
-            assert info["output"].startswith("Done. Refund issued: $42.50 to order 123"), info
+            assert info.output.startswith("Done. Refund issued: $42.50 to order 123"), info
             assert len(refunds) == 1, f"the refund must run exactly once: {refunds}"
             assert refunds[0]["key"].startswith(run_id)
         else:
             assert final.status == "expired" and final.decided_by == EXPIRED_BY
-            assert "not approved" in info["output"], info
+            assert "not approved" in info.output, info
             assert refunds == [], "an expired request must not run its tool"
         assert await w.indexed(final.request_id) == (False, False)
         # one resume per decided turn (the sweeper trims acknowledged entries, hence <=)

@@ -48,8 +48,8 @@ async def ephemerals(w: World, user: str, count: int, within: float = 10.0) -> l
 
 async def completes(w: World, request: Any, *watch: Proc) -> None:
     info = await w.run_reaches(request.run_id, "succeeded", "failed", within=25.0, watch=watch)
-    assert info["status"] == "succeeded", info
-    assert info["output"].startswith("Done. Refund issued"), info
+    assert info.status == "succeeded", info
+    assert info.output.startswith("Done. Refund issued"), info
     final = await w.request(request.request_id)
     assert final.status == "approved" and final.decided_by == REVIEWER
     assert len(await w.terminal_events(request.request_id)) == 1
@@ -67,7 +67,7 @@ async def nothing_written(w: World, request: Any) -> None:
     assert await w.indexed(request.request_id) == (True, True)
     assert await w.resume_entries(request.run_id) == []
     assert await w.terminal_events(request.request_id) == []
-    assert (await w.run_info(request.run_id))["status"] == "waiting"
+    assert (await w.run_info(request.run_id)).status == "waiting"
 
 
 # -- scenarios ------------------------------------------------------------------------------
@@ -87,7 +87,7 @@ async def always_sigkill_mid_flow(tmp: Path) -> None:
         await w.ready(serve, within=20.0)
         after = await w.request(request.request_id)
         assert after.status == "pending" and after.message_ts == request.message_ts
-        assert (await w.run_info(request.run_id))["status"] == "waiting"
+        assert (await w.run_info(request.run_id)).status == "waiting"
         assert await w.indexed(request.request_id) == (True, True)
         assert await w.redis.get(K.Keys(request.run_id).checkpoint) == checkpoint
 
@@ -124,7 +124,7 @@ async def everysec_sigkill_keeps_older_decision(tmp: Path) -> None:
         info = await w.run_reaches(
             request.run_id, "succeeded", "failed", within=25.0, watch=[serve]
         )
-        assert info["status"] == "succeeded", info
+        assert info.status == "succeeded", info
 
 
 async def click_while_redis_down(tmp: Path, how: str) -> None:

@@ -50,7 +50,7 @@ def journal_for(w: World, kind: str, run_id: str) -> list[dict[str, Any]]:
 async def one_outcome(w: World, request: Any, procs: list[Proc]) -> Any:
     """The run finished, its request decided exactly once; returns the final request."""
     info = await w.run_reaches(request.run_id, "succeeded", "failed", within=25.0, watch=procs)
-    assert info["status"] == "succeeded", info
+    assert info.status == "succeeded", info
     final = await w.request(request.request_id)
     events = await w.terminal_events(request.request_id)
     assert len(events) == 1 and events[0]["event"] == final.status, events

@@ -84,7 +84,7 @@ async def finished(
 ) -> None:
     """The run ended well, its request decided once, message updated, outcome in the thread."""
     info = await w.run_reaches(request.run_id, "succeeded", "failed", within=within, watch=[serve])
-    assert info["status"] == "succeeded", info
+    assert info.status == "succeeded", info
     final = await w.request(request.request_id)
     assert final.status == ("approved" if approved else "rejected"), final
     assert final.decided_by == decided_by
@@ -330,7 +330,7 @@ async def one_hung_channel_does_not_hold_up_another(tmp: Path) -> None:
             handled += await pauser.consumer.poll()
         assert handled == 2
         for run_id in (refund, cleanup):
-            assert (await w.run_info(run_id))["status"] == "waiting"
+            assert (await w.run_info(run_id)).status == "waiting"
 
         w.standin.inject("chat.postMessage", status=500, delay=NOTIFY_TIMEOUT + 0.5)
         serve = await started(w)

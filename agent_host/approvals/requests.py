@@ -6,25 +6,40 @@ business (`bot.routing`), so `agent_host` only asks a `Router` and stores the an
 
 from __future__ import annotations
 
+import enum
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
 
+from ..decisions import Decision, decision_adapter
+
 __all__ = [
     "DEFAULT_EXPIRY_SECONDS",
+    "TERMINAL",
     "ApprovalRequest",
     "DecideResult",
     "FixedRouter",
+    "RequestStatus",
     "Route",
     "Router",
 ]
 
 DEFAULT_EXPIRY_SECONDS = 72 * 3600  # seed 003's default
 
-RequestStatus = Literal[
-    "pending", "approved", "rejected", "changes_requested", "answered", "expired"
-]
-TERMINAL = ("approved", "rejected", "changes_requested", "answered", "expired")
+
+class RequestStatus(enum.StrEnum):
+    """A request's status: the one vocabulary of the scripts' callers, the API, metrics and
+    the Slack blocks (a StrEnum, so it is stored and compared as its plain value)."""
+
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    CHANGES_REQUESTED = "changes_requested"
+    ANSWERED = "answered"
+    EXPIRED = "expired"
+
+
+TERMINAL = tuple(s for s in RequestStatus if s is not RequestStatus.PENDING)
 
 
 @dataclass(frozen=True)
@@ -37,6 +52,14 @@ class Route:
     quorum: int = 1
     expiry_seconds: int = DEFAULT_EXPIRY_SECONDS
     allow_self_approval: bool = False
+    # A webhook approval is one identity (`webhook`); with this set it completes a quorum
+    # on its own, for routes whose second approver is an outside system by design.
+    webhook_completes_quorum: bool = False
+
+    @property
+    def allows_standing_approval(self) -> bool:
+        """ "Approve for this run" is offered only where one person may decide alone."""
+        return not self.reviewers and self.quorum <= 1
 
 
 class Router(Protocol):
@@ -71,8 +94,8 @@ class ApprovalRequest:
     route: Route
     allow_always: bool = True
     question: str = ""
-    status: RequestStatus = "pending"
-    decision: dict[str, Any] | None = None
+    status: RequestStatus = RequestStatus.PENDING
+    decision: Decision | None = None
     decided_by: str = ""
     decided_at: float | None = None
     approvals: list[str] = field(default_factory=list)
@@ -82,13 +105,21 @@ class ApprovalRequest:
 
     @property
     def decided(self) -> bool:
-        return self.status != "pending"
+        return self.status != RequestStatus.PENDING
+
+    @property
+    def asked(self) -> bool:
+        """Put to people (posted to chat); False for a call a standing approval covered."""
+        return not (self.decision is not None and self.decision.via == "standing")
 
     def to_hash(self) -> dict[str, str]:
         data = asdict(self)
         data["route"] = json.dumps(data["route"])
         data["arguments"] = json.dumps(self.arguments)
-        data["decision"] = json.dumps(self.decision) if self.decision is not None else ""
+        data["decision"] = (
+            decision_adapter.dump_json(self.decision).decode() if self.decision is not None else ""
+        )
+        data["status"] = str(self.status)
         data["approvals"] = json.dumps(self.approvals)
         data["allow_always"] = "1" if self.allow_always else "0"
         data["decided_at"] = "" if self.decided_at is None else repr(self.decided_at)
@@ -115,8 +146,10 @@ class ApprovalRequest:
             route=Route(**route),
             allow_always=raw.get("allow_always") == "1",
             question=raw.get("question", ""),
-            status=raw.get("status", "pending"),  # type: ignore[arg-type]
-            decision=json.loads(raw["decision"]) if raw.get("decision") else None,
+            status=RequestStatus(raw.get("status") or RequestStatus.PENDING),
+            decision=(
+                decision_adapter.validate_json(raw["decision"]) if raw.get("decision") else None
+            ),
             decided_by=raw.get("decided_by", ""),
             decided_at=float(raw["decided_at"]) if raw.get("decided_at") else None,
             approvals=json.loads(raw.get("approvals") or "[]"),
@@ -140,8 +173,8 @@ class ApprovalRequest:
             "question": self.question or None,
             "severity": self.severity,
             "requested_by": self.requested_by or None,
-            "status": self.status,
-            "decision": self.decision,
+            "status": str(self.status),
+            "decision": None if self.decision is None else self.decision.model_dump(mode="json"),
             "decided_by": self.decided_by or None,
             "decided_at": self.decided_at,
             "approvals": self.approvals,
@@ -165,11 +198,16 @@ class DecideResult:
         "duplicate_vote",
         "hash_mismatch",
         "past_deadline",
-        "unknown",  # the chat side could not learn the result in time
+        "wrong_kind",  # e.g. an answer to an approval, an approval of a question
+        "not_due",  # an expiry before the deadline (by Redis's clock)
+        "refused",  # this decider may not decide this request; `reason` says why
+        "stale",  # a form of a pause that is over
+        "unknown",  # the result could not be learnt within the caller's budget
     ]
     request: ApprovalRequest | None = None
     resume_queued: bool = False
     approvals: int = 0  # with outcome "progress": approvals recorded so far, this one included
+    reason: str = ""  # with outcome "refused": why, in words for the decider
 
     @property
     def accepted(self) -> bool:

@@ -1,0 +1,45 @@
+"""The approval domain, without transport: requests and runs as stored, routes, and the one
+approval service every decision goes through."""
+
+from .requests import (
+    DEFAULT_EXPIRY_SECONDS,
+    TERMINAL,
+    ApprovalRequest,
+    DecideResult,
+    FixedRouter,
+    RequestStatus,
+    Route,
+    Router,
+)
+from .runs import RunRecord, RunStatus
+from .service import (
+    WEBHOOK,
+    ApprovalService,
+    Eligibility,
+    ReviewerDirectory,
+    Via,
+    decision_for,
+    kind_refusal,
+    may_decide,
+)
+
+__all__ = [
+    "DEFAULT_EXPIRY_SECONDS",
+    "TERMINAL",
+    "WEBHOOK",
+    "ApprovalRequest",
+    "ApprovalService",
+    "DecideResult",
+    "Eligibility",
+    "FixedRouter",
+    "RequestStatus",
+    "ReviewerDirectory",
+    "Route",
+    "Router",
+    "RunRecord",
+    "RunStatus",
+    "Via",
+    "decision_for",
+    "kind_refusal",
+    "may_decide",
+]

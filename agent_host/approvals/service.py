@@ -1,0 +1,206 @@
+"""The one approval service: every decision, from any channel, takes this path.
+
+Slack buttons and modals, the webhook, the HTTP API and the sweeper all call `decide`:
+
+    load -> the form still belongs to the request's pause? -> already decided?
+         -> does the decision's kind fit the request? -> may this decider decide it?
+         -> compare-and-set (the store's DECIDE script) -> result
+
+Nothing here knows Slack or HTTP. Who belongs to a route's reviewers (users, user groups)
+is asked of a `ReviewerDirectory`, which the chat side implements. No other code calls the
+store's `decide` (invariant 11).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from ..decisions import Answer, Approve, Decision, Expired, Reject, RequestChanges
+from .requests import ApprovalRequest, DecideResult
+
+__all__ = [
+    "WEBHOOK",
+    "ApprovalService",
+    "Eligibility",
+    "ReviewerDirectory",
+    "Via",
+    "decision_for",
+    "kind_refusal",
+    "may_decide",
+]
+
+Via = Literal["slack", "webhook", "api", "sweeper"]
+
+# The one identity every webhook decision counts as, whatever name the caller claims: one
+# secret holder is one approver, so it can neither fake a quorum nor a reviewer's name.
+WEBHOOK = "webhook"
+
+
+@dataclass(frozen=True)
+class Eligibility:
+    """Whether someone may decide a request, and if not, why (in words for them)."""
+
+    allowed: bool
+    reason: str = ""
+
+
+class ReviewerDirectory(Protocol):
+    async def is_reviewer(self, user_id: str, reviewers: tuple[str, ...]) -> Eligibility:
+        """Is `user_id` one of `reviewers` (user ids and user-group ids)?"""
+        ...
+
+
+class OpenDirectory:
+    """No directory: only routes without named reviewers can be decided by a person."""
+
+    async def is_reviewer(self, user_id: str, reviewers: tuple[str, ...]) -> Eligibility:
+        return Eligibility(user_id in reviewers, "no reviewer directory is configured")
+
+
+async def may_decide(
+    directory: ReviewerDirectory, user_id: str, request: ApprovalRequest
+) -> Eligibility:
+    """A person's right to decide: not their own request (unless the route allows it),
+    and one of the route's reviewers when it names any."""
+    route = request.route
+    if user_id == request.requested_by and not route.allow_self_approval:
+        return Eligibility(
+            False,
+            "you started this run, and this route does not allow approving your own "
+            "request; ask another reviewer",
+        )
+    if not route.reviewers or user_id in route.reviewers:
+        return Eligibility(True)
+    return await directory.is_reviewer(user_id, route.reviewers)
+
+
+def decision_for(
+    verdict: str, request: ApprovalRequest, feedback: str = "", decided_by: str = ""
+) -> Decision:
+    """Seed 003's verdicts (`approved`, `rejected`, `request_changes`) as a decision on this
+    request: "approved" on a question answers it with the feedback."""
+    if verdict == "approved":
+        if request.kind == "question":
+            return Answer(text=feedback, decided_by=decided_by)
+        return Approve(decided_by=decided_by)
+    if verdict == "rejected":
+        return Reject(message=feedback, decided_by=decided_by)
+    if verdict == "request_changes":
+        return RequestChanges(feedback=feedback, decided_by=decided_by)
+    raise ValueError(f"unknown verdict {verdict!r}: use approved, rejected or request_changes")
+
+
+def kind_refusal(request: ApprovalRequest, decision: Decision) -> str:
+    """Why this kind of decision does not fit this request; empty when it does.
+
+    Approve and request-changes are for approvals, an answer is for a question; a question
+    may still be rejected (declined), and anything may expire."""
+    if request.kind == "question" and isinstance(decision, Approve | RequestChanges):
+        return "this request is a question: answer it or reject it"
+    if request.kind == "approval" and isinstance(decision, Answer):
+        return "this request is an approval, not a question: approve or reject it"
+    return ""
+
+
+class ApprovalService:
+    def __init__(self, store: Store, directory: ReviewerDirectory | None = None) -> None:
+        self.store = store
+        self.directory: ReviewerDirectory = directory or OpenDirectory()
+
+    async def load(self, request_id: str) -> ApprovalRequest | None:
+        return await self.store.get_request(request_id)
+
+    async def may_decide(self, user_id: str, request: ApprovalRequest) -> Eligibility:
+        return await may_decide(self.directory, user_id, request)
+
+    async def decide(
+        self,
+        request_id: str,
+        decision: Decision,
+        *,
+        via: Via,
+        current: ApprovalRequest | None = None,
+        pause_id: str | None = None,
+    ) -> DecideResult:
+        """Check and record one decision. `current`, when the caller has just loaded the
+        request, saves a read; `pause_id`, when the decision comes from a form, must be the
+        request's own pause. A caller with a deadline (a Slack listener) wraps this in a
+        timeout: the compare-and-set is one atomic step, so nothing is left half-done."""
+        return await self._decide(request_id, decision, via, current, pause_id)
+
+    async def _decide(
+        self,
+        request_id: str,
+        decision: Decision,
+        via: Via,
+        current: ApprovalRequest | None,
+        pause_id: str | None,
+    ) -> DecideResult:
+        request = current if current is not None else await self.load(request_id)
+        if request is None or request.request_id != request_id:
+            return DecideResult("not_found")
+        if pause_id is not None and pause_id != request.pause_id:
+            return DecideResult("stale", request)
+        if request.decided:
+            return DecideResult("already_decided", request)
+        if reason := kind_refusal(request, decision):
+            return DecideResult("wrong_kind", request, reason=reason)
+        decision, refusal = await self._admit(request, decision, via)
+        if refusal:
+            return DecideResult("refused", request, reason=refusal)
+        completes = via == "webhook" and request.route.webhook_completes_quorum
+        return await self.store.decide(
+            request_id, decision, current=request, completes_quorum=completes
+        )
+
+    async def _admit(
+        self, request: ApprovalRequest, decision: Decision, via: Via
+    ) -> tuple[Decision, str]:
+        """The decision as it will be recorded (identity, channel, scope), or why not."""
+        if via == "sweeper":
+            if not isinstance(decision, Expired):
+                return decision, "the sweeper only expires requests"
+            return decision.model_copy(update={"via": via}), ""
+        if isinstance(decision, Expired):
+            return decision, "only the deadline expires a request"
+        if via == "webhook":
+            # The caller's claimed name is kept as a note; the identity is the webhook's.
+            note = decision.decided_by if decision.decided_by != WEBHOOK else ""
+            decision = decision.model_copy(update={"decided_by": WEBHOOK, "note": note, "via": via})
+        elif via == "slack":
+            eligibility = await self.may_decide(decision.decided_by, request)
+            if not eligibility.allowed:
+                return decision, eligibility.reason
+            decision = decision.model_copy(update={"via": via})
+        else:
+            decision = decision.model_copy(update={"via": via})
+        if isinstance(decision, Approve) and decision.always:
+            if not (request.allow_always and request.route.allows_standing_approval):
+                return decision, (
+                    "this call cannot be approved for the whole run (its route names "
+                    "reviewers or needs more than one approval); approve this call only"
+                )
+            decision = decision.model_copy(
+                update={
+                    "route_id": request.route.route_id,
+                    "severity": request.severity,
+                    "standing_of": request.request_id,
+                }
+            )
+        return decision, ""
+
+
+class Store(Protocol):
+    """What the service needs of the durable store (`durable` implements it with Redis)."""
+
+    async def get_request(self, request_id: str) -> ApprovalRequest | None: ...
+
+    async def decide(
+        self,
+        request_id: str,
+        decision: Decision,
+        *,
+        current: ApprovalRequest | None = None,
+        completes_quorum: bool = False,
+    ) -> DecideResult: ...
