@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from redis.asyncio import Redis
@@ -69,7 +69,7 @@ async def test_first_trim_after_a_restart_with_entries_pending_trims_and_logs_no
     server.kill()
     server.start()  # the AOF is replayed; the entry is still pending in the group
 
-    after = RestartedWorker.from_url(server.url)
+    after = cast(RestartedWorker, RestartedWorker.from_url(server.url))
     try:
         restarted = make_env(after, keyring=keyring)
         after.worker = restarted.worker("restarted-w0", idle_ms=0)
