@@ -17,11 +17,12 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import Sentinel
 
+from .data_dir import private_dir
 from .errors import ConfigurationError
 from .redis_server import RedisServer
 from .settings import Settings
 
-__all__ = ["as_text", "open_redis"]
+__all__ = ["as_text", "embedded_dir", "open_redis"]
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,11 @@ _CLIENT_OPTIONS: dict[str, Any] = {
 }
 
 
+def embedded_dir(settings: Settings) -> Path:
+    """Where the embedded Redis (REDIS_URL unset) keeps its AOF."""
+    return Path(settings.data_dir) / "redis"
+
+
 def as_text(value: Any) -> str:
     """A Redis reply as text (clients here return bytes, so checkpoints stay binary)."""
     return value.decode() if isinstance(value, bytes) else str(value)
@@ -45,7 +51,8 @@ async def open_redis(settings: Settings) -> tuple[Redis, RedisServer | None]:
     server = None
     url = settings.redis_url
     if not url:
-        server = RedisServer(Path(settings.data_dir) / "redis", appendfsync="everysec")
+        private_dir(Path(settings.data_dir))
+        server = RedisServer(embedded_dir(settings), appendfsync="everysec")
         server.start()
         url = server.url
         log.info("embedded Redis at %s (data in %s)", url, server.data_dir)

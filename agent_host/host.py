@@ -20,7 +20,8 @@ from redis.asyncio import Redis
 from .agents import AgentRegistry
 from .approvals import ApprovalService, ReviewerDirectory, Router
 from .crashpoints import CrashPoints
-from .crypto import KeyRing, generate_key
+from .crypto import ENV_VAR, KeyRing, generate_key
+from .data_dir import check_private_file, private_dir
 from .errors import ConfigurationError
 from .notifier import LoggingNotifier, Notifier
 from .outbox import Outbox
@@ -32,9 +33,11 @@ from .store import RunStore
 from .sweeper import Sweeper
 from .worker import ResumeWorker
 
-__all__ = ["Host", "load_keyring", "load_registry"]
+__all__ = ["KEY_FILE", "Host", "load_keyring", "load_registry"]
 
 log = logging.getLogger(__name__)
+
+KEY_FILE = "encryption.keys"  # in the data dir, when COUNTERSIGN_ENCRYPTION_KEYS is unset
 
 
 def load_registry(spec: str) -> AgentRegistry:
@@ -52,17 +55,28 @@ def load_registry(spec: str) -> AgentRegistry:
     return registry
 
 
-def load_keyring(settings: Settings) -> KeyRing:
-    """From COUNTERSIGN_ENCRYPTION_KEYS; unset, a key file in the data dir (made on first use)."""
+def load_keyring(settings: Settings, *, create: bool = True) -> KeyRing:
+    """From COUNTERSIGN_ENCRYPTION_KEYS; unset, the key file in the data dir, made on first
+    use unless `create` is false (`keys rotate`: a new key would only hide the missing one).
+    """
     if settings.encryption_keys:
         return KeyRing.parse(settings.encryption_keys)
-    path = settings.data_dir / "encryption.keys"
+    path = settings.data_dir / KEY_FILE
     if not path.exists():
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        if not create:
+            raise ConfigurationError(
+                f"no encryption key is configured: {ENV_VAR} is unset and there is no key "
+                f"file {path}; set {ENV_VAR} to the keys the checkpoints were written with "
+                "(new key first), or point COUNTERSIGN_DATA_DIR at the data dir that holds "
+                f"{KEY_FILE}"
+            )
+        private_dir(settings.data_dir)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(generate_key() + "\n")
         log.warning("COUNTERSIGN_ENCRYPTION_KEYS unset: generated a key into %s", path)
+    private_dir(settings.data_dir)
+    check_private_file(path, "encryption key file")
     return KeyRing.parse(path.read_text().strip())
 
 

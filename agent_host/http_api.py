@@ -16,6 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from . import keys as K
+from . import strict_json
 from .approvals import decision_for
 from .errors import CountersignError, UnknownAgentError
 from .host import Host
@@ -69,7 +70,9 @@ def _authorized(request: web.Request) -> web.Response | None:
 
 async def _json_object(request: web.Request) -> dict[str, Any] | web.Response:
     try:
-        body = json.loads(await request.read() or b"null")
+        body = strict_json.loads(await request.read() or b"null")
+    except strict_json.NonFiniteNumber as exc:
+        return error(400, f"body is not valid JSON: {exc}")
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         return error(400, f"body is not valid JSON: {exc}")
     except RecursionError:

@@ -13,6 +13,7 @@ import atexit
 import contextlib
 import hashlib
 import ipaddress
+import os
 import shutil
 import socket
 import subprocess
@@ -25,14 +26,16 @@ from typing import Literal, Self
 import redis
 import redis.exceptions
 
+from agent_host.data_dir import private_dir
 from agent_host.errors import ConfigurationError, StoreError
 
-__all__ = ["RedisCluster", "RedisServer", "find_executable", "free_port"]
+__all__ = ["PID_FILE", "RedisCluster", "RedisServer", "find_executable", "free_port", "running_in"]
 
 AppendFsync = Literal["always", "everysec", "no"]
 START_TIMEOUT = 10.0
 _LIVE: set[RedisServer] = set()
 _MAX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux
+PID_FILE = "redis-server.pid"
 
 
 def find_executable(name: str = "redis-server") -> str:
@@ -60,6 +63,26 @@ def free_port(host: str = "127.0.0.1", *, bus: bool = False) -> int:
                 sock.bind((host, port + 10000))
                 return port
     raise StoreError(f"found no free port pair (port, port+10000) on {host}: free some ports.")
+
+
+def running_in(data_dir: Path) -> int | None:
+    """The pid of a redis-server still running on `data_dir` (whoever started it, even a
+    process killed since), or None. Read from the pid file it writes and removes at exit."""
+    try:
+        pid = int((Path(data_dir) / PID_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None  # killed: the pid file outlived it
+    except PermissionError:
+        pass  # alive, another user's
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    with contextlib.suppress(OSError):  # where /proc exists: not a reused pid
+        if b"redis-server" not in cmdline.read_bytes():
+            return None
+    return pid
 
 
 def _is_loopback(host: str) -> bool:
@@ -91,6 +114,7 @@ class RedisServer:
         self.appendonly = appendonly
         self.extra_args = tuple(extra_args)
         self.log_path = self.data_dir / "redis-server.log"
+        self.pid_path = self.data_dir / PID_FILE
         self._port = port
         self._fixed_port = port is not None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -134,6 +158,7 @@ class RedisServer:
         args = [find_executable(), "--daemonize", "no", "--dir", str(self.data_dir)]
         args += ["--save", "", "--appendonly", "yes" if self.appendonly else "no"]
         args += ["--appendfsync", self.appendfsync, "--loglevel", "notice"]
+        args += ["--pidfile", str(self.pid_path)]  # says "in use" to other processes
         if self.socket_path is not None:
             args += ["--port", "0", "--unixsocket", str(self.socket_path)]
             args += ["--unixsocketperm", "700"]
@@ -147,16 +172,22 @@ class RedisServer:
         """Launch the server and wait until it answers PING. No-op when already running."""
         if self.running:
             return self
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.data_dir)
         if self.socket_path is not None:
             self.socket_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         for attempt in range(3):
             if self._port is None or (not self._fixed_port and attempt):
                 self._port = free_port(self.host, bus="--cluster-enabled" in self.extra_args)
             offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-            with self.log_path.open("ab") as log:
+            log_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            with os.fdopen(log_fd, "ab") as log:
+                # umask 077: the AOF, RDB and pid files redis-server writes are 0600
                 self._proc = subprocess.Popen(
-                    self.command_line(), stdin=subprocess.DEVNULL, stdout=log, stderr=log
+                    self.command_line(),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    umask=0o077,
                 )
             _LIVE.add(self)
             error = self._wait_ready(timeout, offset)

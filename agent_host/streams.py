@@ -170,21 +170,27 @@ class ShardedConsumer:
 
 async def trim_acknowledged(redis: Any, stream: str, group: str) -> int:
     """Drop the entries every consumer of `group` has read and acknowledged; returns how
-    many went. Unread and pending entries stay, so trimming never loses work."""
+    many went. Unread and pending entries stay, so trimming never loses work.
+
+    The group's last delivered id is read first and its pending list second: an entry at or
+    below that id that is no longer pending by then was acknowledged, whatever happened in
+    between. The pending count of XINFO is not trusted to agree with XPENDING: consumers
+    ack in between (a restarted worker reclaiming what a killed one left pending), and then
+    XPENDING has no oldest entry at all. XINFO's entries-read and lag may be nil after a
+    restart, so neither is read."""
     try:
         groups: Any = await redis.xinfo_groups(stream)
     except ResponseError:
         return 0  # no such stream yet
     info = next((g for g in groups if as_text(g.get("name", b"")) == group), None)
-    if info is None:
+    if info is None or info.get("last-delivered-id") is None:
         return 0
-    keep_from = as_text(info["last-delivered-id"])
-    if int(info.get("pending") or 0):
-        summary: Any = await redis.xpending(stream, group)
-        keep_from = min(keep_from, as_text(summary["min"]), key=_entry_order)
-    else:  # everything delivered is acknowledged: keep only what comes after
-        ms, _, seq = keep_from.partition("-")
-        keep_from = f"{ms}-{int(seq or 0) + 1}"
+    ms, _, seq = as_text(info["last-delivered-id"]).partition("-")
+    keep_from = f"{ms}-{int(seq or 0) + 1}"  # everything after the last delivered entry
+    summary: Any = await redis.xpending(stream, group)
+    oldest = summary.get("min") if isinstance(summary, dict) else None
+    if oldest is not None:  # and the oldest entry still waiting for its acknowledgement
+        keep_from = min(keep_from, as_text(oldest), key=_entry_order)
     return int(await redis.xtrim(stream, minid=keep_from, approximate=False))
 
 

@@ -80,10 +80,15 @@ class Sweeper:
         while not stop.is_set():
             try:
                 await self.sweep()
-                if self.store.clock() - last_trim > TRIM_EVERY_SECONDS:
-                    last_trim = self.store.clock()
-                    await self.trim()
             except Exception as exc:  # keep sweeping through Redis outages
                 log.warning("sweep failed (%s); retrying", exc)
+            if self.store.clock() - last_trim > TRIM_EVERY_SECONDS:
+                last_trim = self.store.clock()
+                # Apart from the sweep: trimming is housekeeping, and whatever goes wrong
+                # in it must neither stop expiry nor be mistaken for a failed sweep.
+                try:
+                    await self.trim()
+                except Exception as exc:
+                    log.warning("stream trim failed (%s); next try in %gs", exc, TRIM_EVERY_SECONDS)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.interval)

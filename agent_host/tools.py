@@ -17,6 +17,7 @@ from typing import Any, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
+from . import strict_json
 from .errors import ToolDefinitionError
 from .policy import (
     Permission,
@@ -72,11 +73,14 @@ class Tool:
         """Parse and validate the model's arguments; raises InvalidArguments with a clear text."""
         if isinstance(raw, str):
             try:
-                raw = json.loads(raw or "{}")
+                raw = strict_json.loads(raw or "{}")
+            except strict_json.NonFiniteNumber as exc:
+                raise InvalidArguments(f"arguments are not valid JSON: {exc}") from exc
             except json.JSONDecodeError as exc:
                 raise InvalidArguments(f"arguments are not valid JSON: {exc.msg}") from exc
         if not isinstance(raw, Mapping):
             raise InvalidArguments("arguments must be a JSON object")
+        _refuse_non_finite(self.name, raw)  # parsed elsewhere: a model's reply, Python code
         try:
             model = self.arguments_model.model_validate(dict(raw))
         except ValidationError as exc:
@@ -85,7 +89,9 @@ class Tool:
                 for e in exc.errors()
             )
             raise InvalidArguments(f"invalid arguments for {self.name}: {problems}") from exc
-        return model.model_dump(mode="json")
+        arguments = model.model_dump(mode="json")
+        _refuse_non_finite(self.name, arguments)  # "nan" or "inf" given to a float field
+        return arguments
 
     def judge(self, arguments: Mapping[str, Any], context: Mapping[str, Any]) -> Verdict:
         """The tool's own permission for this call (operator rules may override it)."""
@@ -114,6 +120,15 @@ class Tool:
             return await self.function(**kwargs)
         # Sync tools run in a thread so a slow one never blocks the event loop.
         return await asyncio.to_thread(self.function, **kwargs)
+
+
+def _refuse_non_finite(tool_name: str, arguments: Mapping[str, Any]) -> None:
+    """NaN compares false with every limit a policy sets, and ±Infinity is not JSON."""
+    if (where := strict_json.non_finite_path(dict(arguments))) is not None:
+        raise InvalidArguments(
+            f"invalid arguments for {tool_name}: {where} is NaN or Infinity, "
+            "which is not a number in JSON; send a finite number"
+        )
 
 
 @overload

@@ -12,11 +12,12 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from agent_host.connections import open_redis
+from agent_host.connections import embedded_dir, open_redis
 from agent_host.crypto import generate_key
 from agent_host.errors import ConfigurationError
 from agent_host.host import load_keyring
 from agent_host.http_api import create_app
+from agent_host.redis_server import running_in
 from agent_host.rotation import rotate_checkpoints
 from agent_host.settings import Settings, load_settings
 
@@ -66,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             absolute = settings.model_copy(update={"data_dir": settings.data_dir.absolute()})
             asyncio.run(run_demo(absolute, args.port))
         else:
-            asyncio.run(_rotate(settings))
+            return asyncio.run(_rotate(settings))
     except ConfigurationError as exc:
         print(f"countersign: {exc}", file=sys.stderr)
         return 2
@@ -117,19 +118,41 @@ async def _worker(settings: Settings) -> None:
         await host.stop()
 
 
-async def _rotate(settings: Settings) -> None:
-    keyring = load_keyring(settings)
+async def _rotate(settings: Settings) -> int:
+    """0 when every checkpoint is under the active key now, 1 when some are damaged."""
+    keyring = load_keyring(settings, create=False)
+    if not settings.redis_url and (pid := running_in(embedded_dir(settings))) is not None:
+        raise ConfigurationError(
+            f"REDIS_URL is unset and the embedded Redis of {embedded_dir(settings)} is in use "
+            f"by another process (redis-server pid {pid}, started by a running `countersign "
+            "serve`, `worker` or `demo`): stop that process first, or set REDIS_URL to the "
+            "Redis it uses"
+        )
     redis, server = await open_redis(settings)
     try:
         report = await rotate_checkpoints(redis, keyring)
-        print(
-            f"examined {report.examined} runs, re-encrypted {report.rotated} checkpoints "
-            f"under key {keyring.active_kid!r}, {report.skipped} already current or empty"
-        )
     finally:
         await redis.aclose()
         if server is not None:
             server.stop()
+    for run_id, reason in report.damaged.items():
+        print(f"damaged: run {run_id}: {reason}", file=sys.stderr)
+    print(
+        f"examined {report.examined} runs, re-encrypted {report.rotated} checkpoints "
+        f"under key {keyring.active_kid!r}, {len(report.damaged)} damaged, "
+        f"{report.skipped} already current or empty"
+    )
+    if not report.damaged:
+        return 0
+    print(
+        f"countersign: {len(report.damaged)} damaged checkpoints were left as they are "
+        f"(runs: {', '.join(report.damaged)}); every other checkpoint was rotated. Keep "
+        "the old keys in COUNTERSIGN_ENCRYPTION_KEYS until these runs are restored from a "
+        "backup, cancelled or failed (a worker fails a run whose checkpoint it cannot read "
+        "when it is resumed); then run `countersign keys rotate` again.",
+        file=sys.stderr,
+    )
+    return 1
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_host.crypto import generate_key
+from agent_host.data_dir import private_dir
 from agent_host.http_api import create_app
 from agent_host.settings import Settings
 from bot.sandbox import SlackStandIn, Workspace
@@ -44,10 +45,10 @@ DEMO_ROUTES = [
 def demo_secrets(data_dir: Path) -> dict[str, str]:
     """The demo's tokens and keys: made once, kept in the data dir (mode 0600)."""
     path = data_dir / "demo-secrets.json"
+    private_dir(data_dir)
     if path.exists():
         stored: dict[str, str] = json.loads(path.read_text())
         return stored
-    data_dir.mkdir(parents=True, exist_ok=True)
     made = {
         "SLACK_BOT_TOKEN": "xoxb-sandbox-" + secrets.token_hex(12),
         "SLACK_SIGNING_SECRET": secrets.token_hex(16),

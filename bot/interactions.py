@@ -60,6 +60,10 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def parse_click(body: Any) -> Click | None:
     body = _dict(body)
     actions = body.get("actions")
@@ -76,7 +80,7 @@ def parse_click(body: Any) -> Click | None:
         action_id=_text(action.get("action_id")),
         message_block_ids=frozenset(
             _text(_dict(b).get("block_id"))
-            for b in _dict(body.get("message")).get("blocks") or []
+            for b in _list(_dict(body.get("message")).get("blocks"))
             if isinstance(b, dict)
         ),
         request_id=_text(action.get("value")),
@@ -116,6 +120,7 @@ def well_formed(body: Any) -> bool:
             isinstance(actions, list)
             and bool(actions)
             and all(isinstance(a, dict) and isinstance(a.get("action_id"), str) for a in actions)
+            and _message_well_formed(body.get("message"))
         )
     if kind in ("view_submission", "view_closed"):
         view = body.get("view")
@@ -123,6 +128,17 @@ def well_formed(body: Any) -> bool:
     if "command" in body:
         return isinstance(body.get("command"), str)
     return kind is None or isinstance(kind, str)
+
+
+def _message_well_formed(message: Any) -> bool:
+    """The clicked message, when present, is an object whose blocks are a list of objects:
+    a click is matched to its request by those blocks, so any other shape is refused."""
+    if message is None:
+        return True
+    if not isinstance(message, dict):
+        return False
+    message_blocks = message.get("blocks", [])
+    return isinstance(message_blocks, list) and all(isinstance(b, dict) for b in message_blocks)
 
 
 def input_value(values: dict[str, Any], block_id: str, action_id: str) -> str:

@@ -13,6 +13,7 @@ import aiohttp
 
 from ..errors import ModelError
 from ..messages import Message, ModelResponse, ToolCall, ToolSpec
+from ..strict_json import non_finite_path
 from .base import check_allow_model_requests
 
 __all__ = ["DEFAULT_BASE_URL", "OpenAIChatModel", "model_from_env"]
@@ -100,6 +101,11 @@ def _parse_reply(text: str) -> ModelResponse:
             raise malformed("a tool call lacks a string id or name")
         if not isinstance(arguments, str | dict):
             raise malformed("tool call arguments are neither a string nor an object")
+        if isinstance(arguments, dict) and non_finite_path(arguments) is not None:
+            # Bare NaN/Infinity in the reply: kept as the text the model sent, which the
+            # tool's validation refuses (an `invalid` call the model is told about), and
+            # which goes back in the transcript as a JSON string, not as invalid JSON.
+            arguments = json.dumps(arguments)
         calls.append(ToolCall(id=call_id, name=name, arguments=arguments))
     return ModelResponse(text=content or "", tool_calls=calls)
 

@@ -12,10 +12,16 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from agent_host import strict_json
 from agent_host.errors import ModelError
 from agent_host.messages import Message, ToolCall, ToolSpec
 from agent_host.models.base import allow_model_requests
 from agent_host.models.openai_compat import DEFAULT_BASE_URL, OpenAIChatModel, model_from_env
+from agent_host.policy import Permission
+from agent_host.runner import Runner, Succeeded
+from agent_host.tools import tool
+
+from .helpers import registry_of
 
 Handler = Callable[[web.Request, int], Awaitable[web.StreamResponse]]
 
@@ -337,3 +343,60 @@ def test_model_from_env() -> None:
     )
     assert local is not None
     assert local.url == "http://127.0.0.1:11434/v1/chat/completions"
+
+
+# A reply whose refund amount is NaN or ±Infinity: as a JSON text in `arguments` (what
+# OpenAI-compatible servers send) or bare in the reply body (what json.dumps writes).
+NON_FINITE_REPLIES = {
+    "nan-in-arguments-text": '"{\\"amount\\": NaN}"',
+    "infinity-in-arguments-text": '"{\\"amount\\": Infinity}"',
+    "minus-infinity-in-arguments-text": '"{\\"amount\\": -Infinity}"',
+    "overflow-in-arguments-text": '"{\\"amount\\": 1e999}"',
+    "string-nan-in-arguments-text": '"{\\"amount\\": \\"nan\\"}"',
+    "bare-nan-in-reply": '{"amount": NaN}',
+    "bare-infinity-in-reply": '{"amount": Infinity}',
+}
+
+
+@pytest.mark.parametrize(
+    "arguments", list(NON_FINITE_REPLIES.values()), ids=list(NON_FINITE_REPLIES)
+)
+async def test_nan_or_infinity_arguments_are_invalid_never_gated_or_run(
+    endpoint: tuple[FakeEndpoint, str],
+    make_model: Callable[..., OpenAIChatModel],
+    arguments: str,
+) -> None:
+    fake, url = endpoint
+    refunds: list[float] = []
+
+    def refund(amount: float) -> str:
+        """Refund an amount."""
+        refunds.append(amount)
+        return f"refunded {amount}"
+
+    # the policy a limit sets: NaN compares false with it, so it would ALLOW
+    limited = tool(permission=lambda args, ctx: Permission.ASK if args["amount"] > 100 else True)
+    sent: list[str] = []
+
+    async def handler(request: web.Request, attempt: int) -> web.StreamResponse:
+        sent.append(await request.text())
+        if attempt > 1:
+            return await _ok(text_reply("gave up"))
+        call = '{"id": "c1", "type": "function", "function": {"name": "refund", "arguments": %s}}'
+        body = '{"choices": [{"message": {"role": "assistant", "tool_calls": [%s]}}]}'
+        return web.Response(text=body % (call % arguments), content_type="application/json")
+
+    fake.handler = handler
+    registry = registry_of("payer", [limited(refund)], make_model(url))
+    with allow_model_requests(True):
+        outcome = await Runner(registry).run("payer", "refund order 123")
+
+    assert isinstance(outcome, Succeeded), outcome  # never paused for a reviewer
+    (record,) = outcome.state.calls
+    assert (record.gate, record.outcome) == ("invalid", "invalid")
+    assert record.result is not None and "finite number" in record.result
+    assert refunds == []
+    # the model was told, in a request that is JSON any parser reads
+    assert len(sent) == 2
+    told = strict_json.loads(sent[1])
+    assert any(m.get("content") == record.result for m in told["messages"])

@@ -103,6 +103,10 @@ def test_validate_accepts_dicts_and_json_text_and_fills_defaults(
         ('{"order_id": ', r"arguments are not valid JSON"),
         ('["order_id"]', r"arguments must be a JSON object"),
         ("", r"order_id: Field required"),  # an empty string means no arguments at all
+        ('{"order_id": "1", "limit": NaN}', r"NaN is not a JSON number"),
+        ('{"order_id": "1", "tags": [Infinity]}', r"Infinity is not a JSON number"),
+        ({"order_id": "1", "limit": float("nan")}, r"limit is NaN or Infinity"),
+        ({"order_id": "1", "tags": ["a", float("-inf")]}, r"tags\[1\] is NaN or Infinity"),
     ],
 )
 def test_validate_explains_what_is_wrong(raw: Any, message: str) -> None:

@@ -26,6 +26,7 @@ from .harness import (
     fuzz_settings,
     http,
     total,
+    webhook_signature,
 )
 from .strategies import content_types, deep_json, json_values, oversized, raw_header_values, text
 
@@ -341,3 +342,29 @@ def test_bug_run_detail_answers_only_to_run_ids(hostile: Hostile, suffix: str) -
     token = hostile.cast.open.run_id.removeprefix("run_")
     reply = http(hostile.url, "GET", "/api/v1/runs/" + suffix.format(token=token), [bearer()])
     assert reply.status == 404 and is_json_error(reply), reply
+
+
+# -- NaN and ±Infinity are not JSON ------------------------------------------------------
+
+NON_FINITE = ["NaN", "Infinity", "-Infinity", "1e999"]
+WEBHOOK = "/api/v1/webhooks/approval-response"
+
+
+@pytest.mark.parametrize("number", NON_FINITE)
+@pytest.mark.parametrize("target", ["/api/v1/runs", WEBHOOK])
+def test_bug_nan_and_infinity_in_api_bodies_are_a_400_and_change_nothing(
+    hostile: Hostile, target: str, number: str
+) -> None:
+    headers: list[Header] = [("Content-Type", "application/json")]
+    if target == WEBHOOK:
+        request_id = hostile.new_pending().request_id
+        body = f'{{"requestId": "{request_id}", "decision": "approved", "score": {number}}}'
+        headers.append(("X-Webhook-Signature", webhook_signature(body.encode())))
+    else:
+        body = f'{{"agent": "refund-agent", "input": "refund order 123", "limit": {number}}}'
+        headers.append(bearer())
+    before = hostile.settle()
+    reply = http(hostile.url, "POST", target, headers, body.encode())
+    assert reply.status == 400 and is_json_error(reply), reply
+    assert "finite number" in reply.json()["error"], reply
+    hostile.assert_unchanged(before, body)

@@ -545,3 +545,24 @@ def test_bug_slash_pending_with_a_malformed_cursor_is_not_a_5xx(
     reply = hostile.slack(body, slack_headers(body))
     hostile.assert_unchanged(before)
     assert reply.status == 200, reply
+
+
+@pytest.mark.parametrize(
+    "blocks_value",
+    ["actions", {"block_id": "actions"}, 7, 1.5, True, ["actions", 3]],
+    ids=["string", "object", "int", "float", "bool", "list-of-non-objects"],
+)
+def test_bug_click_whose_message_blocks_are_not_a_list_is_a_400(
+    hostile: Hostile, blocks_value: Any
+) -> None:
+    request = hostile.new_pending()
+    before = hostile.settle()
+    payload = click_payload(
+        REVIEWER, request.message_channel, request.message_ts, blocks.APPROVE, request.request_id
+    )
+    payload["message"]["blocks"] = blocks_value
+    body = payload_body(payload)
+    reply = hostile.slack(body, slack_headers(body))
+    assert reply.status == 400, reply
+    assert "malformed" in reply.json()["error"]
+    hostile.assert_unchanged(before, f"a click whose message.blocks is {blocks_value!r}")
