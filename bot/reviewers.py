@@ -9,13 +9,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from agent_host.approvals import ApprovalRequest
 
-__all__ = ["ReviewerRules", "Verdict"]
+__all__ = ["ReviewerRules", "Verdict", "judge"]
 
 log = logging.getLogger(__name__)
 
@@ -45,28 +45,13 @@ class ReviewerRules:
 
     async def may_decide(self, user_id: str, request: ApprovalRequest) -> Verdict:
         route = request.route
-        if user_id == request.requested_by and not route.allow_self_approval:
-            return Verdict(
-                False,
-                "you started this run, and this route does not allow approving your own request; "
-                "ask another reviewer",
-            )
-        if not route.reviewers or user_id in route.reviewers:
-            return Verdict(True)
-        groups = [r for r in route.reviewers if r.startswith("S")]
-        # All groups at once, under one budget: the click must be answered within 3 s.
-        results = await asyncio.gather(*(self.group_members(g) for g in groups))
-        if any(members is not None and user_id in members for members in results):
-            return Verdict(True)
-        if any(members is None for members in results):
-            return Verdict(
-                False,
-                "countersign could not check the reviewer group right now; click again in a moment",
-            )
-        listed = ", ".join(_mention(r) for r in route.reviewers)
-        return Verdict(
-            False, f"you are not a reviewer for this request; it can be decided by {listed}"
-        )
+        groups: dict[str, frozenset[str] | None] = {}
+        if _needs_groups(user_id, request):
+            wanted = _groups_of(route.reviewers)
+            # All groups at once, under one budget: the click must be answered within 3 s.
+            found = await asyncio.gather(*map(self.group_members, wanted))
+            groups = dict(zip(wanted, found, strict=True))
+        return judge(user_id, request, groups)
 
     async def group_members(self, group_id: str) -> frozenset[str] | None:
         """The group's members (cached briefly); None when Slack could not say in time."""
@@ -83,6 +68,59 @@ class ReviewerRules:
             return cached[1] if cached else None
         self._groups[group_id] = (self.clock(), members)
         return members
+
+    async def memberships(
+        self, groups: Iterable[str], within: float
+    ) -> dict[str, frozenset[str] | None]:
+        """The members of many groups, each looked up once, all at once, for at most `within`
+        seconds (a listing checks many requests, but its answer is due within Slack's 3 s);
+        None for a group Slack could not list in time."""
+        wanted = sorted(set(groups))
+        if not wanted:
+            return {}
+        tasks = {g: asyncio.ensure_future(self.group_members(g)) for g in wanted}
+        done, late = await asyncio.wait(tasks.values(), timeout=max(within, 0.0))
+        for task in late:
+            task.cancel()
+        return {g: t.result() if t in done else None for g, t in tasks.items()}
+
+
+def judge(
+    user_id: str, request: ApprovalRequest, groups: Mapping[str, frozenset[str] | None]
+) -> Verdict:
+    """The decision rule itself, given the members of the route's user groups (None: Slack
+    could not say); a group missing from `groups` counts as unknown."""
+    route = request.route
+    if user_id == request.requested_by and not route.allow_self_approval:
+        return Verdict(
+            False,
+            "you started this run, and this route does not allow approving your own request; "
+            "ask another reviewer",
+        )
+    if not route.reviewers or user_id in route.reviewers:
+        return Verdict(True)
+    results = [groups.get(g) for g in _groups_of(route.reviewers)]
+    if any(members is not None and user_id in members for members in results):
+        return Verdict(True)
+    if any(members is None for members in results):
+        return Verdict(
+            False,
+            "countersign could not check the reviewer group right now; click again in a moment",
+        )
+    listed = ", ".join(_mention(r) for r in route.reviewers)
+    return Verdict(False, f"you are not a reviewer for this request; it can be decided by {listed}")
+
+
+def _needs_groups(user_id: str, request: ApprovalRequest) -> bool:
+    """Whether `judge` depends on group membership (no Slack call when it does not)."""
+    route = request.route
+    if user_id == request.requested_by and not route.allow_self_approval:
+        return False
+    return bool(route.reviewers) and user_id not in route.reviewers
+
+
+def _groups_of(reviewers: Collection[str]) -> list[str]:
+    return [r for r in reviewers if r.startswith("S")]
 
 
 def _mention(reviewer: str) -> str:

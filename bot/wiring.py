@@ -89,13 +89,15 @@ async def build(settings: Settings) -> tuple[Host, SlackBot]:
         embedded=embedded,
     )
     tasks = BackgroundTasks()
+    # One instance for clicks and `/approvals`, so both share the user-group cache.
+    reviewers = ReviewerRules(client)
     bolt = build_bolt_app(
         client=client,
         notifier=notifier,
         signing_secret=settings.slack_signing_secret or "",
         store=host.store,
-        reviewers=ReviewerRules(client),
-        commands=SlashCommands(host.store, routes, settings.admin_ids),
+        reviewers=reviewers,
+        commands=SlashCommands(host.store, routes, settings.admin_ids, reviewers),
         tasks=tasks,
     )
     secret = settings.slack_signing_secret or ""
