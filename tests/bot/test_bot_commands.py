@@ -93,7 +93,7 @@ def next_cursor(text: str) -> str | None:
     return match.group(1) if match else None
 
 
-async def test_pending_lists_this_channel_and_pending_all_lists_every_channel_for_admins(
+async def test_pending_lists_this_channel_and_pending_all_lists_every_channel(
     redis_url: str, tmp_path: Path
 ) -> None:
     async with running_stack(redis_url, tmp_path) as stack:
