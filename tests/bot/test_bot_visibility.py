@@ -4,8 +4,10 @@ channel the command was typed in; admins see all. Driven as Slack would drive th
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -200,3 +202,34 @@ async def test_pending_all_pages_through_only_what_the_member_may_see(
         assert first is not None
         stolen = await approvals(stack, OUTSIDER, f"pending all next:{first}", dm(OUTSIDER))
         assert "not one countersign gave" in stolen and not listed_ids(stolen)
+
+
+async def test_a_slow_group_lookup_hides_its_requests_and_the_answer_stays_in_time(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async with running_stack(redis_url, tmp_path) as stack:
+        make_places(stack)
+        await approvals(
+            stack,
+            ADMIN,
+            f"route add agent=cleanup-agent channel={SECRET} reviewers=<!subteam^{PAYROLL_GROUP}>",
+        )
+        run_id = await stack.start_run("cleanup-agent", "delete /srv/payroll.csv")
+        [request] = await waiting_requests(stack, run_id, 1)
+
+        client = stack.bot.client
+        lookup = client.usergroups_users_list
+
+        async def stuck_lookup(**kwargs: Any) -> Any:  # Slack not answering within 3 s
+            await asyncio.sleep(5)
+            return await lookup(**kwargs)
+
+        client.usergroups_users_list = stuck_lookup
+        # The stand-in gives up (AppUnreachable) when the app misses Slack's 3 s.
+        listing = await approvals(stack, REVIEWER, "pending all", dm(REVIEWER))
+        assert request.request_id not in listing  # fail closed: membership is unknown
+        assert "could not say in time who is in a reviewer group" in listing
+        await hidden_from(stack, REVIEWER, dm(REVIEWER), request.request_id)
+
+        client.usergroups_users_list = lookup  # Slack answers again: the member sees it
+        await seen_by(stack, REVIEWER, dm(REVIEWER), request.request_id, everywhere=True)
