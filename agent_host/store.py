@@ -352,6 +352,12 @@ class RunStore:
         entries: Any = await self.redis.xrange(K.Keys(run_id).audit)
         return [_decode_map(fields) | {"id": as_text(entry_id)} for entry_id, fields in entries]
 
+    @staticmethod
+    def pending_cursor(request: ApprovalRequest) -> str:
+        """The `list_pending` cursor that continues right after `request` (a pending index
+        scores a request by the time it was created, as PAUSE writes it)."""
+        return f"{_score(request.created_at)}:{request.request_id}"
+
 
 def _apply_standing_approval(
     request: ApprovalRequest, standing: Approve | None, now: float

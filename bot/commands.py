@@ -2,6 +2,10 @@
 
 pending [all] [next:<cursor>]   requests waiting here (or everywhere), newest first
 show <request-id>               one request's details and history
+
+A member sees only what bot/visibility.py lets them see: `pending all` lists every request
+for admins, and for anyone else the requests they may decide (and those of this channel);
+`show` of a request they may not see answers as for an id that does not exist.
 routes                          the routing rules
 route add <spec>                add a rule (admins)
 route remove <id>               remove a rule (admins)
@@ -10,26 +14,36 @@ help
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime
 import json
 from collections.abc import Collection
 
 from agent_host.approvals import ApprovalRequest
-from agent_host.store import RunStore
+from agent_host.errors import CheckpointError
+from agent_host.store import RunStore, parse_cursor
 
 from .blocks import escape, mask_secrets
+from .reviewers import ReviewerRules
 from .route_rules import RouteSpecError, format_rules, parse_spec
 from .routing import RouteBook
+from .visibility import Viewer, Visibility
 
 __all__ = ["SlashCommands", "help_text"]
 
 PAGE = 10
+# A `next:` marker is sealed to its user: a page may end on a request they may not see, and
+# a readable marker would name it. The run and request ids of the AEAD's associated data are
+# this fixed label and the user, so a marker is no checkpoint and works for no one else.
+_CURSOR_LABEL = "slash-pending-cursor"
 
 
 def help_text() -> str:
     return (
         "*`/approvals` — countersign*\n"
-        "• `/approvals pending` — requests waiting in this channel (`pending all`: everywhere)\n"
+        "• `/approvals pending` — requests waiting in this channel (`pending all`: those you "
+        "may decide, in any channel; every request, for admins)\n"
         "• `/approvals show <request-id>` — details and history of one request\n"
         "• `/approvals routes` — where requests go and who may decide them\n"
         "• `/approvals route add agent=<glob> tool=<glob> severity=<min> channel=<#channel> "
@@ -40,18 +54,26 @@ def help_text() -> str:
 
 
 class SlashCommands:
-    def __init__(self, store: RunStore, routes: RouteBook, admins: Collection[str]) -> None:
+    def __init__(
+        self,
+        store: RunStore,
+        routes: RouteBook,
+        admins: Collection[str],
+        reviewers: ReviewerRules,
+    ) -> None:
         self.store, self.routes, self.admins = store, routes, frozenset(admins)
+        self.visibility = Visibility(reviewers, self.admins)
 
     async def handle(self, user_id: str, channel_id: str, text: str) -> str:
         words = text.strip().split()
         command, rest = (words[0].lower(), words[1:]) if words else ("help", [])
         if command in ("pending", "route"):  # keywords, not ids or specs: any case
             rest = [w.lower() if w.lower() in ("all", "add", "remove") else w for w in rest]
+        viewer = self.visibility.viewer(user_id, channel_id)
         if command == "pending":
-            return await self.pending(channel_id, rest)
+            return await self.pending(viewer, rest)
         if command == "show" and len(rest) == 1:
-            return await self.show(rest[0])
+            return await self.show(viewer, rest[0])
         if command == "routes" and not rest:
             return format_rules(await self.routes.list(), self.routes.default_channel)
         if command == "route" and rest and rest[0] in ("add", "remove"):
@@ -65,30 +87,45 @@ class SlashCommands:
         prefix = "" if command == "help" else f"Unknown command `{escape(text.strip())}`.\n"
         return prefix + help_text()
 
-    async def pending(self, channel_id: str, args: list[str]) -> str:
+    async def pending(self, viewer: Viewer, args: list[str]) -> str:
         everywhere = "all" in args
-        cursor = next((a.split(":", 1)[1] for a in args if a.startswith("next:")), None)
-        try:
-            page = await self.store.list_pending(None if everywhere else channel_id, cursor, PAGE)
-        except ValueError:
+        marker = next((a.split(":", 1)[1] for a in args if a.startswith("next:")), None)
+        cursor = self._unseal(viewer.user_id, marker) if marker is not None else None
+        if marker is not None and cursor is None:
             return "That `next:` page marker is not one countersign gave; run `/approvals pending`."
-        where = "anywhere" if everywhere else f"in <#{channel_id}>"
+        destination = None if everywhere else viewer.channel_id
+        page = await viewer.page(self.store, destination, cursor, PAGE)
+        here = f"<#{viewer.channel_id}>"
+        if not everywhere:
+            where, hint = f"in {here}", " (`/approvals pending all` looks in every channel)"
+        elif viewer.admin:
+            where, hint = "anywhere", ""
+        else:  # `all` is everything for admins only; a reviewer gets what they may act on
+            in_dm = viewer.channel_id.startswith("D")
+            where, hint = "that you may decide" + ("" if in_dm else f", or in {here}"), ""
+        notes = []
+        if viewer.unsure:
+            notes.append(
+                ":warning: Slack could not say in time who is in a reviewer group, so requests "
+                "for that group may be missing; try again in a moment."
+            )
         if not page.requests:
-            hint = "" if everywhere else " (`/approvals pending all` lists every channel)"
-            return f"Nothing is waiting for a decision {where}{hint}."
+            return "\n".join([f"Nothing is waiting for a decision {where}{hint}.", *notes])
         lines = [f"*Waiting for a decision {where}* (newest first):"]
         lines += [_line(r) for r in page.requests]
         if page.next_cursor:
             scope = " all" if everywhere else ""
-            lines.append(f"More: `/approvals pending{scope} next:{page.next_cursor}`")
-        return "\n".join(lines)
+            sealed = self._seal(viewer.user_id, page.next_cursor)
+            lines.append(f"More: `/approvals pending{scope} next:{sealed}`")
+        return "\n".join(lines + notes)
 
-    async def show(self, request_id: str) -> str:
+    async def show(self, viewer: Viewer, request_id: str) -> str:
         request = await self.store.get_request(request_id)
-        if request is None:
+        # A request this member may not see is answered exactly as one that does not exist.
+        if request is None or not await viewer.sees(request):
             return (
                 f"No request `{escape(request_id)}`. Request ids look like `req_…`; "
-                "`/approvals pending all` lists the open ones."
+                "`/approvals pending all` lists the open ones you can see."
             )
         lines = [
             f"*{escape(request.tool)}* requested by {_who(request.requested_by)} "
@@ -133,6 +170,22 @@ class SlashCommands:
         if removed is None:
             return f":warning: No route `{escape(rule_id)}`; `/approvals routes` lists them."
         return f":wastebasket: Removed route `{removed.id}`."
+
+    def _seal(self, user_id: str, cursor: str) -> str:
+        blob = self.store.keyring.encrypt(cursor.encode(), run_id=_CURSOR_LABEL, request_id=user_id)
+        return base64.urlsafe_b64encode(blob).decode().rstrip("=")
+
+    def _unseal(self, user_id: str, marker: str) -> str | None:
+        """The store cursor inside a `next:` marker given to this user; None for any other."""
+        try:
+            blob = base64.urlsafe_b64decode(marker + "=" * (-len(marker) % 4))
+            cursor = self.store.keyring.decrypt(
+                blob, run_id=_CURSOR_LABEL, request_id=user_id
+            ).decode()
+            parse_cursor(cursor)
+        except (binascii.Error, ValueError, CheckpointError):
+            return None
+        return cursor
 
 
 def _line(request: ApprovalRequest) -> str:

@@ -1,5 +1,4 @@
-"""The reviewer directory on Slack: is a user among a route's reviewers (users and user
-groups)? The rules of who may decide live in `agent_host.approvals.service`.
+"""Who may decide a request: the route's reviewers (users and user groups) and self-approval.
 
 User-group members are looked up with `usergroups.users.list` and cached briefly, so a
 click usually costs no Slack call at all.
@@ -10,12 +9,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
-from agent_host.approvals import ApprovalRequest, Eligibility, may_decide
+from agent_host.approvals import ApprovalRequest, Eligibility, may_decide, self_approval_refusal
 
-__all__ = ["ReviewerRules"]
+__all__ = ["ReviewerRules", "judge"]
 
 log = logging.getLogger(__name__)
 
@@ -41,22 +40,11 @@ class ReviewerRules:
         return await may_decide(self, user_id, request)
 
     async def is_reviewer(self, user_id: str, reviewers: tuple[str, ...]) -> Eligibility:
-        if user_id in reviewers:
-            return Eligibility(True)
-        groups = [r for r in reviewers if r.startswith("S")]
+        """The reviewer directory: listed, or in one of the listed user groups."""
+        wanted = _groups_of(reviewers)
         # All groups at once, under one budget: the click must be answered within 3 s.
-        results = await asyncio.gather(*(self.group_members(g) for g in groups))
-        if any(members is not None and user_id in members for members in results):
-            return Eligibility(True)
-        if any(members is None for members in results):
-            return Eligibility(
-                False,
-                "countersign could not check the reviewer group right now; click again in a moment",
-            )
-        listed = ", ".join(_mention(r) for r in reviewers)
-        return Eligibility(
-            False, f"you are not a reviewer for this request; it can be decided by {listed}"
-        )
+        found = await asyncio.gather(*map(self.group_members, wanted))
+        return _membership(user_id, reviewers, dict(zip(wanted, found, strict=True)))
 
     async def group_members(self, group_id: str) -> frozenset[str] | None:
         """The group's members (cached briefly); None when Slack could not say in time."""
@@ -73,6 +61,66 @@ class ReviewerRules:
             return cached[1] if cached else None
         self._groups[group_id] = (self.clock(), members)
         return members
+
+    async def memberships(
+        self, groups: Iterable[str], within: float
+    ) -> dict[str, frozenset[str] | None]:
+        """The members of many groups, each looked up once, all at once, for at most `within`
+        seconds (a listing checks many requests, but its answer is due within Slack's 3 s);
+        None for a group Slack could not list in time."""
+        wanted = sorted(set(groups))
+        if not wanted:
+            return {}
+        tasks = {g: asyncio.ensure_future(self.group_members(g)) for g in wanted}
+        done, late = await asyncio.wait(tasks.values(), timeout=max(within, 0.0))
+        for task in late:
+            task.cancel()
+        return {g: t.result() if t in done else None for g, t in tasks.items()}
+
+
+def judge(
+    user_id: str, request: ApprovalRequest, groups: Mapping[str, frozenset[str] | None]
+) -> Eligibility:
+    """The decision rule of `agent_host.approvals.may_decide`, given the members of the
+    route's user groups already (None: Slack could not say), for listings that check many
+    requests at once; a group missing from `groups` counts as unknown."""
+    route = request.route
+    if refusal := self_approval_refusal(user_id, request):
+        return Eligibility(False, refusal)
+    if not route.reviewers:
+        return Eligibility(True)
+    return _membership(user_id, route.reviewers, groups)
+
+
+def _membership(
+    user_id: str, reviewers: tuple[str, ...], groups: Mapping[str, frozenset[str] | None]
+) -> Eligibility:
+    if user_id in reviewers:
+        return Eligibility(True)
+    results = [groups.get(g) for g in _groups_of(reviewers)]
+    if any(members is not None and user_id in members for members in results):
+        return Eligibility(True)
+    if any(members is None for members in results):
+        return Eligibility(
+            False,
+            "countersign could not check the reviewer group right now; click again in a moment",
+        )
+    listed = ", ".join(_mention(r) for r in reviewers)
+    return Eligibility(
+        False, f"you are not a reviewer for this request; it can be decided by {listed}"
+    )
+
+
+def _needs_groups(user_id: str, request: ApprovalRequest) -> bool:
+    """Whether `judge` depends on group membership (no Slack call when it does not)."""
+    route = request.route
+    if self_approval_refusal(user_id, request):
+        return False
+    return bool(route.reviewers) and user_id not in route.reviewers
+
+
+def _groups_of(reviewers: Collection[str]) -> list[str]:
+    return [r for r in reviewers if r.startswith("S")]
 
 
 def _mention(reviewer: str) -> str:

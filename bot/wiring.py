@@ -79,6 +79,7 @@ async def build(settings: Settings) -> tuple[Host, SlackBot]:
     if settings.routes_file is not None:
         await routes.seed(load_routes_file(settings.routes_file))
     notifier = SlackNotifier(client, settings.default_channel)
+    # One directory for clicks and `/approvals`, so both share the user-group cache.
     directory = ReviewerRules(client)
     host = Host(
         settings=settings,
@@ -96,7 +97,7 @@ async def build(settings: Settings) -> tuple[Host, SlackBot]:
         notifier=notifier,
         signing_secret=settings.slack_signing_secret or "",
         approvals=host.approvals,
-        commands=SlashCommands(host.store, routes, settings.admin_ids),
+        commands=SlashCommands(host.store, routes, settings.admin_ids, directory),
         tasks=tasks,
     )
     secret = settings.slack_signing_secret or ""

@@ -21,6 +21,7 @@ from .service import (
     decision_for,
     kind_refusal,
     may_decide,
+    self_approval_refusal,
 )
 
 __all__ = [
@@ -42,4 +43,5 @@ __all__ = [
     "decision_for",
     "kind_refusal",
     "may_decide",
+    "self_approval_refusal",
 ]

@@ -28,6 +28,7 @@ __all__ = [
     "decision_for",
     "kind_refusal",
     "may_decide",
+    "self_approval_refusal",
 ]
 
 Via = Literal["slack", "webhook", "api", "sweeper"]
@@ -58,18 +59,24 @@ class OpenDirectory:
         return Eligibility(user_id in reviewers, "no reviewer directory is configured")
 
 
+def self_approval_refusal(user_id: str, request: ApprovalRequest) -> str:
+    """Why the requester may not decide their own request here; empty when they may."""
+    if user_id == request.requested_by and not request.route.allow_self_approval:
+        return (
+            "you started this run, and this route does not allow approving your own "
+            "request; ask another reviewer"
+        )
+    return ""
+
+
 async def may_decide(
     directory: ReviewerDirectory, user_id: str, request: ApprovalRequest
 ) -> Eligibility:
     """A person's right to decide: not their own request (unless the route allows it),
     and one of the route's reviewers when it names any."""
     route = request.route
-    if user_id == request.requested_by and not route.allow_self_approval:
-        return Eligibility(
-            False,
-            "you started this run, and this route does not allow approving your own "
-            "request; ask another reviewer",
-        )
+    if refusal := self_approval_refusal(user_id, request):
+        return Eligibility(False, refusal)
     if not route.reviewers or user_id in route.reviewers:
         return Eligibility(True)
     return await directory.is_reviewer(user_id, route.reviewers)

@@ -165,14 +165,14 @@ async def test_stack_uses_cluster_mode_and_pages_pending_over_every_master(
             requests += await eventually(partial(waiting, run_id, count))
         assert len(requests) == 14  # more than one page of `/approvals pending all`
 
-        seen: list[str] = []
-        reply: Any = (await slash(REVIEWER, CHANNEL, "/approvals", "pending all")).json()
+        seen: list[str] = []  # `pending all` lists every channel for admins only
+        reply: Any = (await slash(ADMIN, CHANNEL, "/approvals", "pending all")).json()
         for _ in range(5):
             seen += _listed(reply["text"])
             cursor = _next(reply["text"])
             if cursor is None:
                 break
-            page = await slash(REVIEWER, CHANNEL, "/approvals", f"pending all next:{cursor}")
+            page = await slash(ADMIN, CHANNEL, "/approvals", f"pending all next:{cursor}")
             reply = page.json()
         assert len(seen) == len(set(seen)), seen
         assert sorted(seen) == sorted(r.request_id for r in requests)
@@ -190,7 +190,7 @@ async def test_stack_uses_cluster_mode_and_pages_pending_over_every_master(
             await stack.run_status(request.run_id, "succeeded")
         assert stack.effects.count("refund") == 3
         assert await stack.host.store.pending_count() == len(requests) - 3
-        left = (await slash(REVIEWER, CHANNEL, "/approvals", "pending all")).json()["text"]
+        left = (await slash(ADMIN, CHANNEL, "/approvals", "pending all")).json()["text"]
         assert not {r.request_id for r in by_master.values()} & set(_listed(left))
 
 

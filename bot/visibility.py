@@ -1,0 +1,95 @@
+"""Who sees which approval request through `/approvals` (invariant 15).
+
+A member sees a request when it is routed to the channel the command was typed in (everyone
+there sees its message anyway), or when the member may decide it as a *named* reviewer —
+directly or through a user group — under the route's self-approval rule. Admins see all.
+
+A route without named reviewers may be decided by anyone in its channel. Being in a channel
+cannot be checked without a Slack call per channel, and guessing would show a private
+channel's requests in a DM, so such requests are seen only from their own channel.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+
+from agent_host.approvals import ApprovalRequest
+from agent_host.store import PendingPage, RunStore
+
+from .reviewers import ReviewerRules, judge
+
+__all__ = ["Viewer", "Visibility"]
+
+LOOKUP_BUDGET = 1.0  # seconds of user-group look-ups per command; the reply is due in 3 s
+SCAN_BATCH = 50  # requests read per trip through the pending index
+MAX_SCANS = 10  # trips per command; a sealed cursor continues where the scan stopped
+
+
+class Visibility:
+    def __init__(self, reviewers: ReviewerRules, admins: Collection[str]) -> None:
+        self.reviewers, self.admins = reviewers, frozenset(admins)
+
+    def viewer(self, user_id: str, channel_id: str) -> Viewer:
+        """What one member sees, for the length of one command."""
+        return Viewer(self.reviewers, user_id, channel_id, user_id in self.admins)
+
+
+@dataclass
+class Viewer:
+    reviewers: ReviewerRules
+    user_id: str
+    channel_id: str
+    admin: bool
+    unsure: bool = False  # a reviewer group could not be listed: some requests may be missing
+    _groups: dict[str, frozenset[str] | None] = field(default_factory=dict)
+    _deadline: float = field(default_factory=lambda: time.monotonic() + LOOKUP_BUDGET)
+
+    def here(self, request: ApprovalRequest) -> bool:
+        """Routed (or, after a fallback, posted) to the channel the command was typed in."""
+        channel = self.channel_id
+        return bool(channel) and channel in (request.route.destination, request.message_channel)
+
+    async def visible(self, requests: Sequence[ApprovalRequest]) -> list[ApprovalRequest]:
+        """The requests this member may see, in their order."""
+        if self.admin:
+            return list(requests)
+        named = [r for r in requests if not self.here(r) and r.route.reviewers]
+        wanted = {g for r in named for g in r.route.reviewers if g.startswith("S")}
+        wanted -= self._groups.keys()  # each group is asked about once per command
+        if wanted:
+            within = self._deadline - time.monotonic()
+            self._groups |= await self.reviewers.memberships(wanted, within)
+        decidable = set()
+        for request in named:
+            verdict = judge(self.user_id, request, self._groups)
+            if verdict.allowed:
+                decidable.add(request.request_id)
+            elif any(self._groups.get(g, ()) is None for g in request.route.reviewers):
+                self.unsure = True
+        return [r for r in requests if self.here(r) or r.request_id in decidable]
+
+    async def sees(self, request: ApprovalRequest) -> bool:
+        return bool(await self.visible([request]))
+
+    async def page(
+        self, store: RunStore, destination: str | None, cursor: str | None, limit: int
+    ) -> PendingPage:
+        """Up to `limit` visible pending requests after the store cursor `cursor`, and the
+        store cursor of the next page. Hidden requests are skipped, not counted, so a page is
+        full whenever enough visible requests exist; the scan is bounded, and when the bound
+        stops it early, the next page continues from where it stopped."""
+        shown: list[ApprovalRequest] = []
+        for _ in range(MAX_SCANS):
+            batch = await store.list_pending(destination, cursor, SCAN_BATCH)
+            seen = await self.visible(batch.requests)
+            for request in seen:
+                shown.append(request)
+                if len(shown) == limit:
+                    more = request is not batch.requests[-1] or batch.next_cursor is not None
+                    return PendingPage(shown, store.pending_cursor(request) if more else None)
+            if batch.next_cursor is None:
+                return PendingPage(shown, None)
+            cursor = batch.next_cursor
+        return PendingPage(shown, cursor)
