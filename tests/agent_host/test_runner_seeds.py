@@ -205,19 +205,21 @@ async def test_seed001_approve_always_stops_later_calls_of_that_tool_from_pausin
     rec = Recorder()
     registry = multi_turn_registry(
         rec,
-        [tc("a", "delete_file", target="/a")],
-        [tc("b", "delete_file", target="/b"), tc("c", "delete_file", target="/c")],
-        [tc("d", "delete_file", target="/d")],
+        [tc("call_0_1", "delete_file", target="/a")],
+        [tc("call_1_1", "delete_file", target="/b"), tc("call_1_2", "delete_file", target="/c")],
+        [tc("call_2_1", "delete_file", target="/d")],
     )
     paused = await Runner(registry).run("janitor", "clean")
-    assert isinstance(paused, Paused) and [p.call_id for p in paused.pending] == ["a"]
+    assert isinstance(paused, Paused) and [p.call_id for p in paused.pending] == ["call_0_1"]
 
-    done = await Runner(registry).resume(roundtrip(paused.state), {"a": Approve(always=True)})
+    done = await Runner(registry).resume(
+        roundtrip(paused.state), {"call_0_1": Approve(always=True)}
+    )
 
     assert isinstance(done, Succeeded)
     assert done.state.sticky == {"delete_file": "approve"}
     assert rec.targets("delete_file") == ["/a", "/b", "/c", "/d"]
-    later = [done.state.call(i) for i in "bcd"]
+    later = [done.state.call(i) for i in ("call_1_1", "call_1_2", "call_2_1")]
     assert all(c is not None and c.decision is not None for c in later)
     assert {c.decision.decided_by for c in later if c and c.decision} == {"approve-always"}
 
@@ -226,45 +228,47 @@ async def test_seed001_reject_always_rejects_later_calls_without_pausing_or_runn
     rec = Recorder()
     registry = multi_turn_registry(
         rec,
-        [tc("a", "delete_file", target="/a")],
-        [tc("b", "delete_file", target="/b"), tc("r", "read", target="/r")],
+        [tc("call_0_1", "delete_file", target="/a")],
+        [tc("call_1_1", "delete_file", target="/b"), tc("call_1_2", "read", target="/r")],
         extra_tools=(counting_tool(rec, "read"),),
     )
     paused = await Runner(registry).run("janitor", "clean")
     assert isinstance(paused, Paused)
 
     done = await Runner(registry).resume(
-        roundtrip(paused.state), {"a": Reject(message="not today", always=True)}
+        roundtrip(paused.state), {"call_0_1": Reject(message="not today", always=True)}
     )
 
     assert isinstance(done, Succeeded)
     assert done.state.sticky == {"delete_file": "reject"}
-    assert rec.invocations == [("read", "r", "/r")]
-    b = done.state.call("b")
+    assert rec.invocations == [("read", "call_1_2", "/r")]
+    b = done.state.call("call_1_1")
     assert b is not None and (b.outcome, b.result) == ("rejected", DEFAULT_REJECT_MESSAGE)
     assert b.decision is not None and b.decision.decided_by == "reject-always"
-    assert tool_messages(done.state)["a"] == "not today"
+    assert tool_messages(done.state)["call_0_1"] == "not today"
 
 
 async def test_seed001_sticky_decisions_survive_a_checkpoint_and_are_per_tool() -> None:
     rec = Recorder()
     registry = multi_turn_registry(
         rec,
-        [tc("a", "delete_file", target="/a")],
-        [tc("b", "archive", target="/b")],
-        [tc("c", "delete_file", target="/c"), tc("d", "archive", target="/d")],
+        [tc("call_0_1", "delete_file", target="/a")],
+        [tc("call_1_1", "archive", target="/b")],
+        [tc("call_2_1", "delete_file", target="/c"), tc("call_2_2", "archive", target="/d")],
         extra_tools=(counting_tool(rec, "archive", Permission.ASK),),
     )
     first = await Runner(registry).run("janitor", "clean")
     assert isinstance(first, Paused)
-    second = await Runner(registry).resume(roundtrip(first.state), {"a": Approve(always=True)})
-    assert isinstance(second, Paused) and [p.call_id for p in second.pending] == ["b"]
-    third = await Runner(registry).resume(roundtrip(second.state), {"b": Approve()})
+    second = await Runner(registry).resume(
+        roundtrip(first.state), {"call_0_1": Approve(always=True)}
+    )
+    assert isinstance(second, Paused) and [p.call_id for p in second.pending] == ["call_1_1"]
+    third = await Runner(registry).resume(roundtrip(second.state), {"call_1_1": Approve()})
 
     # c (delete_file) is approved by the sticky decision; d (archive) was only approved once
-    assert isinstance(third, Paused) and [p.call_id for p in third.pending] == ["d"]
+    assert isinstance(third, Paused) and [p.call_id for p in third.pending] == ["call_2_2"]
     assert rec.targets("delete_file") == ["/a"] and rec.targets("archive") == ["/b"]
-    done = await Runner(registry).resume(roundtrip(third.state), {"d": Reject()})
+    done = await Runner(registry).resume(roundtrip(third.state), {"call_2_2": Reject()})
     assert isinstance(done, Succeeded)
     assert rec.targets("delete_file") == ["/a", "/c"] and rec.targets("archive") == ["/b"]
 
@@ -445,18 +449,18 @@ async def test_seed001_sticky_approve_does_not_cover_a_call_that_forbids_it() ->
 
     rec = Recorder()
     model = scripted(
-        [tc("a", "delete_repo", target="dev")],
-        [tc("b", "delete_repo", target="prod")],
+        [tc("call_0_1", "delete_repo", target="dev")],
+        [tc("call_1_1", "delete_repo", target="prod")],
         reply("done"),
     )
     registry = registry_of("admin", [counting_tool(rec, "delete_repo", per_repo)], model)
     paused = await Runner(registry).run("admin", "go")
     assert isinstance(paused, Paused)
 
-    outcome = await Runner(registry).resume(paused.state, {"a": Approve(always=True)})
+    outcome = await Runner(registry).resume(paused.state, {"call_0_1": Approve(always=True)})
 
     assert isinstance(outcome, Paused), "the prod deletion must be asked about on its own"
-    assert [p.call_id for p in outcome.pending] == ["b"]
+    assert [p.call_id for p in outcome.pending] == ["call_1_1"]
     assert rec.targets("delete_repo") == ["dev"]
 
 
