@@ -4,13 +4,22 @@ resume worker, as a run started over the HTTP API is."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
 from agent_host.agents import AgentRegistry
+from agent_host.approvals import FixedRouter
+from agent_host.crypto import KeyRing, generate_key
 from agent_host.decisions import Approve
+from agent_host.examples import ExampleEffects
+from agent_host.host import Host
+from agent_host.http_api import create_app
 from agent_host.messages import ModelResponse, ToolCall
 from agent_host.models.scripted import reply
 from agent_host.policy import Permission
+from agent_host.settings import load_settings
 
 from .helpers import Recorder, counting_tool, registry_of, scripted, tc
 from .host_helpers import Env, make_env
@@ -85,3 +94,37 @@ async def test_a_model_id_reused_in_a_later_turn_runs_the_new_approved_call(
     second = (await env.final_state(run_id)).calls[1]
     assert (second.outcome, second.result) == ("executed", "refund done: order 2")
     assert second.call_id != (await env.final_state(run_id)).calls[0].call_id
+
+
+async def test_the_runs_api_lists_each_call_under_the_runners_id(
+    redis: Redis, tmp_path: Path
+) -> None:
+    rec = Recorder()
+    registry = refunder(
+        rec, [tc("dup", "refund", target="order 1"), tc("dup", "refund", target="order 2")]
+    )
+    settings = load_settings(
+        {"COUNTERSIGN_DATA_DIR": str(tmp_path), "COUNTERSIGN_API_TOKEN": "t0ken"}
+    )
+    keyring = KeyRing.parse(generate_key("k1"))
+    host = Host(settings, redis, registry, keyring, FixedRouter("C-ops"))
+    env = Env(redis, keyring, host.store, host.runner, ExampleEffects())
+    auth = {"Authorization": "Bearer t0ken"}
+    async with TestClient(TestServer(create_app(host), host="127.0.0.1")) as client:
+        resp = await client.post(
+            "/api/v1/runs", json={"agent": "refunder", "input": "go"}, headers=auth
+        )
+        assert resp.status == 202, await resp.text()
+        run_id = (await resp.json())["run_id"]
+        await env.drain()
+        resp = await client.get(f"/api/v1/runs/{run_id}", headers=auth)
+        detail = await resp.json()
+
+    calls = detail["tool_calls"]
+    assert [(c["tool"], c["arguments"]) for c in calls] == [
+        ("refund", {"target": "order 1"}),
+        ("refund", {"target": "order 2"}),
+    ]
+    assert len({c["call_id"] for c in calls}) == 2 and "dup" not in {c["call_id"] for c in calls}
+    assert {"call_id", "tool", "arguments", "outcome"} <= set(calls[0])
+    assert len({a["request_id"] for a in detail["approvals"]}) == 2
