@@ -225,3 +225,26 @@ async def test_damaged_progress_fails_the_run_closed_and_runs_nothing_again(redi
     assert info["status"] == "failed"
     assert "saved progress could not be decrypted or verified" in info["error"]
     assert shop.notified == ["order 7"], "nothing ran again"
+
+
+async def test_a_final_answer_saved_before_a_crash_is_not_asked_for_again(redis: Redis) -> None:
+    shop = Shop([call("notify", target="order 7")], reply("told them"))
+    env = make_env(redis, registry=shop.registry())
+    run_id = await env.store.create_run("shop", "tell order 7", "alice")
+    entry = await start_entry(env, run_id)
+    real_finish = env.store.finish
+
+    async def dies_before_saving(*args: Any, **kwargs: Any) -> bool:
+        env.store.finish = real_finish  # type: ignore[method-assign]
+        raise Crash
+
+    env.store.finish = dies_before_saving  # type: ignore[method-assign]
+    with pytest.raises(Crash):
+        await env.worker("dies").handle("1-0", entry)
+    assert shop.model.requests == Counter({0: 1, 1: 1})
+
+    await env.worker("takes-over").handle("1-0", entry)
+
+    assert shop.model.requests == Counter({0: 1, 1: 1}), "no turn was asked twice"
+    assert (await env.info(run_id))["output"] == "told them"
+    assert shop.notified == ["order 7"]
