@@ -263,13 +263,15 @@ def _record_response(state: RunState, agent: Agent, text: str, tool_calls: list[
         _append_results(state)
 
 
-def _new_call_id(turn: int, index: int, taken: set[str]) -> str:
-    """`call_<turn>_<n>` (turns from 0, calls from 1): unique in the run, as turns only grow.
+def _new_call_id(turns: int, index: int, taken: set[str]) -> str:
+    """`call_<turn>_<n>` (turn from 0, call from 1) for call `index` of the `turns`-th model
+    response: unique in the run for ever, as turns only grow and a saved turn is replayed,
+    never asked again.
 
     A run checkpointed before v2 kept the model's ids, which could look like these, hence
     the suffix in that one case.
     """
-    call_id = base = f"call_{turn - 1}_{index + 1}"
+    call_id = base = f"call_{turns - 1}_{index + 1}"
     suffix = 0
     while call_id in taken:
         suffix += 1
