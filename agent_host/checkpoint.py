@@ -4,8 +4,11 @@ No callables live in it; the agent is rebuilt from the registry by name and chec
 the fingerprint recorded here. Versions, one line each:
 
     1  transcript, the run's tool calls (plan, gate, decision, outcome), sticky decisions.
+    2  each call also keeps the model's own id for it (`model_call_id`); `call_id` is the
+       runner's. Read from v1: the model's id is the old call id.
 
-A checkpoint of an unknown or newer version is refused rather than guessed at.
+A checkpoint of an unknown or newer version is refused rather than guessed at; an older one
+is migrated to the current version as it is read.
 """
 
 from __future__ import annotations
@@ -30,9 +33,11 @@ __all__ = [
     "call_hash",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 CHECKPOINT_VERSIONS = {
     1: "transcript, the run's tool calls (plan, gate, decision, outcome), sticky decisions",
+    2: "each call keeps the model's id for it (model_call_id); call_id is the runner's; "
+    "approvals for the run are scoped (standing), sticky keeps rejections only",
 }
 
 RunStatus = Literal["running", "paused", "succeeded", "failed"]
@@ -56,7 +61,11 @@ def call_hash(agent_fingerprint: str, tool: str, arguments: Any) -> str:
 
 
 class CallRecord(BaseModel):
+    # The runner's id: unique within the run for ever, so with the run id it keys the
+    # execution ledger and the idempotency key. A model's ids can repeat; they are kept
+    # only to pair results with calls in the transcript the model reads.
     call_id: str
+    model_call_id: str
     tool: str
     arguments: dict[str, Any] | str
     call_hash: str
@@ -128,7 +137,23 @@ class RunState(BaseModel):
                 f"checkpoint schema_version {version!r} is not one this countersign reads "
                 f"(known: {known}); upgrade countersign to resume it"
             )
+        for older in range(version, SCHEMA_VERSION):
+            raw = _MIGRATIONS[older](raw)
         try:
             return cls.model_validate(raw)
         except ValidationError as exc:
             raise CheckpointError(f"checkpoint does not match schema v{version}: {exc}") from exc
+
+
+def _v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
+    """v1 had one id per call, the model's: it stays the call id and the model's id."""
+    calls = raw.get("calls")
+    if isinstance(calls, list):
+        for record in calls:
+            if isinstance(record, dict) and "call_id" in record:
+                record.setdefault("model_call_id", record["call_id"])
+    return raw | {"schema_version": 2}
+
+
+# version -> how a document of that version becomes one of the next
+_MIGRATIONS = {1: _v1_to_v2}

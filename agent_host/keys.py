@@ -124,6 +124,9 @@ class Keys:
         self.requests = f"{base}:requests"  # list of the run's request ids, in order
         self.ledger = f"{base}:ledger"  # hash call_id -> started | done:<result>
         self.audit = f"{base}:audit"  # stream of the run's state changes
+        # hash pause_id, turn, blob: the run as it was right after its latest model response
+        # (encrypted), so a worker that takes over replays that response instead of asking
+        self.progress = f"{base}:progress"
         self._base = base
 
     def request(self, request_id: str) -> str:

@@ -4,6 +4,11 @@ A turn's calls are all judged before any runs. If any is ASK the whole turn paus
 after resumption nothing of it runs twice (seed 001). Decisions arrive one per pending
 call; a missing one is an error (fail closed). Tool calls go through the execution ledger,
 so a call is executed at most once per call id, whatever crashes or retries happen.
+
+Call ids are the runner's, never the model's: a model may repeat an id within a turn or
+reuse one from an earlier turn, and the ledger, the approval requests and the decisions are
+all keyed by call id. Every model response is handed to a `TurnJournal` before any of its
+calls runs, so a run resumed elsewhere after a crash replays it instead of asking again.
 """
 
 from __future__ import annotations
@@ -20,11 +25,13 @@ from .checkpoint import CallRecord, RunState, call_hash
 from .decisions import Answer, Approve, Decision, Expired, Reject, RequestChanges
 from .errors import (
     AgentChangedError,
+    CheckpointError,
     DecisionMismatchError,
     InvalidDecisionError,
     MissingDecisionError,
     ModelError,
 )
+from .journal import NO_JOURNAL, TurnJournal
 from .ledger import ExecutionLedger, InMemoryLedger
 from .messages import Message, ToolCall
 from .pause import PauseRequest
@@ -92,6 +99,7 @@ class Runner:
         run_id: str | None = None,
         requested_by: str | None = None,
         context: Mapping[str, Any] | None = None,
+        journal: TurnJournal = NO_JOURNAL,
     ) -> RunOutcome:
         agent, fingerprint = self.agent(agent_name)
         state = RunState(
@@ -107,7 +115,7 @@ class Runner:
                 Message(role="user", content=input),
             ],
         )
-        return await self._advance(state, agent)
+        return await self._advance(state, agent, journal)
 
     def restore(self, state: RunState) -> Agent:
         """Rebuild the run's agent; refuse if its tools or policy changed while it waited."""
@@ -120,7 +128,13 @@ class Runner:
             )
         return agent
 
-    async def resume(self, state: RunState, decisions: Mapping[str, Decision]) -> RunOutcome:
+    async def resume(
+        self,
+        state: RunState,
+        decisions: Mapping[str, Decision],
+        *,
+        journal: TurnJournal = NO_JOURNAL,
+    ) -> RunOutcome:
         """Apply one decision per pending call (by call id) and continue the run."""
         state = state.model_copy(deep=True)
         agent = self.restore(state)
@@ -140,10 +154,28 @@ class Runner:
         for call_id, record in pending.items():
             _apply(state, record, decisions[call_id])
         state.status = "running"
-        return await self._advance(state, agent)
+        return await self._advance(state, agent, journal)
 
-    async def _advance(self, state: RunState, agent: Agent) -> RunOutcome:
+    async def replay(self, state: RunState, *, journal: TurnJournal = NO_JOURNAL) -> RunOutcome:
+        """Continue from a state the journal saved right after a model response.
+
+        The model is not asked again for that turn: its calls are settled through the
+        ledger (a call that already ran gives its recorded result; one that started and never
+        finished is reported, not re-run), then the run goes on as usual.
+        """
+        state = state.model_copy(deep=True)
+        agent = self.restore(state)
+        if state.status not in ("running", "succeeded"):
+            raise CheckpointError(
+                f"run {state.run_id}: a saved turn is {state.status}, not running; "
+                "it cannot be replayed"
+            )
+        return await self._advance(state, agent, journal)
+
+    async def _advance(self, state: RunState, agent: Agent, journal: TurnJournal) -> RunOutcome:
         while True:
+            if state.status == "succeeded":  # a final answer, saved by the journal
+                return Succeeded(state, state.output or "")
             if state.open_calls:
                 if pending := state.pending:
                     state.status = "paused"
@@ -158,17 +190,10 @@ class Runner:
             except ModelError as exc:
                 return _fail(state, f"model error: {exc}")
             state.turns += 1
-            if not response.tool_calls:
-                state.transcript.append(Message(role="assistant", content=response.text))
-                state.status, state.output = "succeeded", response.text
-                return Succeeded(state, response.text)
-            state.transcript.append(
-                Message(role="assistant", content=response.text, tool_calls=response.tool_calls)
-            )
-            for proposed in response.tool_calls:
-                state.calls.append(_plan(state, agent, proposed))
-            if not state.open_calls:  # every call was denied or invalid: answer the model now
-                _append_results(state)
+            _record_response(state, agent, response.text, response.tool_calls)
+            # Saved before any call of the response runs; the journal may hand back the
+            # same turn as another worker saved it first, and that one is continued instead.
+            state = await journal.planned(state)
 
     async def _settle_turn(self, state: RunState, agent: Agent) -> Paused | None:
         for record in state.open_calls:
@@ -222,19 +247,56 @@ class Runner:
         await self.ledger.finish(state.run_id, record.call_id, record.result or "")
 
 
-def _plan(state: RunState, agent: Agent, proposed: ToolCall) -> CallRecord:
+def _record_response(state: RunState, agent: Agent, text: str, tool_calls: list[ToolCall]) -> None:
+    """The model's answer in the transcript, and its calls planned (with the runner's ids)."""
+    if not tool_calls:
+        state.transcript.append(Message(role="assistant", content=text))
+        state.status, state.output = "succeeded", text
+        return
+    state.transcript.append(Message(role="assistant", content=text, tool_calls=tool_calls))
+    taken = {c.call_id for c in state.calls}
+    for index, proposed in enumerate(tool_calls):
+        call_id = _new_call_id(state.turns, index, taken)
+        taken.add(call_id)
+        state.calls.append(_plan(state, agent, proposed, call_id))
+    if not state.open_calls:  # every call was denied or invalid: answer the model now
+        _append_results(state)
+
+
+def _new_call_id(turns: int, index: int, taken: set[str]) -> str:
+    """`call_<turn>_<n>` (turn from 0, call from 1) for call `index` of the `turns`-th model
+    response: unique in the run for ever, as turns only grow and a saved turn is replayed,
+    never asked again.
+
+    A run checkpointed before v2 kept the model's ids, which could look like these, hence
+    the suffix in that one case.
+    """
+    call_id = base = f"call_{turns - 1}_{index + 1}"
+    suffix = 0
+    while call_id in taken:
+        suffix += 1
+        call_id = f"{base}_{suffix}"
+    return call_id
+
+
+def _plan(state: RunState, agent: Agent, proposed: ToolCall, call_id: str) -> CallRecord:
     """Judge one proposed call: validate, then operator rules, tool policy, sticky decisions."""
-    base: dict[str, Any] = {"call_id": proposed.id, "tool": proposed.name, "turn": state.turns}
+    base: dict[str, Any] = {
+        "call_id": call_id,
+        "model_call_id": proposed.id,
+        "tool": proposed.name,
+        "turn": state.turns,
+    }
     tool = agent.tool(proposed.name)
     if tool is None:
         known = ", ".join(t.name for t in agent.tools)
         return _invalid(
-            state, proposed, f"Unknown tool {proposed.name!r}; available tools: {known}."
+            state, base, proposed, f"Unknown tool {proposed.name!r}; available tools: {known}."
         )
     try:
         arguments = tool.validate(proposed.arguments)
     except InvalidArguments as exc:
-        return _invalid(state, proposed, f"{exc}. Fix the arguments and call the tool again.")
+        return _invalid(state, base, proposed, f"{exc}. Fix the arguments and call the tool again.")
     context = {**state.context, "run_id": state.run_id, "requested_by": state.requested_by}
     verdict = agent.rules.first_match(agent.name, tool.name, arguments) or tool.judge(
         arguments, context
@@ -260,12 +322,12 @@ def _plan(state: RunState, agent: Agent, proposed: ToolCall) -> CallRecord:
     return record
 
 
-def _invalid(state: RunState, proposed: ToolCall, explanation: str) -> CallRecord:
+def _invalid(
+    state: RunState, base: dict[str, Any], proposed: ToolCall, explanation: str
+) -> CallRecord:
     """A call that never runs: the explanation goes back to the model as its result."""
     return CallRecord(
-        call_id=proposed.id,
-        tool=proposed.name,
-        turn=state.turns,
+        **base,
         arguments=proposed.arguments,
         call_hash=call_hash(state.agent_fingerprint, proposed.name, proposed.arguments),
         gate="invalid",
@@ -308,7 +370,7 @@ def _append_results(state: RunState) -> None:
             Message(
                 role="tool",
                 content=record.result or "",
-                tool_call_id=record.call_id,
+                tool_call_id=record.model_call_id,  # pairs with the model's own call
                 name=record.tool,
             )
         )

@@ -9,7 +9,7 @@ compare-and-set on the request's status.
 
 from __future__ import annotations
 
-__all__ = ["CREATE", "DECIDE", "FINISH", "PAUSE"]
+__all__ = ["CLEAR_PROGRESS", "CREATE", "DECIDE", "FINISH", "PAUSE", "SAVE_PROGRESS"]
 
 # KEYS: run, run audit, shard runs, shard resume
 # ARGV: run id, fields as JSON, created score, now, actor
@@ -151,4 +151,32 @@ redis.call('XADD', KEYS[3], '*', 'at', ARGV[6], 'actor', ARGV[7], 'event', ARGV[
 local run_id = redis.call('HGET', KEYS[1], 'run_id')
 redis.call('XADD', KEYS[4], '*', 'type', 'run_finished', 'run_id', run_id)
 return 1
+"""
+
+# A run's progress: the state right after a model response, saved before any of its calls
+# runs. Fenced like FINISH by the pause id being resumed (and a live run); per pause the
+# first save of a turn wins, so two workers racing on one entry settle on one response.
+# KEYS: run, progress
+# ARGV: expected pause id, turn, progress blob
+SAVE_PROGRESS = """
+local run = redis.call('HMGET', KEYS[1], 'pause_id', 'status')
+if not run[2] or run[2] == 'succeeded' or run[2] == 'failed' or (run[1] or '') ~= ARGV[1] then
+  return {'moved_on', ''}
+end
+local saved = redis.call('HMGET', KEYS[2], 'pause_id', 'turn', 'blob')
+if saved[1] == ARGV[1] and tonumber(saved[2]) >= tonumber(ARGV[2]) then
+  return {'taken', saved[3]}
+end
+redis.call('HSET', KEYS[2], 'pause_id', ARGV[1], 'turn', ARGV[2], 'blob', ARGV[3])
+return {'saved', ''}
+"""
+
+# Drop the progress of a pause once its outcome is saved (never a later pause's progress).
+# KEYS: progress
+# ARGV: pause id
+CLEAR_PROGRESS = """
+if redis.call('HGET', KEYS[1], 'pause_id') == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
 """

@@ -1,4 +1,4 @@
-"""The RunState checkpoint: versioning, a frozen v1 file, and a lossless JSON round trip."""
+"""The RunState checkpoint: versioning, frozen files per version, a lossless JSON round trip."""
 
 from __future__ import annotations
 
@@ -27,7 +27,9 @@ from agent_host.messages import Message, ToolCall
 from agent_host.policy import Severity
 from agent_host.runner import Paused, Runner, Succeeded
 
-FIXTURE = Path(__file__).parents[1] / "fixtures" / "checkpoints" / "v1.json"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "checkpoints"
+FIXTURE = FIXTURES / "v1.json"
+FIXTURE_V2 = FIXTURES / "v2.json"
 
 
 _DROP = object()  # marks a key to leave out of a checkpoint document
@@ -47,20 +49,21 @@ def minimal(**overrides: Any) -> dict[str, Any]:
 
 
 def test_current_schema_version_is_written_and_known() -> None:
-    assert SCHEMA_VERSION == 1
-    assert SCHEMA_VERSION in CHECKPOINT_VERSIONS
-    state = RunState.model_validate(minimal())
-    assert json.loads(state.to_json())["schema_version"] == 1
-    assert RunState.from_json(json.dumps(minimal())).schema_version == 1
+    assert SCHEMA_VERSION == 2
+    assert sorted(CHECKPOINT_VERSIONS) == [1, 2]
+    state = RunState.model_validate(minimal(schema_version=2))
+    assert json.loads(state.to_json())["schema_version"] == 2
+    # an older document is migrated as it is read, and written back as the current version
+    assert RunState.from_json(json.dumps(minimal())).schema_version == 2
 
 
-@pytest.mark.parametrize("version", [2, 99, 0, -1, None, "1", "v1", 1.5, _DROP])
+@pytest.mark.parametrize("version", [3, 99, 0, -1, None, "1", "v1", 1.5, _DROP])
 def test_unknown_or_newer_versions_are_refused(version: Any) -> None:
     text = json.dumps(minimal(schema_version=version))
     with pytest.raises(UnsupportedCheckpointVersion) as info:
         RunState.from_json(text)
     message = str(info.value)
-    assert "is not one this countersign reads (known: 1)" in message
+    assert "is not one this countersign reads (known: 1, 2)" in message
     assert "upgrade countersign" in message
 
 
@@ -90,8 +93,9 @@ def test_damaged_checkpoints_raise_checkpoint_error(data: str | bytes, message: 
 def test_frozen_v1_checkpoint_loads() -> None:
     state = RunState.from_json(FIXTURE.read_bytes())
 
+    # read as the current version: v1 had only the model's id, kept as both ids
     assert (state.schema_version, state.run_id, state.agent, state.status) == (
-        1,
+        2,
         "run_fixture_v1",
         "refund-agent",
         "paused",
@@ -104,6 +108,10 @@ def test_frozen_v1_checkpoint_loads() -> None:
         "issue_refund",
         {"order_id": "124", "amount": 1200.0},
     )
+    assert [(c.call_id, c.model_call_id) for c in state.calls] == [
+        ("call_0_1", "call_0_1"),
+        ("call_1_1", "call_1_1"),
+    ]
     # what a reviewer approved before an upgrade must still match the call after it
     assert pending.call_hash == call_hash(
         state.agent_fingerprint, "issue_refund", {"amount": 1200.0, "order_id": "124"}
@@ -153,19 +161,51 @@ def shape(document: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def test_frozen_v2_checkpoint_keeps_the_models_ids_apart_from_the_runners() -> None:
+    state = RunState.from_json(FIXTURE_V2.read_bytes())
+
+    assert (state.schema_version, state.run_id, state.status) == (2, "run_fixture_v2", "paused")
+    assert [(c.call_id, c.model_call_id) for c in state.calls] == [
+        ("call_0_1", "toolu_01LookupOrder"),
+        ("call_1_1", "toolu_01IssueRefund"),
+    ]
+    assert [p.call_id for p in state.pending] == ["call_1_1"]
+    assert RunState.from_json(state.to_json()) == state
+
+
+async def test_frozen_v2_checkpoint_resumes_and_answers_the_model_by_its_own_ids() -> None:
+    effects = ExampleEffects()
+    state = RunState.from_json(FIXTURE_V2.read_text(encoding="utf-8"))
+    [pending] = state.pending
+
+    outcome = await Runner(build_registry(effects)).resume(
+        state, {"call_1_1": Approve(call_hash=pending.call_hash, decided_by="U_LEAD")}
+    )
+
+    assert isinstance(outcome, Succeeded)
+    assert effects.events == [
+        {"kind": "refund", "order_id": "124", "amount": 1200.0, "key": "run_fixture_v2:call_1_1"}
+    ]
+    replies = [(m.tool_call_id, m.name) for m in outcome.state.transcript if m.role == "tool"]
+    assert replies == [
+        ("toolu_01LookupOrder", "lookup_order"),
+        ("toolu_01IssueRefund", "issue_refund"),
+    ]
+
+
 async def test_a_fresh_paused_run_has_the_same_shape_as_the_frozen_file() -> None:
     """If this fails, the checkpoint format moved: bump SCHEMA_VERSION and keep v1 readable."""
     effects = ExampleEffects()
     outcome = await Runner(build_registry(effects)).run(
         "refund-agent",
         "Please refund order 124, I was billed twice.",
-        run_id="run_fixture_v1",
+        run_id="run_fixture_v2",
         requested_by="U_CUSTOMER_SUCCESS",
         context={"channel": "C_REFUNDS"},
     )
     assert isinstance(outcome, Paused)
     fresh = json.loads(outcome.state.to_json())
-    frozen = json.loads(FIXTURE.read_text(encoding="utf-8"))
+    frozen = json.loads(FIXTURE_V2.read_text(encoding="utf-8"))
     done = await Runner(build_registry(effects)).resume(
         outcome.state, {"call_1_1": Approve(decided_by="U_LEAD")}
     )
@@ -173,7 +213,17 @@ async def test_a_fresh_paused_run_has_the_same_shape_as_the_frozen_file() -> Non
 
     assert fresh["schema_version"] == frozen["schema_version"] == SCHEMA_VERSION
     assert shape(fresh) == shape(frozen)
-    assert shape(decided)["decision"] == ["always", "call_hash", "decided_by", "kind"]
+    assert shape(decided)["decision"] == [
+        "always",
+        "call_hash",
+        "decided_by",
+        "kind",
+        "note",
+        "route_id",
+        "severity",
+        "standing_of",
+        "via",
+    ]
     assert [c["call_hash"] for c in fresh["calls"]] == [c["call_hash"] for c in frozen["calls"]]
 
 
@@ -227,6 +277,7 @@ decisions = st.one_of(
 call_records = st.builds(
     CallRecord,
     call_id=st.text(),
+    model_call_id=st.text(),
     tool=st.text(),
     arguments=arguments,
     call_hash=hashes,

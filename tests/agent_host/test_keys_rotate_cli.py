@@ -59,7 +59,7 @@ async def test_damaged_checkpoints_are_reported_and_every_other_one_is_rotated(
     async def blob_and_pause(run_id: str) -> tuple[bytes, str]:
         blob = await redis.get(K.Keys(run_id).checkpoint)
         assert isinstance(blob, bytes)
-        return blob, (await env_a.info(run_id))["pause_id"]
+        return blob, (await env_a.info(run_id)).pause_id
 
     truncated, garbage, unknown_kid, tampered, wrong_type, empty = damaged
     blob, _ = await blob_and_pause(truncated)
@@ -104,7 +104,7 @@ async def test_damaged_checkpoints_are_reported_and_every_other_one_is_rotated(
             assert (await env_b.store.decide(request.request_id, approve)).accepted
     await env_b.drain()
     info = await env_b.info(garbage)
-    assert info["status"] == "failed" and "could not be decrypted" in info["error"], info
+    assert info.status == "failed" and "could not be decrypted" in info.error, info
     assert await env_b.status(good[0]) == "succeeded"
 
 

@@ -30,7 +30,7 @@ async def test_in_memory_ledger_claims_once_then_reports() -> None:
 
 
 def one_call_registry(rec: Recorder, **options: Any) -> tuple[AgentRegistry, SpyModel]:
-    spy = SpyModel(scripted([tc("c1", "charge", target="card")], reply("done")))
+    spy = SpyModel(scripted([tc("call_0_1", "charge", target="card")], reply("done")))
     return registry_of("payer", [counting_tool(rec, "charge", **options)], spy), spy
 
 
@@ -38,7 +38,7 @@ async def test_claimed_but_unfinished_call_is_reported_not_rerun() -> None:
     rec = Recorder()
     registry, spy = one_call_registry(rec)
     ledger = InMemoryLedger()
-    ledger.entries[("run_crash", "c1")] = None  # a worker claimed it, then died mid-call
+    ledger.entries[("run_crash", "call_0_1")] = None  # a worker claimed it, then died mid-call
 
     outcome = await Runner(registry, ledger).run("payer", "go", run_id="run_crash")
 
@@ -47,22 +47,22 @@ async def test_claimed_but_unfinished_call_is_reported_not_rerun() -> None:
     assert (record.outcome, record.result) == ("unknown_outcome", UNKNOWN_OUTCOME)
     assert "It was not run again; check its effect before retrying." in UNKNOWN_OUTCOME
     assert rec.count() == 0
-    assert spy.last_tool_messages() == {"c1": UNKNOWN_OUTCOME}
-    assert ledger.entries[("run_crash", "c1")] is None  # still in doubt: nothing recorded
+    assert spy.last_tool_messages() == {"call_0_1": UNKNOWN_OUTCOME}
+    assert ledger.entries[("run_crash", "call_0_1")] is None  # still in doubt: nothing recorded
 
 
 async def test_idempotent_tool_is_rerun_when_its_outcome_is_unknown() -> None:
     rec = Recorder()
     registry, _ = one_call_registry(rec, idempotent=True)
     ledger = InMemoryLedger()
-    ledger.entries[("run_crash", "c1")] = None
+    ledger.entries[("run_crash", "call_0_1")] = None
 
     outcome = await Runner(registry, ledger).run("payer", "go", run_id="run_crash")
 
     assert isinstance(outcome, Succeeded)
     assert outcome.state.calls[0].outcome == "executed"
-    assert rec.invocations == [("charge", "c1", "card")]
-    assert ledger.entries[("run_crash", "c1")] == "charge done: card"
+    assert rec.invocations == [("charge", "call_0_1", "card")]
+    assert ledger.entries[("run_crash", "call_0_1")] == "charge done: card"
 
 
 @pytest.mark.parametrize("idempotent", [False, True])
@@ -72,7 +72,7 @@ async def test_finished_claim_returns_the_recorded_result_without_running(
     rec = Recorder()
     registry, spy = one_call_registry(rec, idempotent=idempotent)
     ledger = InMemoryLedger()
-    ledger.entries[("run_done", "c1")] = "charged 12.00 earlier"
+    ledger.entries[("run_done", "call_0_1")] = "charged 12.00 earlier"
 
     outcome = await Runner(registry, ledger).run("payer", "go", run_id="run_done")
 
@@ -80,14 +80,14 @@ async def test_finished_claim_returns_the_recorded_result_without_running(
     record = outcome.state.calls[0]
     assert (record.outcome, record.result) == ("executed", "charged 12.00 earlier")
     assert rec.count() == 0
-    assert spy.last_tool_messages() == {"c1": "charged 12.00 earlier"}
+    assert spy.last_tool_messages() == {"call_0_1": "charged 12.00 earlier"}
 
 
 async def test_ledger_is_keyed_by_run_so_other_runs_still_execute() -> None:
     rec = Recorder()
     registry, _ = one_call_registry(rec)
     ledger = InMemoryLedger()
-    ledger.entries[("run_other", "c1")] = None
+    ledger.entries[("run_other", "call_0_1")] = None
 
     outcome = await Runner(registry, ledger).run("payer", "go", run_id="run_mine")
 
@@ -117,11 +117,11 @@ async def test_tool_failures_are_recorded_as_finished() -> None:
         raise ConnectionError("gateway timeout")
 
     ledger = InMemoryLedger()
-    model = scripted([tc("c1", "flaky", target="x")], reply("done"))
+    model = scripted([tc("call_0_1", "flaky", target="x")], reply("done"))
     outcome = await Runner(registry_of("a", [tool(flaky)], model), ledger).run(
         "a", "go", run_id="run_err"
     )
 
     assert isinstance(outcome, Succeeded)
     assert outcome.state.calls[0].outcome == "error"
-    assert ledger.entries[("run_err", "c1")] == "Tool flaky failed: gateway timeout"
+    assert ledger.entries[("run_err", "call_0_1")] == "Tool flaky failed: gateway timeout"

@@ -27,30 +27,33 @@ from .helpers import Recorder, SpyModel, counting_tool, registry_of, scripted, t
 
 async def test_allow_runs_without_pausing() -> None:
     rec = Recorder()
-    model = scripted([tc("c1", "read", target="a")], reply("done"))
+    model = scripted([tc("call_0_1", "read", target="a")], reply("done"))
     outcome = await Runner(registry_of("a", [counting_tool(rec, "read")], model)).run("a", "go")
 
     assert isinstance(outcome, Succeeded)
     assert outcome.state.calls[0].gate == "allow"
-    assert rec.invocations == [("read", "c1", "a")]
+    assert rec.invocations == [("read", "call_0_1", "a")]
 
 
 async def test_deny_never_runs_and_tells_the_model_why() -> None:
     rec = Recorder()
     wipe = counting_tool(rec, "wipe", Permission.DENY, reason="wiping is off in this workspace")
     spy = SpyModel(
-        scripted([tc("c1", "wipe", target="db"), tc("c2", "read", target="a")], reply("gave up"))
+        scripted(
+            [tc("call_0_1", "wipe", target="db"), tc("call_0_2", "read", target="a")],
+            reply("gave up"),
+        )
     )
     registry = registry_of("a", [wipe, counting_tool(rec, "read")], spy)
     outcome = await Runner(registry).run("a", "go")
 
     assert isinstance(outcome, Succeeded) and outcome.output == "gave up"
-    denied = outcome.state.call("c1")
+    denied = outcome.state.call("call_0_1")
     assert denied is not None
     assert (denied.gate, denied.outcome) == ("deny", "denied")
     assert denied.result == "Tool wipe is not permitted: wiping is off in this workspace."
-    assert rec.invocations == [("read", "c2", "a")]  # wipe never ran
-    assert spy.last_tool_messages()["c1"] == denied.result
+    assert rec.invocations == [("read", "call_0_2", "a")]  # wipe never ran
+    assert spy.last_tool_messages()["call_0_1"] == denied.result
 
 
 async def test_a_lone_denied_call_still_reaches_the_model() -> None:
@@ -68,13 +71,13 @@ async def test_ask_pauses_and_carries_reason_and_severity_onto_the_pending_call(
     refund = counting_tool(
         rec, "refund", Permission.ASK, reason="moves money back to the customer", severity="high"
     )
-    model = scripted([tc("c1", "refund", target="order 9")], reply("done"))
+    model = scripted([tc("call_0_1", "refund", target="order 9")], reply("done"))
     outcome = await Runner(registry_of("a", [refund], model)).run("a", "go")
 
     assert isinstance(outcome, Paused)
     [pending] = outcome.pending
     assert (pending.call_id, pending.tool, pending.arguments) == (
-        "c1",
+        "call_0_1",
         "refund",
         {"target": "order 9"},
     )
@@ -287,13 +290,15 @@ async def test_rules_relax_an_ask_tool_to_allow() -> None:
     )
     rec = Recorder()
     restart = counting_tool(rec, "restart", Permission.ASK)
-    model = scripted([tc("c1", "restart", target="staging"), tc("c2", "restart", target="prod")])
+    model = scripted(
+        [tc("call_0_1", "restart", target="staging"), tc("call_0_2", "restart", target="prod")]
+    )
     outcome = await Runner(registry_of("a", [restart], model, rules)).run("a", "go")
 
     assert isinstance(outcome, Paused)
     gates = {c.call_id: c.gate for c in outcome.state.calls}
-    assert gates == {"c1": "allow", "c2": "ask"}
-    assert [p.call_id for p in outcome.pending] == ["c2"]
+    assert gates == {"call_0_1": "allow", "call_0_2": "ask"}
+    assert [p.call_id for p in outcome.pending] == ["call_0_2"]
     assert rec.count() == 0  # the turn pauses as a whole: the relaxed call waits too
 
 

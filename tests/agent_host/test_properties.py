@@ -95,7 +95,9 @@ model_turns = st.lists(calls_in_a_turn, min_size=1, max_size=5)
 async def check_run(turns: list[list[tuple[str, str]]], data: st.DataObject) -> None:
     rec = Recorder()
     planned: list[list[ToolCall]] = [
-        [tc(f"t{i}c{j}", tool, target=target) for j, (tool, target) in enumerate(turn)]
+        # the ids the runner assigns (turn from 0, call from 1), so the checks below can
+        # key by either
+        [tc(f"call_{i}_{j + 1}", tool, target=target) for j, (tool, target) in enumerate(turn)]
         for i, turn in enumerate(turns)
     ]
     tools = [counting_tool(rec, name, permission) for name, permission in TOOLS.items()]

@@ -229,24 +229,24 @@ async def test_seed001_reject_always_rejects_later_calls_without_pausing_or_runn
     rec = Recorder()
     registry = multi_turn_registry(
         rec,
-        [tc("a", "delete_file", target="/a")],
-        [tc("b", "delete_file", target="/b"), tc("r", "read", target="/r")],
+        [tc("call_0_1", "delete_file", target="/a")],
+        [tc("call_1_1", "delete_file", target="/b"), tc("call_1_2", "read", target="/r")],
         extra_tools=(counting_tool(rec, "read"),),
     )
     paused = await Runner(registry).run("janitor", "clean")
     assert isinstance(paused, Paused)
 
     done = await Runner(registry).resume(
-        roundtrip(paused.state), {"a": Reject(message="not today", always=True)}
+        roundtrip(paused.state), {"call_0_1": Reject(message="not today", always=True)}
     )
 
     assert isinstance(done, Succeeded)
     assert done.state.sticky == {"delete_file": "reject"}
-    assert rec.invocations == [("read", "r", "/r")]
-    b = done.state.call("b")
+    assert rec.invocations == [("read", "call_1_2", "/r")]
+    b = done.state.call("call_1_1")
     assert b is not None and (b.outcome, b.result) == ("rejected", DEFAULT_REJECT_MESSAGE)
     assert b.decision is not None and b.decision.decided_by == "reject-always"
-    assert tool_messages(done.state)["a"] == "not today"
+    assert tool_messages(done.state)["call_0_1"] == "not today"
 
 
 async def test_seed001_approve_always_is_refused_when_the_verdict_forbids_it() -> None:
@@ -425,18 +425,18 @@ async def test_seed001_sticky_approve_does_not_cover_a_call_that_forbids_it() ->
 
     rec = Recorder()
     model = scripted(
-        [tc("a", "delete_repo", target="dev")],
-        [tc("b", "delete_repo", target="prod")],
+        [tc("call_0_1", "delete_repo", target="dev")],
+        [tc("call_1_1", "delete_repo", target="prod")],
         reply("done"),
     )
     registry = registry_of("admin", [counting_tool(rec, "delete_repo", per_repo)], model)
     paused = await Runner(registry).run("admin", "go")
     assert isinstance(paused, Paused)
 
-    outcome = await Runner(registry).resume(paused.state, {"a": Approve(always=True)})
+    outcome = await Runner(registry).resume(paused.state, {"call_0_1": Approve(always=True)})
 
     assert isinstance(outcome, Paused), "the prod deletion must be asked about on its own"
-    assert [p.call_id for p in outcome.pending] == ["b"]
+    assert [p.call_id for p in outcome.pending] == ["call_1_1"]
     assert rec.targets("delete_repo") == ["dev"]
 
 

@@ -101,7 +101,7 @@ async def test_a_failing_trim_does_not_stop_expiry_and_is_logged_as_a_trim_failu
     env = make_env(redis, clock=clock, router=FixedRouter())
     run_id = await env.start("refund-agent", "refund order 123")
     (request,) = await env.requests(run_id)
-    clock.advance(DEFAULT_EXPIRY_SECONDS + 1)
+    await env.age(DEFAULT_EXPIRY_SECONDS + 1)
 
     sweeper = BrokenTrim(env.store, interval=0.05)
     stop = asyncio.Event()

@@ -136,8 +136,11 @@ async def test_bad_arguments_go_back_to_the_model_and_the_run_continues(bad: Any
     rec = Recorder()
     spy = SpyModel(
         scripted(
-            [ToolCall(id="bad", name="touch", arguments=bad), tc("ok1", "touch", target="b")],
-            [tc("good", "touch", target="a")],
+            [
+                ToolCall(id="call_0_1", name="touch", arguments=bad),
+                tc("call_0_2", "touch", target="b"),
+            ],
+            [tc("call_1_1", "touch", target="a")],
             reply("fixed it"),
         )
     )
@@ -146,18 +149,18 @@ async def test_bad_arguments_go_back_to_the_model_and_the_run_continues(bad: Any
     )
 
     assert isinstance(outcome, Succeeded) and outcome.output == "fixed it"
-    bad_call = outcome.state.call("bad")
+    bad_call = outcome.state.call("call_0_1")
     assert bad_call is not None
     assert (bad_call.gate, bad_call.outcome) == ("invalid", "invalid")
     assert bad_call.result is not None and "Fix the arguments" in bad_call.result
-    assert rec.per_call_id() == {"ok1": 1, "good": 1}  # the invalid call never ran
+    assert rec.per_call_id() == {"call_0_2": 1, "call_1_1": 1}  # the invalid call never ran
     # the model's second turn saw the explanation as the tool result of its bad call
     assert spy.last_tool_messages() == {
-        "bad": bad_call.result,
-        "ok1": "touch done: b",
-        "good": "touch done: a",
+        "call_0_1": bad_call.result,
+        "call_0_2": "touch done: b",
+        "call_1_1": "touch done: a",
     }
-    assert spy.seen[1][-2].tool_call_id == "bad"
+    assert spy.seen[1][-2].tool_call_id == "call_0_1"
     assert spy.seen[1][-2].content == bad_call.result
 
 
@@ -165,8 +168,8 @@ async def test_a_turn_of_only_bad_arguments_still_reaches_the_model() -> None:
     rec = Recorder()
     spy = SpyModel(
         scripted(
-            [ToolCall(id="bad", name="touch", arguments={"target": 42})],
-            [tc("good", "touch", target="a")],
+            [ToolCall(id="call_0_1", name="touch", arguments={"target": 42})],
+            [tc("call_1_1", "touch", target="a")],
             reply("fixed it"),
         )
     )
@@ -176,27 +179,30 @@ async def test_a_turn_of_only_bad_arguments_still_reaches_the_model() -> None:
 
     assert isinstance(outcome, Succeeded)
     assert outcome.state.calls[0].outcome == "invalid"
-    assert rec.per_call_id() == {"good": 1}
+    assert rec.per_call_id() == {"call_1_1": 1}
     second_turn_tools = {m.tool_call_id: m.content for m in spy.seen[1] if m.role == "tool"}
-    assert second_turn_tools == {"bad": outcome.state.calls[0].result}
+    assert second_turn_tools == {"call_0_1": outcome.state.calls[0].result}
 
 
 async def test_unknown_tool_goes_back_to_the_model_with_the_available_tools() -> None:
     rec = Recorder()
     spy = SpyModel(
-        scripted([tc("c1", "teleport", target="moon"), tc("c2", "poke", target="x")], reply("ok"))
+        scripted(
+            [tc("call_0_1", "teleport", target="moon"), tc("call_0_2", "poke", target="x")],
+            reply("ok"),
+        )
     )
     registry = registry_of("a", [counting_tool(rec, "touch"), counting_tool(rec, "poke")], spy)
     outcome = await Runner(registry).run("a", "go")
 
     assert isinstance(outcome, Succeeded)
-    record = outcome.state.call("c1")
+    record = outcome.state.call("call_0_1")
     assert record is not None and (record.gate, record.outcome) == ("invalid", "invalid")
     assert spy.last_tool_messages() == {
-        "c1": "Unknown tool 'teleport'; available tools: touch, poke.",
-        "c2": "poke done: x",
+        "call_0_1": "Unknown tool 'teleport'; available tools: touch, poke.",
+        "call_0_2": "poke done: x",
     }
-    assert rec.invocations == [("poke", "c2", "x")]
+    assert rec.invocations == [("poke", "call_0_2", "x")]
 
 
 async def test_a_turn_of_only_an_unknown_tool_still_reaches_the_model() -> None:
