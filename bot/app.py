@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 # Slack wants its answer within 3 s: everything one listener does (load, the reviewer-group
 # lookup, the compare-and-set) shares this one budget, then the reviewer is told to look again.
-LISTENER_BUDGET = 2.5
+LISTENER_BUDGET = 2.0  # leaves room for Bolt, the HTTP round trip and network jitter
 UNAVAILABLE = (
     ":hourglass: countersign could not record your decision right now (its database is not "
     "reachable). Nothing was changed; please click again in a moment."
@@ -171,17 +171,18 @@ def build_bolt_app(
         if click is None:
             log.warning("ignored a malformed click")
             return
+        stage = {"deciding": False}  # a timeout before the compare-and-set changed nothing
         try:
             async with asyncio.timeout(LISTENER_BUDGET):
-                text = await _on_click(click)
+                text = await _on_click(click, stage)
         except TimeoutError:
-            text = UNCONFIRMED
+            text = UNCONFIRMED if stage["deciding"] else UNAVAILABLE
         except (RedisError, OSError):
             log.warning("click by %s could not reach Redis", click.user)
             text = UNAVAILABLE
         ephemeral(click.channel, click.user, text)
 
-    async def _on_click(click: Click) -> str:
+    async def _on_click(click: Click, stage: dict[str, bool]) -> str:
         request = await approvals.load(click.request_id)
         if reason := refusal(request, click):
             return reason
@@ -202,6 +203,7 @@ def build_bolt_app(
             call_hash=request.call_hash,
             always=click.action_id == blocks.APPROVE_ALWAYS,
         )
+        stage["deciding"] = True
         return result_text(
             await approvals.decide(request.request_id, decision, via="slack", current=request)
         )

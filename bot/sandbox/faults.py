@@ -1,7 +1,8 @@
 """Programmable failures and per-channel rate limiting for the local Slack sandbox.
 
 :class:`FaultQueue` makes the next *n* calls of a Web API method fail with an HTTP status
-(optionally after a delay, to trip client timeouts) without applying them.
+(optionally after a delay, to trip client timeouts) without applying them; status 200 makes
+them slow instead: answered normally, after the delay.
 :class:`ChannelRateLimiter` enforces a minimum spacing between ``chat.postMessage`` calls to
 one channel, answering like Slack does (HTTP 429, ``Retry-After`` in whole seconds), and
 records when each accepted post happened so tests can measure the posting rate.
@@ -37,8 +38,11 @@ class FaultQueue:
         delay: float = 0.0,
         times: int = 1,
     ) -> Fault:
-        if not 400 <= status <= 599:
-            raise ValueError(f"fault status must be an HTTP error status, not {status}")
+        if not (status == 200 or 400 <= status <= 599):
+            raise ValueError(
+                f"fault status must be an HTTP error status (or 200: a slow but normal "
+                f"answer), not {status}"
+            )
         if times < 1:
             raise ValueError("times must be at least 1")
         if delay < 0 or retry_after < 1:

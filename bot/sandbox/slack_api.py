@@ -76,7 +76,9 @@ async def _web_api(request: web.Request) -> web.Response:
         return _answer(api_error(exc.code))
     core.calls.append((method, copy.deepcopy(params)))
     fault = core.faults.take(method)
-    if fault is not None:
+    if fault is not None and fault.status == 200:
+        await asyncio.sleep(fault.delay)  # slow, then answered as usual
+    elif fault is not None:
         return await _fault_answer(fault)
     handler = METHODS.get(method)
     if handler is None:
