@@ -81,8 +81,8 @@ def test_a_killed_worker_replays_the_saved_turn_and_runs_allow_tools_once(
     report = scenarios[scenario].result(timeout=150)
     kill_at_turn = CASES[scenario]
 
-    assert report["info"]["status"] == "succeeded", report["info"]
-    assert report["info"]["output"] == "Refunded order 123 and told the customer."
+    assert report["info"].status == "succeeded", report["info"]
+    assert report["info"].output == "Refunded order 123 and told the customer."
     assert len(report["notified"]) == 2, f"each ALLOW call ran once: {report['notified']}"
     assert len({n["key"] for n in report["notified"]}) == 2
     assert len(report["refunds"]) == 1, report["refunds"]

@@ -282,10 +282,10 @@ async def _check(
         ran = [executions[(run.run_id, t.request.call_id)] for t in run.trials]
         if "pending" in statuses:
             # nothing of a turn runs before all its gated calls are decided
-            assert resumes == 0 and info.status == "waiting" and not any(ran), (where, ran)
+            assert resumes == 0 and info["status"] == "waiting" and not any(ran), (where, ran)
             continue
         assert resumes == 1, (where, resumes)  # one resume per fully decided turn
-        assert info.status == "succeeded", (where, info)
+        assert info["status"] == "succeeded", (where, info)
         assert ran == [1 if s == "approved" else 0 for s in statuses], (where, ran)
         stats.executions += sum(ran)
         paid = info.get("output", "").count("paid ")
