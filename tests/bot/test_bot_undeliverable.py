@@ -63,7 +63,10 @@ async def webhook_approve(stack: Stack, request_id: str) -> None:
     signature = "sha256=" + hmac.new(WEBHOOK_SECRET.encode(), raw, hashlib.sha256).hexdigest()
     headers = {"X-Webhook-Signature": signature, "Content-Type": "application/json"}
     url = f"{stack.url}/api/v1/webhooks/approval-response"
-    async with aiohttp.ClientSession() as session, session.post(url, data=raw, headers=headers) as r:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url, data=raw, headers=headers) as r,
+    ):
         assert r.status == 200, await r.text()
 
 
@@ -230,13 +233,17 @@ async def test_route_add_refuses_a_channel_the_bot_cannot_post_in(
             "C0NOSUCHROOM": "does not exist",
         }
         for channel, fix in cases.items():
-            answer = await approvals(stack, ADMIN, f"route add agent=refund-agent channel={channel}")
+            answer = await approvals(
+                stack, ADMIN, f"route add agent=refund-agent channel={channel}"
+            )
             assert answer.startswith(":warning: Route not added:"), answer
             assert f"<#{channel}>" in answer and fix in answer
         assert await stack.bot.routes.list() == []
         assert await stack.host.redis.xrange(K.AUDIT) == []
 
         # Once the bot is invited, the same command works.
-        stack.standin.workspace.channel(SECRET_ROOM).members.append("U0BOT")  # type: ignore[union-attr]
+        room = stack.standin.workspace.channel(SECRET_ROOM)
+        assert room is not None
+        room.members.append("U0BOT")
         added = await approvals(stack, ADMIN, f"route add agent=refund-agent channel={SECRET_ROOM}")
         assert "Added route `r1`" in added
