@@ -13,6 +13,7 @@
     │   ├── MissingDecisionError  resume called without a decision for every pending call
     │   ├── InvalidDecisionError  a decision that does not fit its pending call
     │   └── DecisionMismatchError the decider saw a different call than the one pending
+    ├── DeliveryFailed            the chat side refused a notification for good (never retried)
     ├── ModelError                the model endpoint failed or answered something unusable
     ├── PolicyRuleError           an operator's rule file is malformed
     └── StoreError                Redis-side failures (see agent_host.store)
@@ -31,6 +32,7 @@ __all__ = [
     "CountersignError",
     "DecisionError",
     "DecisionMismatchError",
+    "DeliveryFailed",
     "InvalidDecisionError",
     "MissingDecisionError",
     "ModelError",
@@ -92,6 +94,21 @@ class InvalidDecisionError(DecisionError):
 
 class DecisionMismatchError(DecisionError):
     pass
+
+
+class DeliveryFailed(CountersignError):
+    """A notification the chat side refused in a way no retry can fix (a channel the bot is
+    not in, an archived channel, a deleted message, a revoked token).
+
+    `code` is the chat platform's own error code (Slack's `not_in_channel`, ...), `channel`
+    the destination that refused it. Raised by a notifier; the outbox records it, routes
+    the request elsewhere where it can, and acknowledges the entry instead of retrying.
+    """
+
+    def __init__(self, code: str, channel: str = "", detail: str = "") -> None:
+        self.code, self.channel, self.detail = code, channel, detail
+        where = f" in {channel}" if channel else ""
+        super().__init__(f"delivery refused{where}: {code}" + (f" ({detail})" if detail else ""))
 
 
 class ModelError(CountersignError):

@@ -82,6 +82,10 @@ class Shard:
     def metrics(self) -> str:  # hash of counters
         return f"{self.tag}:metrics"
 
+    @property
+    def deadletter(self) -> str:  # stream: outbox entries the chat side refused for good
+        return f"{self.tag}:outbox:deadletter"
+
 
 def shards() -> list[Shard]:
     return [Shard(n) for n in range(SHARDS)]

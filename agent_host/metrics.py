@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from . import keys as K
 from .approvals import TERMINAL
 from .connections import as_text
+from .store import DELIVERED
 
 if TYPE_CHECKING:
     from .host import Host
@@ -17,7 +18,7 @@ __all__ = ["render_metrics"]
 async def render_metrics(host: Host) -> str:
     redis = host.redis
     counters: dict[str, float] = {}
-    outbox_depth = resume_backlog = 0
+    outbox_depth = resume_backlog = dead_letters = 0
     for shard in K.shards():  # every shard counts its own; the figures are their sums
         raw: dict[Any, Any] = await redis.hgetall(shard.metrics)
         for key, count in raw.items():
@@ -25,6 +26,8 @@ async def render_metrics(host: Host) -> str:
             counters[name] = counters.get(name, 0.0) + float(count)
         outbox_depth += await _group_backlog(redis, shard.outbox, K.OUTBOX_GROUP)
         resume_backlog += await _group_backlog(redis, shard.resume, K.RESUME_GROUP)
+        dead_letters += int(await redis.xlen(shard.deadletter))
+    delivered = int(counters.get(f"{DELIVERED}ok", 0))
     lines = [
         "# HELP countersign_pending_requests Approval requests waiting for a decision.",
         "# TYPE countersign_pending_requests gauge",
@@ -47,6 +50,23 @@ async def render_metrics(host: Host) -> str:
         "# HELP countersign_resume_backlog Runs waiting for a worker.",
         "# TYPE countersign_resume_backlog gauge",
         f"countersign_resume_backlog {resume_backlog}",
+        "# HELP countersign_chat_deliveries_total Notifications chat accepted (ok) or refused "
+        "for good (failed, by the chat side's error code).",
+        "# TYPE countersign_chat_deliveries_total counter",
+        f'countersign_chat_deliveries_total{{result="ok"}} {delivered}',
+    ]
+    for name in sorted(counters):
+        if name.startswith(f"{DELIVERED}failed:"):
+            error = name.removeprefix(f"{DELIVERED}failed:")  # [a-z0-9_] only: store.py
+            lines.append(
+                f'countersign_chat_deliveries_total{{result="failed",error="{error}"}} '
+                f"{int(counters[name])}"
+            )
+    lines += [
+        "# HELP countersign_dead_letters Posts chat refused for good, kept in the dead-letter "
+        "streams.",
+        "# TYPE countersign_dead_letters gauge",
+        f"countersign_dead_letters {dead_letters}",
     ]
     return "\n".join(lines) + "\n"
 

@@ -1,8 +1,11 @@
 """The notifier interface from the agent host to chat, and a logging implementation.
 
-`agent_host` knows nothing of Slack: the outbox calls these three methods, and `bot`
-implements them. A notifier raises to say "not now": the outbox keeps the entry and
-tries again later, so an outage of the chat side delays notifications but loses none.
+`agent_host` knows nothing of Slack: the outbox calls these methods, and `bot` implements
+them. A notifier raises to say "not now": the outbox keeps the entry and tries again
+later, so an outage of the chat side delays notifications but loses none. It raises
+`DeliveryFailed` to say "never": the outbox records that and does not retry. A request
+that could not be posted where it was routed goes through `request_rerouted` (post it
+somewhere else, saying why) and `request_undeliverable` (tell the people who can fix it).
 """
 
 from __future__ import annotations
@@ -12,8 +15,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from .approvals import ApprovalRequest
+from .errors import DeliveryFailed
 
-__all__ = ["LoggingNotifier", "MessageRef", "Notifier", "RunSummary"]
+__all__ = ["DeliveryFailed", "LoggingNotifier", "MessageRef", "Notifier", "RunSummary"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +45,24 @@ class Notifier(Protocol):
 
     async def run_finished(self, run: RunSummary, requests: list[ApprovalRequest]) -> None: ...
 
+    async def request_rerouted(
+        self, request: ApprovalRequest, failure: DeliveryFailed
+    ) -> MessageRef | None:
+        """Post `request` to a fallback destination with why it is there; None if there is
+        none. Raises DeliveryFailed if the fallback refuses it too."""
+        ...
+
+    async def request_undeliverable(
+        self,
+        request: ApprovalRequest,
+        failure: DeliveryFailed,
+        rerouted: MessageRef | None,
+        fallback_failure: DeliveryFailed | None = None,
+    ) -> None:
+        """Tell the administrators where it went instead (or that the fallback refused it
+        too); never raises (it is the last resort)."""
+        ...
+
 
 class LoggingNotifier:
     """For running without chat: every notification becomes a log line."""
@@ -60,3 +82,17 @@ class LoggingNotifier:
 
     async def run_finished(self, run: RunSummary, requests: list[ApprovalRequest]) -> None:
         log.info("run %s %s", run.run_id, run.status)
+
+    async def request_rerouted(
+        self, request: ApprovalRequest, failure: DeliveryFailed
+    ) -> MessageRef | None:
+        return None
+
+    async def request_undeliverable(
+        self,
+        request: ApprovalRequest,
+        failure: DeliveryFailed,
+        rerouted: MessageRef | None,
+        fallback_failure: DeliveryFailed | None = None,
+    ) -> None:
+        log.error("request %s could not be delivered: %s", request.request_id, failure)

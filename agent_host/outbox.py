@@ -1,13 +1,19 @@
 """The outbox: notifications for the chat side, delivered at least once.
 
 Entries are written by the store's scripts in the same step as the change they announce;
-this loop hands each to the notifier and acknowledges it only once the notifier succeeded.
+this loop hands each to the notifier and acknowledges it only once the notifier succeeded,
+or once the chat side refused it for good (`DeliveryFailed`): retrying that would only
+hide it. Such a refusal is recorded (audit entry, counter); a request that could not be
+posted is also marked undeliverable, its entry copied to the shard's dead-letter stream,
+and it is posted to the fallback destination with the administrators told.
 """
 
 from __future__ import annotations
 
 from . import keys as K
+from .approvals import ApprovalRequest
 from .crashpoints import NEVER, CrashPoints
+from .errors import DeliveryFailed
 from .notifier import Notifier, RunSummary
 from .store import RunStore
 from .streams import RetryLater, ShardedConsumer, StreamConsumer
@@ -43,7 +49,7 @@ class Outbox:
         )
 
     async def handle(self, entry_id: str, fields: dict[str, str]) -> None:
-        kind = fields.get("type")
+        kind = fields.get("type", "")
         if kind == "run_finished":
             await self._run_finished(fields["run_id"])
             return
@@ -51,15 +57,57 @@ class Outbox:
         if request is None:
             return
         if kind == "request_posted":
-            if request.message_ts:  # posted already (a redelivery after the ts was saved)
-                return
-            self.crash.reached("after_pause_saved")
-            ref = await self.notifier.request_posted(request)
-            self.crash.reached("after_post")
-            if ref is not None:
-                await self.store.set_message_ref(request.request_id, ref.channel, ref.ts)
+            await self._post(request, fields | {"entry_id": entry_id})
         elif kind in ("request_decided", "request_progress"):
-            await self.notifier.request_updated(request)
+            if not request.message_ts and request.delivery == "undeliverable":
+                return  # it never reached chat: there is no message to update
+            try:
+                await self.notifier.request_updated(request)
+            except DeliveryFailed as failure:  # e.g. the message was deleted: drop it
+                await self.store.record_delivery_failure(request.request_id, failure, kind)
+                return
+            await self.store.count_delivered(request.request_id)
+
+    async def _post(self, request: ApprovalRequest, entry: dict[str, str]) -> None:
+        if request.message_ts:  # posted already (a redelivery after the ts was saved)
+            return
+        if request.delivery == "undeliverable":
+            # Refused for good before, and the fallback did not finish: carry on with it.
+            failure = DeliveryFailed(request.delivery_error, request.route.destination)
+        else:
+            self.crash.reached("after_pause_saved")
+            try:
+                ref = await self.notifier.request_posted(request)
+            except DeliveryFailed as refused:
+                failure = refused
+                await self.store.record_delivery_failure(
+                    request.request_id,
+                    failure,
+                    "request_posted",
+                    undeliverable=True,
+                    dead_letter=entry,
+                )
+            else:
+                self.crash.reached("after_post")
+                if ref is not None:
+                    await self.store.set_message_ref(request.request_id, ref.channel, ref.ts)
+                    await self.store.count_delivered(request.request_id)
+                return
+        await self._reroute(request, failure)
+
+    async def _reroute(self, request: ApprovalRequest, failure: DeliveryFailed) -> None:
+        """Post it where someone will see it, saying why; then tell the administrators,
+        whether or not the fallback took it."""
+        rerouted, fallback_failure = None, None
+        try:
+            rerouted = await self.notifier.request_rerouted(request, failure)
+        except DeliveryFailed as again:  # it stays dead-lettered; the admins still hear
+            fallback_failure = again
+            await self.store.record_delivery_failure(request.request_id, again, "request_rerouted")
+        if rerouted is not None:
+            await self.store.set_message_ref(request.request_id, rerouted.channel, rerouted.ts)
+            await self.store.count_delivered(request.request_id)
+        await self.notifier.request_undeliverable(request, failure, rerouted, fallback_failure)
 
     async def _run_finished(self, run_id: str) -> None:
         info = await self.store.run_info(run_id)
@@ -73,4 +121,17 @@ class Outbox:
             error=info.error,
             requested_by=info.requested_by,
         )
-        await self.notifier.run_finished(summary, await self.store.run_requests(run_id))
+        # A request that never reached chat has no thread to answer in; waiting for it
+        # would hold the outcome back for ever.
+        requests = [
+            r
+            for r in await self.store.run_requests(run_id)
+            if r.message_ts or r.delivery != "undeliverable"
+        ]
+        try:
+            await self.notifier.run_finished(summary, requests)
+        except DeliveryFailed as failure:  # e.g. the thread's channel was archived: drop it
+            await self.store.record_delivery_failure(run_id, failure, "run_finished")
+            return
+        if requests:
+            await self.store.count_delivered(run_id)

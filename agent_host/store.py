@@ -23,12 +23,12 @@ from .checkpoint import RunState
 from .connections import as_text
 from .crypto import KeyRing
 from .decisions import Approve, Decision, decision_adapter
-from .errors import StoreError
+from .errors import DeliveryFailed, StoreError
 from .policy import Severity
 from .runner import Failed, Paused, RunOutcome
 from .scripts import CREATE, DECIDE, FINISH, PAUSE
 
-__all__ = ["PendingPage", "RunStore", "decide_keys", "parse_cursor"]
+__all__ = ["DELIVERED", "PendingPage", "RunStore", "decide_keys", "parse_cursor"]
 
 log = logging.getLogger(__name__)
 
@@ -358,6 +358,53 @@ class RunStore:
         scores a request by the time it was created, as PAUSE writes it)."""
         return f"{_score(request.created_at)}:{request.request_id}"
 
+    # -- delivery to chat ---------------------------------------------------------------
+    async def count_delivered(self, run_or_request_id: str) -> None:
+        """One notification the chat side accepted, for /metrics."""
+        await self.redis.hincrby(K.Keys(run_or_request_id).shard.metrics, f"{DELIVERED}ok", 1)
+
+    async def record_delivery_failure(
+        self,
+        run_or_request_id: str,
+        failure: DeliveryFailed,
+        notification: str,
+        *,
+        undeliverable: bool = False,
+        dead_letter: dict[str, str] | None = None,
+    ) -> None:
+        """A notification the chat side refused for good, in one MULTI on the run's hash tag:
+        an audit entry (`undeliverable` for a request that could not be posted, else
+        `delivery_failed`), the failure counter, and, for a post, the request's
+        `undeliverable` mark and the outbox entry copied to the shard's dead-letter stream."""
+        k = K.Keys(run_or_request_id)
+        request_id = run_or_request_id if run_or_request_id.startswith("req_") else ""
+        at = repr(self.clock())
+        entry = {
+            "at": at,
+            "actor": "countersign",
+            "event": "undeliverable" if undeliverable else "delivery_failed",
+            "notification": notification,
+            "channel": failure.channel,
+            "error": failure.code,
+        } | ({"request_id": request_id} if request_id else {})
+        async with self.redis.pipeline(transaction=True) as pipe:
+            if undeliverable and request_id:
+                pipe.hset(
+                    k.request(request_id),
+                    mapping={"delivery": "undeliverable", "delivery_error": failure.code},
+                )
+            pipe.xadd(k.audit, entry)  # type: ignore[arg-type]
+            if dead_letter is not None:
+                letter = dead_letter | {"error": failure.code, "channel": failure.channel, "at": at}
+                pipe.xadd(
+                    k.shard.deadletter,
+                    letter,  # type: ignore[arg-type]
+                    maxlen=DEAD_LETTERS_KEPT,
+                    approximate=True,
+                )
+            pipe.hincrby(k.shard.metrics, f"{DELIVERED}{delivery_result(failure.code)}", 1)
+            await pipe.execute()
+
 
 def _apply_standing_approval(
     request: ApprovalRequest, standing: Approve | None, now: float
@@ -389,6 +436,17 @@ def _rank(severity: str) -> int:
         return Severity(severity.lower()).rank
     except ValueError:
         return len(Severity)  # unknown: above every known severity, so never covered
+
+
+# Counters of chat deliveries in the shards' metrics hashes: `deliveries:ok`, and
+# `deliveries:failed:<error>` for notifications the chat side refused for good.
+DELIVERED = "deliveries:"
+DEAD_LETTERS_KEPT = 10_000  # per shard; older dead letters are trimmed, newest kept
+
+
+def delivery_result(error: str) -> str:
+    """`failed:<error>`, the error reduced to what a Prometheus label value may safely hold."""
+    return "failed:" + (re.sub(r"[^a-z0-9_]", "_", error.lower())[:64] or "unknown")
 
 
 def _is_request_id(value: str) -> bool:

@@ -18,7 +18,7 @@ import base64
 import binascii
 import datetime
 import json
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection
 
 from agent_host.approvals import ApprovalRequest
 from agent_host.errors import CheckpointError
@@ -53,6 +53,10 @@ def help_text() -> str:
     )
 
 
+# Why the bot cannot post in a channel (with how to fix it), or None: bot.delivery.
+ChannelCheck = Callable[[str], Awaitable[str | None]]
+
+
 class SlashCommands:
     def __init__(
         self,
@@ -60,9 +64,11 @@ class SlashCommands:
         routes: RouteBook,
         admins: Collection[str],
         reviewers: ReviewerRules,
+        channel_problem: ChannelCheck | None = None,
     ) -> None:
         self.store, self.routes, self.admins = store, routes, frozenset(admins)
         self.visibility = Visibility(reviewers, self.admins)
+        self.channel_problem = channel_problem
 
     async def handle(self, user_id: str, channel_id: str, text: str) -> str:
         words = text.strip().split()
@@ -155,6 +161,10 @@ class SlashCommands:
             rule = parse_spec(spec)
         except RouteSpecError as exc:
             return f":warning: {escape(str(exc))}"
+        # A route into a channel the bot cannot post in would strand every request it takes.
+        problem = await self.channel_problem(rule.channel) if self.channel_problem else None
+        if problem:
+            return f":warning: Route not added: {problem}"
         saved = await self.routes.add(rule, user_id)
         return f":white_check_mark: Added route `{saved.id}`.\n" + format_rules(
             [saved], self.routes.default_channel

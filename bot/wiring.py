@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import re
@@ -23,6 +24,7 @@ from agent_host.settings import Settings
 
 from .app import BackgroundTasks, build_bolt_app
 from .commands import SlashCommands
+from .delivery import channel_problem
 from .interactions import well_formed
 from .notifier import SlackNotifier
 from .reviewers import ReviewerRules
@@ -78,7 +80,7 @@ async def build(settings: Settings) -> tuple[Host, SlackBot]:
     routes = RouteBook(redis, settings.default_channel)
     if settings.routes_file is not None:
         await routes.seed(load_routes_file(settings.routes_file))
-    notifier = SlackNotifier(client, settings.default_channel)
+    notifier = SlackNotifier(client, settings.default_channel, admins=settings.admin_ids)
     # One directory for clicks and `/approvals`, so both share the user-group cache.
     directory = ReviewerRules(client)
     host = Host(
@@ -97,7 +99,13 @@ async def build(settings: Settings) -> tuple[Host, SlackBot]:
         notifier=notifier,
         signing_secret=settings.slack_signing_secret or "",
         approvals=host.approvals,
-        commands=SlashCommands(host.store, routes, settings.admin_ids, directory),
+        commands=SlashCommands(
+            host.store,
+            routes,
+            settings.admin_ids,
+            directory,
+            functools.partial(channel_problem, client),
+        ),
         tasks=tasks,
     )
     secret = settings.slack_signing_secret or ""

@@ -102,6 +102,8 @@ class ApprovalRequest:
     message_channel: str = ""
     message_ts: str = ""
     pause_id: str = ""
+    delivery: str = ""  # "undeliverable": chat refused to post it where it was routed
+    delivery_error: str = ""  # the chat side's error code, e.g. not_in_channel
 
     @property
     def decided(self) -> bool:
@@ -156,6 +158,8 @@ class ApprovalRequest:
             message_channel=raw.get("message_channel", ""),
             message_ts=raw.get("message_ts", ""),
             pause_id=raw.get("pause_id", ""),
+            delivery=raw.get("delivery", ""),
+            delivery_error=raw.get("delivery_error", ""),
         )
 
     def public(self) -> dict[str, Any]:
@@ -183,6 +187,8 @@ class ApprovalRequest:
             "expires_at": self.expires_at,
             "channel": self.route.destination or None,
             "message_ts": self.message_ts or None,
+            "delivery": self.delivery or None,  # "undeliverable" when its channel refused it
+            "delivery_error": self.delivery_error or None,
         }
 
 

@@ -48,6 +48,8 @@ def post_message(core: SandboxCore, params: JsonDict) -> JsonDict:
     channel = ws.resolve_channel(as_str(params.get("channel")))
     if channel is None:
         return api_error("channel_not_found")
+    if channel.is_archived:
+        return api_error("is_archived")
     if ws.bot.user_id not in channel.members:
         return api_error("not_in_channel")
     content = read_content(params)

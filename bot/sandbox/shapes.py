@@ -148,7 +148,7 @@ def channel_json(ws: Workspace, channel: Channel, *, include_num_members: bool) 
             "is_private": channel.is_private,
             "created": channel.created,
             "creator": ws.users[0].id if ws.users else ws.bot.user_id,
-            "is_archived": False,
+            "is_archived": channel.is_archived,
             "is_general": channel.is_general,
             "unlinked": 0,
             "name_normalized": channel.name,

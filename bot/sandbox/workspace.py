@@ -55,6 +55,7 @@ class Channel:
     im_user: str | None = None
     topic: str = ""
     purpose: str = ""
+    is_archived: bool = False  # posts answer is_archived, as Slack's do
 
 
 @dataclass

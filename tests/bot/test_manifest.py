@@ -24,6 +24,8 @@ BOT_SCOPES = {
     "chat:write",
     "commands",
     "usergroups:read",
+    "channels:read",
+    "groups:read",
 }
 
 

@@ -1,0 +1,211 @@
+"""When Slack refuses a message: retry it, or give up and say what to fix.
+
+Slack answers a failed Web API call with `{"ok": false, "error": <code>}`. A few codes, and
+HTTP 429 and 5xx, mean "not now" and are retried; the others are about the request itself
+(a channel the bot is not in, an archived channel, a deleted message, a revoked token) and
+no retry can change them. Those are raised as agent_host's chat-neutral `DeliveryFailed`,
+and the texts here tell people how to fix each one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import aiohttp
+from slack_sdk.errors import SlackApiError
+
+from agent_host.approvals import ApprovalRequest
+from agent_host.errors import DeliveryFailed
+
+from .blocks import escape
+
+__all__ = [
+    "PERMANENT",
+    "RETRYABLE",
+    "admin_alert",
+    "channel_problem",
+    "error_code",
+    "is_retryable",
+    "permanent_failure",
+    "rerouted_note",
+]
+
+log = logging.getLogger(__name__)
+
+# "Not now": Slack's rate limit and its own outages (its documented transient errors).
+RETRYABLE = frozenset(
+    {
+        "ratelimited",
+        "rate_limited",
+        "service_unavailable",
+        "fatal_error",
+        "internal_error",
+        "request_timeout",
+    }
+)
+
+# "Never": documented chat.* errors that no retry can change. Listed so that the decision
+# is visible; an error in neither set is treated as permanent too (and logged), because
+# Slack reports its transient conditions with 429, 5xx or the codes above.
+PERMANENT = frozenset(
+    {
+        # the destination
+        "not_in_channel",
+        "channel_not_found",
+        "is_archived",
+        "restricted_action",
+        "restricted_action_read_only_channel",
+        "restricted_action_thread_only_channel",
+        "restricted_action_non_threadable_channel",
+        "team_access_not_granted",
+        "ekm_access_denied",
+        "user_not_found",
+        "user_not_in_channel",
+        "messages_tab_disabled",
+        # the message
+        "message_not_found",
+        "cant_update_message",
+        "edit_window_closed",
+        "invalid_blocks",
+        "invalid_blocks_format",
+        "invalid_attachments",
+        "invalid_arguments",
+        "msg_too_long",
+        "no_text",
+        "too_many_attachments",
+        "markdown_text_conflict",
+        # the token or the app
+        "invalid_auth",
+        "not_authed",
+        "account_inactive",
+        "token_revoked",
+        "token_expired",
+        "no_permission",
+        "missing_scope",
+        "access_denied",
+        "not_allowed_token_type",
+        "org_login_required",
+        "team_added_to_org",
+        "two_factor_setup_required",
+        "method_deprecated",
+        "deprecated_endpoint",
+    }
+)
+
+_FIX = {
+    "not_in_channel": "invite @countersign to it with `/invite @countersign`, or fix the route",
+    "channel_not_found": (
+        "it does not exist, or it is private and @countersign is not in it: invite the bot "
+        "or fix the route"
+    ),
+    "is_archived": "it is archived: unarchive it or point the route at another channel",
+    "invalid_auth": "the bot token is wrong: check SLACK_BOT_TOKEN",
+    "not_authed": "no bot token was sent: check SLACK_BOT_TOKEN",
+    "token_revoked": "the bot token was revoked: reinstall the app and update SLACK_BOT_TOKEN",
+    "account_inactive": "the app was uninstalled or its workspace deleted: reinstall the app",
+    "missing_scope": "the app lacks a scope: reinstall it from manifest.yml",
+}
+_FIX_OTHERWISE = "see `/approvals routes` and the countersign logs"
+
+
+def error_code(exc: SlackApiError) -> str:
+    response: Any = exc.response
+    try:
+        code = response.get("error")
+    except (AttributeError, TypeError):
+        code = None
+    return str(code) if code else f"http_{getattr(response, 'status_code', 0)}"
+
+
+def is_retryable(exc: SlackApiError) -> bool:
+    status = int(getattr(exc.response, "status_code", 200) or 200)
+    if status == 429 or status >= 500:
+        return True
+    code = error_code(exc)
+    if code not in RETRYABLE and code not in PERMANENT:
+        log.warning("Slack error %r is not a known one; treated as permanent", code)
+    return code in RETRYABLE
+
+
+def permanent_failure(exc: SlackApiError, channel: str) -> DeliveryFailed:
+    return DeliveryFailed(error_code(exc), channel)
+
+
+def how_to_fix(code: str) -> str:
+    return _FIX.get(code, _FIX_OTHERWISE)
+
+
+def rerouted_note(failure: DeliveryFailed) -> str:
+    """The line on a request posted to the default channel instead of its own."""
+    return (
+        f":warning: This request could not be posted to <#{failure.channel}>: "
+        f"`{escape(failure.code)}` — {how_to_fix(failure.code)}."
+    )
+
+
+def admin_alert(
+    request: ApprovalRequest,
+    failure: DeliveryFailed,
+    rerouted_to: str | None,
+    fallback_error: str = "",
+) -> str:
+    """The direct message to each admin: what was refused, where it is now, what to do."""
+    where = f"<#{failure.channel}>" if failure.channel else "its channel"
+    lines = [
+        f":rotating_light: countersign could not post approval request `{request.request_id}` "
+        f"(agent `{escape(request.agent)}`, tool `{escape(request.tool)}`) to {where}: "
+        f"`{escape(failure.code)}` — {how_to_fix(failure.code)}."
+    ]
+    if rerouted_to:
+        lines.append(f"It was posted to <#{rerouted_to}> instead; it can be decided there.")
+    else:
+        why = f" (`{escape(fallback_error)}`)" if fallback_error else ""
+        lines.append(
+            f"It could not be posted anywhere else either{why}: it waits, undeliverable, until "
+            f"it expires. See `/approvals show {request.request_id}`, or decide it through "
+            "the HTTP API."
+        )
+    return "\n".join(lines)
+
+
+LOOKUP_SECONDS = 1.0  # inside the slash command's 2 s budget (bot/app.py), under Slack's 3 s
+
+
+async def channel_problem(client: Any, channel: str) -> str | None:
+    """Why the bot cannot post in `channel`, with how to fix it; None when it can.
+
+    One `conversations.info` call (scopes channels:read, groups:read): it says whether the
+    channel exists for the bot, is archived, and whether the bot is a member
+    (`is_member`). A private channel the bot is not in answers `channel_not_found`.
+    """
+    where = f"<#{channel}>"
+    invite = f"invite the bot with `/invite @countersign` in {where}, then add the route again"
+    try:
+        reply: Any = await asyncio.wait_for(
+            client.conversations_info(channel=channel), LOOKUP_SECONDS
+        )
+    except SlackApiError as exc:
+        code = error_code(exc)
+        if code == "channel_not_found":
+            return (
+                f"I cannot see {where}: it does not exist, or it is private and I am not "
+                f"in it; {invite}."
+            )
+        if code == "missing_scope":
+            return (
+                "I may not look up channels: the app lacks the `channels:read` and "
+                "`groups:read` scopes; reinstall it from manifest.yml, then add the route again."
+            )
+        return (
+            f"Slack refused to describe {where} (`{escape(code)}`); {_FIX.get(code, 'try again')}."
+        )
+    except (TimeoutError, OSError, aiohttp.ClientError):
+        return f"Slack did not answer whether I can post in {where}; try again in a moment."
+    info = reply.get("channel") or {}
+    if info.get("is_archived"):
+        return f"{where} is archived: unarchive it, or choose another channel."
+    if not info.get("is_member") and not info.get("is_im"):
+        return f"I am not a member of {where}; {invite}."
+    return None
