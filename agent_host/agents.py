@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import UnknownAgentError
-from .messages import ToolSpec
-from .models.base import Model
-from .policy import RuleSet
-from .tools import Tool
+from agent_host.errors import UnknownAgentError
+from agent_host.messages import ToolSpec
+from agent_host.models.base import Model
+from agent_host.policy import RuleSet
+from agent_host.tools import Tool
 
 __all__ = ["Agent", "AgentRegistry", "canonical_json"]
 

@@ -19,10 +19,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from .agents import canonical_json
-from .decisions import Approve, Decision
-from .errors import CheckpointError, UnsupportedCheckpointVersion
-from .messages import Message
+from agent_host.agents import canonical_json
+from agent_host.decisions import Approve, Decision
+from agent_host.errors import CheckpointError, UnsupportedCheckpointVersion
+from agent_host.messages import Message
 
 __all__ = [
     "CHECKPOINT_VERSIONS",

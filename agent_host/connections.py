@@ -17,10 +17,10 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import Sentinel
 
-from .data_dir import private_dir
-from .errors import ConfigurationError
-from .redis_server import RedisServer
-from .settings import Settings
+from agent_host.data_dir import private_dir
+from agent_host.errors import ConfigurationError
+from agent_host.redis_server import RedisServer
+from agent_host.settings import Settings
 
 __all__ = ["as_text", "embedded_dir", "open_redis"]
 

@@ -15,7 +15,7 @@ import logging
 import os
 import signal
 
-from .errors import ConfigurationError
+from agent_host.errors import ConfigurationError
 
 __all__ = ["POINTS", "CrashPoints"]
 

@@ -14,7 +14,7 @@ import os
 import stat
 from pathlib import Path
 
-from .errors import ConfigurationError
+from agent_host.errors import ConfigurationError
 
 __all__ = ["check_private_file", "private_dir"]
 

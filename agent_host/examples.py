@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .agents import Agent, AgentRegistry
-from .messages import ModelResponse
-from .models.scripted import Conversation, ScriptedModel, call, reply
-from .pause import pause
-from .policy import Permission, Severity, Verdict
-from .tools import ToolContext, tool
+from agent_host.agents import Agent, AgentRegistry
+from agent_host.messages import ModelResponse
+from agent_host.models.scripted import Conversation, ScriptedModel, call, reply
+from agent_host.pause import pause
+from agent_host.policy import Permission, Severity, Verdict
+from agent_host.tools import ToolContext, tool
 
 __all__ = ["ExampleEffects", "build_registry"]
 

@@ -17,21 +17,21 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from .agents import AgentRegistry
-from .approvals import ApprovalService, ReviewerDirectory, Router
-from .crashpoints import CrashPoints
-from .crypto import ENV_VAR, KeyRing, generate_key
-from .data_dir import check_private_file, private_dir
-from .errors import ConfigurationError
-from .notifier import LoggingNotifier, Notifier
-from .outbox import Outbox
-from .redis_ledger import RedisLedger
-from .redis_server import RedisServer
-from .runner import Runner
-from .settings import Settings
-from .store import RunStore
-from .sweeper import Sweeper
-from .worker import ResumeWorker
+from agent_host.agents import AgentRegistry
+from agent_host.approvals import ApprovalService, ReviewerDirectory, Router
+from agent_host.crashpoints import CrashPoints
+from agent_host.crypto import ENV_VAR, KeyRing, generate_key
+from agent_host.data_dir import check_private_file, private_dir
+from agent_host.errors import ConfigurationError
+from agent_host.notifier import LoggingNotifier, Notifier
+from agent_host.outbox import Outbox
+from agent_host.redis_ledger import RedisLedger
+from agent_host.redis_server import RedisServer
+from agent_host.runner import Runner
+from agent_host.settings import Settings
+from agent_host.store import RunStore
+from agent_host.sweeper import Sweeper
+from agent_host.worker import ResumeWorker
 
 __all__ = ["KEY_FILE", "Host", "load_keyring", "load_registry"]
 

@@ -15,12 +15,12 @@ from typing import Any
 
 from aiohttp import web
 
-from . import keys as K
-from . import strict_json
-from .approvals import decision_for
-from .errors import CountersignError, UnknownAgentError
-from .host import Host
-from .store import parse_cursor
+from agent_host import keys as K
+from agent_host import strict_json
+from agent_host.approvals import decision_for
+from agent_host.errors import CountersignError, UnknownAgentError
+from agent_host.host import Host
+from agent_host.store import parse_cursor
 
 __all__ = ["add_api_routes", "create_app"]
 
@@ -244,7 +244,7 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    from .metrics import render_metrics
+    from agent_host.metrics import render_metrics
 
     return web.Response(
         text=await render_metrics(request.app[HOST_KEY]),

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from .checkpoint import RunState
-from .errors import CountersignError
+from agent_host.checkpoint import RunState
+from agent_host.errors import CountersignError
 
 __all__ = ["NO_JOURNAL", "NoJournal", "RunMovedOn", "TurnJournal"]
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import keys as K
-from .approvals import TERMINAL
-from .connections import as_text
-from .store import DELIVERED
+from agent_host import keys as K
+from agent_host.approvals import TERMINAL
+from agent_host.connections import as_text
+from agent_host.store import DELIVERED
 
 if TYPE_CHECKING:
-    from .host import Host
+    from agent_host.host import Host
 
 __all__ = ["render_metrics"]
 

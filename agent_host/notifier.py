@@ -14,8 +14,8 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
-from .approvals import ApprovalRequest
-from .errors import DeliveryFailed
+from agent_host.approvals import ApprovalRequest
+from agent_host.errors import DeliveryFailed
 
 __all__ = ["DeliveryFailed", "LoggingNotifier", "MessageRef", "Notifier", "RunSummary"]
 

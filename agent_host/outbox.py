@@ -10,13 +10,13 @@ and it is posted to the fallback destination with the administrators told.
 
 from __future__ import annotations
 
-from . import keys as K
-from .approvals import ApprovalRequest
-from .crashpoints import NEVER, CrashPoints
-from .errors import DeliveryFailed
-from .notifier import Notifier, RunSummary
-from .store import RunStore
-from .streams import RetryLater, ShardedConsumer, StreamConsumer
+from agent_host import keys as K
+from agent_host.approvals import ApprovalRequest
+from agent_host.crashpoints import NEVER, CrashPoints
+from agent_host.errors import DeliveryFailed
+from agent_host.notifier import Notifier, RunSummary
+from agent_host.store import RunStore
+from agent_host.streams import RetryLater, ShardedConsumer, StreamConsumer
 
 __all__ = ["Outbox", "RetryLater"]
 

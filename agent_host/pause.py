@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
-from .policy import Severity
-from .tools import Tool, tool
+from agent_host.policy import Severity
+from agent_host.tools import Tool, tool
 
 __all__ = ["PauseRequest", "ask_human", "pause"]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from .errors import PolicyRuleError
+from agent_host.errors import PolicyRuleError
 
 __all__ = [
     "Permission",

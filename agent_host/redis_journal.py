@@ -14,12 +14,12 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from .checkpoint import RunState
-from .connections import as_text
-from .crypto import KeyRing
-from .journal import RunMovedOn
-from .keys import Keys
-from .scripts import CLEAR_PROGRESS, SAVE_PROGRESS
+from agent_host.checkpoint import RunState
+from agent_host.connections import as_text
+from agent_host.crypto import KeyRing
+from agent_host.journal import RunMovedOn
+from agent_host.keys import Keys
+from agent_host.scripts import CLEAR_PROGRESS, SAVE_PROGRESS
 
 __all__ = ["ProgressStore", "RedisTurnJournal"]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
-from .connections import as_text
-from .keys import Keys
-from .ledger import Claim
+from agent_host.connections import as_text
+from agent_host.keys import Keys
+from agent_host.ledger import Claim
 
 __all__ = ["RedisLedger"]
 

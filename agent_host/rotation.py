@@ -23,10 +23,10 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import ResponseError
 
-from . import keys as K
-from .connections import as_text
-from .crypto import KeyRing
-from .errors import CheckpointError
+from agent_host import keys as K
+from agent_host.connections import as_text
+from agent_host.crypto import KeyRing
+from agent_host.errors import CheckpointError
 
 __all__ = ["RotationReport", "rotate_checkpoints"]
 

@@ -20,10 +20,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from .agents import Agent, AgentRegistry
-from .checkpoint import CallRecord, RunState, call_hash
-from .decisions import Answer, Approve, Decision, Expired, Reject, RequestChanges
-from .errors import (
+from agent_host.agents import Agent, AgentRegistry
+from agent_host.checkpoint import CallRecord, RunState, call_hash
+from agent_host.decisions import Answer, Approve, Decision, Expired, Reject, RequestChanges
+from agent_host.errors import (
     AgentChangedError,
     CheckpointError,
     DecisionMismatchError,
@@ -31,12 +31,12 @@ from .errors import (
     MissingDecisionError,
     ModelError,
 )
-from .journal import NO_JOURNAL, TurnJournal
-from .ledger import ExecutionLedger, InMemoryLedger
-from .messages import Message, ToolCall
-from .pause import PauseRequest
-from .policy import Permission, Verdict
-from .tools import InvalidArguments, ToolContext
+from agent_host.journal import NO_JOURNAL, TurnJournal
+from agent_host.ledger import ExecutionLedger, InMemoryLedger
+from agent_host.messages import Message, ToolCall
+from agent_host.pause import PauseRequest
+from agent_host.policy import Permission, Verdict
+from agent_host.tools import InvalidArguments, ToolContext
 
 __all__ = ["Failed", "Paused", "RunOutcome", "Runner", "Succeeded"]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from .errors import ConfigurationError
+from agent_host.errors import ConfigurationError
 
 __all__ = ["Settings", "load_settings"]
 

@@ -17,16 +17,16 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from . import keys as K
-from .approvals import ApprovalRequest, DecideResult, RequestStatus, Router, RunRecord
-from .checkpoint import RunState
-from .connections import as_text
-from .crypto import KeyRing
-from .decisions import Approve, Decision, decision_adapter
-from .errors import DeliveryFailed, StoreError
-from .policy import Severity
-from .runner import Failed, Paused, RunOutcome
-from .scripts import CREATE, DECIDE, FINISH, PAUSE
+from agent_host import keys as K
+from agent_host.approvals import ApprovalRequest, DecideResult, RequestStatus, Router, RunRecord
+from agent_host.checkpoint import RunState
+from agent_host.connections import as_text
+from agent_host.crypto import KeyRing
+from agent_host.decisions import Approve, Decision, decision_adapter
+from agent_host.errors import DeliveryFailed, StoreError
+from agent_host.policy import Severity
+from agent_host.runner import Failed, Paused, RunOutcome
+from agent_host.scripts import CREATE, DECIDE, FINISH, PAUSE
 
 __all__ = ["DELIVERED", "PendingPage", "RunStore", "decide_keys", "parse_cursor"]
 

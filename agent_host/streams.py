@@ -17,7 +17,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .connections import as_text
+from agent_host.connections import as_text
 
 __all__ = ["RetryLater", "ShardedConsumer", "StreamConsumer", "trim_acknowledged"]
 

@@ -12,13 +12,13 @@ import contextlib
 import logging
 from typing import Any
 
-from . import keys as K
-from .approvals import ApprovalService
-from .connections import as_text
-from .crashpoints import NEVER, CrashPoints
-from .decisions import Expired
-from .store import RunStore
-from .streams import trim_acknowledged
+from agent_host import keys as K
+from agent_host.approvals import ApprovalService
+from agent_host.connections import as_text
+from agent_host.crashpoints import NEVER, CrashPoints
+from agent_host.decisions import Expired
+from agent_host.store import RunStore
+from agent_host.streams import trim_acknowledged
 
 __all__ = ["EXPIRED_BY", "Sweeper"]
 

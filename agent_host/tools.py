@@ -17,9 +17,9 @@ from typing import Any, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from . import strict_json
-from .errors import ToolDefinitionError
-from .policy import (
+from agent_host import strict_json
+from agent_host.errors import ToolDefinitionError
+from agent_host.policy import (
     Permission,
     PermissionFunction,
     Severity,

@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import logging
 
-from . import keys as K
-from .approvals import RunRecord, RunStatus
-from .checkpoint import RunState
-from .crashpoints import NEVER, CrashPoints
-from .errors import CheckpointDecryptError, CheckpointError, CountersignError, StoreError
-from .journal import RunMovedOn
-from .redis_journal import ProgressStore, RedisTurnJournal
-from .runner import Runner, RunOutcome
-from .store import RunStore
-from .streams import ShardedConsumer, StreamConsumer
+from agent_host import keys as K
+from agent_host.approvals import RunRecord, RunStatus
+from agent_host.checkpoint import RunState
+from agent_host.crashpoints import NEVER, CrashPoints
+from agent_host.errors import CheckpointDecryptError, CheckpointError, CountersignError, StoreError
+from agent_host.journal import RunMovedOn
+from agent_host.redis_journal import ProgressStore, RedisTurnJournal
+from agent_host.runner import Runner, RunOutcome
+from agent_host.store import RunStore
+from agent_host.streams import ShardedConsumer, StreamConsumer
 
 __all__ = ["ResumeWorker"]
 

@@ -21,12 +21,11 @@ from slack_bolt.response import BoltResponse
 
 from agent_host.approvals import ApprovalRequest, ApprovalService, DecideResult
 from agent_host.decisions import Answer, Approve, Decision, Reject
-
-from . import blocks
-from .commands import SlashCommands
-from .installation import foreign_request
-from .interactions import Click, input_value, parse_click, parse_submission
-from .notifier import SlackNotifier
+from bot import blocks
+from bot.commands import SlashCommands
+from bot.installation import foreign_request
+from bot.interactions import Click, input_value, parse_click, parse_submission
+from bot.notifier import SlackNotifier
 
 __all__ = ["BackgroundTasks", "build_bolt_app"]
 

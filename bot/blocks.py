@@ -20,8 +20,7 @@ from typing import Any
 from agent_host.approvals import WEBHOOK, ApprovalRequest
 from agent_host.decisions import Approve, Reject
 from agent_host.notifier import RunSummary
-
-from .interactions import modal_metadata
+from bot.interactions import modal_metadata
 
 __all__ = [
     "ANSWER",

@@ -20,10 +20,9 @@ from agent_host.http_api import create_app
 from agent_host.redis_server import running_in
 from agent_host.rotation import rotate_checkpoints
 from agent_host.settings import Settings, load_settings
-
-from .server import start_site, stop_on_signals
-from .socket_mode import SocketMode, start_socket_mode
-from .wiring import build, mount_slack
+from bot.server import start_site, stop_on_signals
+from bot.socket_mode import SocketMode, start_socket_mode
+from bot.wiring import build, mount_slack
 
 __all__ = ["main"]
 
@@ -58,11 +57,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "worker":
             asyncio.run(_worker(settings))
         elif args.command == "demo" and args.terminal:
-            from .terminal_demo import run_terminal_demo
+            from bot.terminal_demo import run_terminal_demo
 
             asyncio.run(run_terminal_demo())
         elif args.command == "demo":
-            from .demo import run_demo
+            from bot.demo import run_demo
 
             absolute = settings.model_copy(update={"data_dir": settings.data_dir.absolute()})
             asyncio.run(run_demo(absolute, args.port))

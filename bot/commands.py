@@ -23,12 +23,11 @@ from collections.abc import Awaitable, Callable, Collection
 from agent_host.approvals import ApprovalRequest
 from agent_host.errors import CheckpointError
 from agent_host.store import RunStore, parse_cursor
-
-from .blocks import escape, mask_secrets
-from .reviewers import ReviewerRules
-from .route_rules import RouteSpecError, format_rules, parse_spec
-from .routing import RouteBook
-from .visibility import Viewer, Visibility
+from bot.blocks import escape, mask_secrets
+from bot.reviewers import ReviewerRules
+from bot.route_rules import RouteSpecError, format_rules, parse_spec
+from bot.routing import RouteBook
+from bot.visibility import Viewer, Visibility
 
 __all__ = ["SlashCommands", "help_text"]
 

@@ -18,8 +18,7 @@ from slack_sdk.errors import SlackApiError
 
 from agent_host.approvals import ApprovalRequest
 from agent_host.errors import DeliveryFailed
-
-from .blocks import escape
+from bot.blocks import escape
 
 __all__ = [
     "PERMANENT",

@@ -19,11 +19,10 @@ from agent_host.crypto import generate_key
 from agent_host.data_dir import private_dir
 from agent_host.http_api import create_app
 from agent_host.settings import Settings
+from bot.route_rules import RouteRule
 from bot.sandbox import SlackStandIn, Workspace
-
-from .route_rules import RouteRule
-from .server import start_site, stop_on_signals
-from .wiring import build, mount_slack
+from bot.server import start_site, stop_on_signals
+from bot.wiring import build, mount_slack
 
 __all__ = ["DEMO_ROUTES", "demo_secrets", "run_demo"]
 

@@ -23,8 +23,7 @@ from agent_host.approvals import ApprovalRequest
 from agent_host.errors import DeliveryFailed
 from agent_host.notifier import MessageRef, RunSummary
 from agent_host.outbox import RetryLater
-
-from . import blocks, delivery
+from bot import blocks, delivery
 
 __all__ = ["ChannelPacer", "SlackNotifier"]
 

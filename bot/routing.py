@@ -22,8 +22,7 @@ from redis.asyncio import Redis
 from agent_host import keys
 from agent_host.approvals import DEFAULT_EXPIRY_SECONDS, Route
 from agent_host.errors import StoreError
-
-from .route_rules import (
+from bot.route_rules import (
     MAX_EXPIRY_SECONDS,
     MAX_QUORUM,
     RouteRule,

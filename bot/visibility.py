@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 
 from agent_host.approvals import ApprovalRequest
 from agent_host.store import PendingPage, RunStore
-
-from .reviewers import ReviewerRules, judge
+from bot.reviewers import ReviewerRules, judge
 
 __all__ = ["Viewer", "Visibility"]
 

@@ -21,15 +21,14 @@ from agent_host.connections import open_redis
 from agent_host.errors import ConfigurationError
 from agent_host.host import Host, load_keyring, load_registry
 from agent_host.settings import Settings
-
-from .app import BackgroundTasks, build_bolt_app
-from .commands import SlashCommands
-from .delivery import channel_problem
-from .interactions import well_formed
-from .notifier import SlackNotifier
-from .reviewers import ReviewerRules
-from .route_rules import load_routes_file
-from .routing import RouteBook
+from bot.app import BackgroundTasks, build_bolt_app
+from bot.commands import SlashCommands
+from bot.delivery import channel_problem
+from bot.interactions import well_formed
+from bot.notifier import SlackNotifier
+from bot.reviewers import ReviewerRules
+from bot.route_rules import load_routes_file
+from bot.routing import RouteBook
 
 __all__ = ["SlackBot", "build", "mount_slack"]
 

@@ -1,7 +1,7 @@
 """The approval domain, without transport: requests and runs as stored, routes, and the one
 approval service every decision goes through."""
 
-from .requests import (
+from agent_host.approvals.requests import (
     DEFAULT_EXPIRY_SECONDS,
     TERMINAL,
     ApprovalRequest,
@@ -11,8 +11,8 @@ from .requests import (
     Route,
     Router,
 )
-from .runs import RunRecord, RunStatus
-from .service import (
+from agent_host.approvals.runs import RunRecord, RunStatus
+from agent_host.approvals.service import (
     WEBHOOK,
     ApprovalService,
     Eligibility,

@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
 
-from ..decisions import Decision, decision_adapter
+from agent_host.decisions import Decision, decision_adapter
 
 __all__ = [
     "DEFAULT_EXPIRY_SECONDS",

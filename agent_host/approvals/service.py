@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from ..decisions import Answer, Approve, Decision, Expired, Reject, RequestChanges
-from .requests import ApprovalRequest, DecideResult
+from agent_host.approvals.requests import ApprovalRequest, DecideResult
+from agent_host.decisions import Answer, Approve, Decision, Expired, Reject, RequestChanges
 
 __all__ = [
     "WEBHOOK",

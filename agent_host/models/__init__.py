@@ -1,7 +1,12 @@
 """Models: the deterministic scripted model and an OpenAI-compatible Chat Completions client."""
 
-from .base import Model, allow_model_requests, check_allow_model_requests, set_allow_model_requests
-from .scripted import Conversation, ScriptedModel, call, reply
+from agent_host.models.base import (
+    Model,
+    allow_model_requests,
+    check_allow_model_requests,
+    set_allow_model_requests,
+)
+from agent_host.models.scripted import Conversation, ScriptedModel, call, reply
 
 __all__ = [
     "Conversation",

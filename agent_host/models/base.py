@@ -6,8 +6,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Protocol
 
-from ..errors import ModelError
-from ..messages import Message, ModelResponse, ToolSpec
+from agent_host.errors import ModelError
+from agent_host.messages import Message, ModelResponse, ToolSpec
 
 __all__ = ["Model", "allow_model_requests", "check_allow_model_requests"]
 

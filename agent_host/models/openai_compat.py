@@ -11,10 +11,10 @@ from typing import Any
 
 import aiohttp
 
-from ..errors import ModelError
-from ..messages import Message, ModelResponse, ToolCall, ToolSpec
-from ..strict_json import non_finite_path
-from .base import check_allow_model_requests
+from agent_host.errors import ModelError
+from agent_host.messages import Message, ModelResponse, ToolCall, ToolSpec
+from agent_host.models.base import check_allow_model_requests
+from agent_host.strict_json import non_finite_path
 
 __all__ = ["DEFAULT_BASE_URL", "OpenAIChatModel", "model_from_env"]
 

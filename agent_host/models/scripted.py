@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..messages import Message, ModelResponse, ToolCall, ToolSpec
+from agent_host.messages import Message, ModelResponse, ToolCall, ToolSpec
 
 __all__ = ["Conversation", "ScriptedModel", "call", "reply"]
 
