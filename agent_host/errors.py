@@ -16,7 +16,7 @@
     ├── DeliveryFailed            the chat side refused a notification for good (never retried)
     ├── ModelError                the model endpoint failed or answered something unusable
     ├── PolicyRuleError           an operator's rule file is malformed
-    └── StoreError                Redis-side failures (see agent_host.store)
+    └── StoreError                Redis-side failures (see agent_host.durable.store)
 
 Each message says what happened and what to do about it.
 """

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent_host.agents import Agent, AgentRegistry
-from agent_host.messages import ModelResponse
-from agent_host.models.scripted import Conversation, ScriptedModel, call, reply
-from agent_host.pause import pause
-from agent_host.policy import Permission, Severity, Verdict
-from agent_host.tools import ToolContext, tool
+from agent_host.runtime.agents import Agent, AgentRegistry
+from agent_host.runtime.messages import ModelResponse
+from agent_host.runtime.models.scripted import Conversation, ScriptedModel, call, reply
+from agent_host.runtime.pause import pause
+from agent_host.runtime.policy import Permission, Severity, Verdict
+from agent_host.runtime.tools import ToolContext, tool
 
 __all__ = ["ExampleEffects", "build_registry"]
 

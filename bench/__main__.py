@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from agent_host.redis_server import find_executable
+from agent_host.durable.redis_server import find_executable
 
 from . import ack, burst, click_resume, memory, pause, pending_list, report, resume
 from .common import CpuMeter, Figure

@@ -16,8 +16,8 @@ import os
 import time
 from typing import Any
 
-from agent_host.agents import AgentRegistry
 from agent_host.examples import ExampleEffects, build_registry
+from agent_host.runtime.agents import AgentRegistry
 
 __all__ = ["STARTED", "TimedEffects", "registry"]
 

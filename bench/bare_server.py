@@ -20,10 +20,10 @@ from urllib.parse import parse_qs
 from aiohttp import web
 from redis.asyncio import Redis
 
-from agent_host.scripts import DECIDE
-from agent_host.store import decide_keys
-from bot.sandbox.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, compute_signature
+from agent_host.durable.scripts import DECIDE
+from agent_host.durable.store import decide_keys
 from bot.server import start_site, stop_on_signals
+from slack_sandbox.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, compute_signature
 
 MAX_SKEW = 300  # seconds, as Bolt allows
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_host.approvals import Route
-from bot.sandbox import SlackStandIn
+from slack_sandbox import SlackStandIn
 
 from .common import Figure, clone_paused, dedicated_redis, refund_paused
 from .stack import (

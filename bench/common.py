@@ -15,11 +15,11 @@ from typing import Any
 from redis.asyncio import Redis
 
 from agent_host.approvals import Route
-from agent_host.crypto import KeyRing, generate_key
+from agent_host.durable.crypto import KeyRing, generate_key
+from agent_host.durable.keys import new_run_id
+from agent_host.durable.redis_server import RedisServer
 from agent_host.examples import build_registry
-from agent_host.keys import new_run_id
-from agent_host.redis_server import RedisServer
-from agent_host.runner import Paused, Runner
+from agent_host.runtime.runner import Paused, Runner
 
 __all__ = [
     "KEYRING",

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from bot.sandbox.signing import sign_request
+from slack_sandbox.signing import sign_request
 
 USER_AGENT = "Slackbot 1.0 (+https://api.slack.com/robots)"
 START_DELAY = 0.05  # seconds between scheduling the first request and its due time

@@ -19,10 +19,10 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from agent_host import keys as K
 from agent_host.approvals import Route
-from agent_host.runner import Paused
-from agent_host.store import RunStore
+from agent_host.durable import keys as K
+from agent_host.durable.store import RunStore
+from agent_host.runtime.runner import Paused
 
 from .common import KEYRING, Figure, StaticRouter, clone_paused, dedicated_redis, refund_paused
 

@@ -31,7 +31,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from agent_host.approvals import Route
-from agent_host.store import RunStore
+from agent_host.durable.store import RunStore
 
 from .common import KEYRING, Figure, StaticRouter, clone_paused, dedicated_redis, refund_paused
 

@@ -25,9 +25,9 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from agent_host import keys as K
 from agent_host.approvals import Route
-from agent_host.store import RunStore
+from agent_host.durable import keys as K
+from agent_host.durable.store import RunStore
 
 from .common import (
     KEYRING,

@@ -21,12 +21,12 @@ from typing import Any
 from redis.asyncio import Redis
 
 from agent_host.approvals import Route
-from agent_host.decisions import Approve
+from agent_host.durable.host import Host
+from agent_host.durable.store import RunStore
 from agent_host.examples import build_registry
-from agent_host.host import Host
-from agent_host.runner import RunOutcome
+from agent_host.runtime.decisions import Approve
+from agent_host.runtime.runner import RunOutcome
 from agent_host.settings import load_settings
-from agent_host.store import RunStore
 
 from .common import (
     KEYRING,

@@ -29,17 +29,17 @@ import aiohttp
 from redis.asyncio import Redis
 
 from agent_host.approvals import ApprovalRequest, Route, Router
-from agent_host.keys import OUTBOX_GROUP, RESUME_GROUP, Keys, shards
-from agent_host.redis_server import free_port
-from agent_host.runner import Paused
-from agent_host.store import RunStore
+from agent_host.durable.keys import OUTBOX_GROUP, RESUME_GROUP, Keys, shards
+from agent_host.durable.redis_server import free_port
+from agent_host.durable.store import RunStore
+from agent_host.runtime.runner import Paused
 from bot import blocks
-from bot.sandbox import SlackStandIn, Workspace
-from bot.sandbox.blockkit import find_element
-from bot.sandbox.methods_chat import post_message
-from bot.sandbox.payloads import block_actions_payload, button_action, payload_body
-from bot.sandbox.shapes import message_json
-from bot.sandbox.workspace import Channel, Message
+from slack_sandbox import SlackStandIn, Workspace
+from slack_sandbox.blockkit import find_element
+from slack_sandbox.methods_chat import post_message
+from slack_sandbox.payloads import block_actions_payload, button_action, payload_body
+from slack_sandbox.shapes import message_json
+from slack_sandbox.workspace import Channel, Message
 
 from .agents import PROBE_ENV
 from .common import KEY_TEXT, KEYRING, StaticRouter

@@ -20,12 +20,12 @@ from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 from slack_bolt.response import BoltResponse
 
 from agent_host.approvals import ApprovalRequest, ApprovalService, DecideResult
-from agent_host.decisions import Answer, Approve, Decision, Reject
+from agent_host.runtime.decisions import Answer, Approve, Decision, Reject
 from bot import blocks
 from bot.commands import SlashCommands
 from bot.installation import foreign_request
 from bot.interactions import Click, input_value, parse_click, parse_submission
-from bot.notifier import SlackNotifier
+from bot.slack_notifier import SlackNotifier
 
 __all__ = ["BackgroundTasks", "build_bolt_app"]
 

@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agent_host.approvals import WEBHOOK, ApprovalRequest
-from agent_host.decisions import Approve, Reject
-from agent_host.notifier import RunSummary
+from agent_host.approvals.notifier import RunSummary
+from agent_host.runtime.decisions import Approve, Reject
 from bot.interactions import modal_metadata
 
 __all__ = [

@@ -12,13 +12,13 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from agent_host.connections import embedded_dir, open_redis
-from agent_host.crypto import generate_key
+from agent_host.durable.connections import embedded_dir, open_redis
+from agent_host.durable.crypto import generate_key
+from agent_host.durable.host import load_keyring
+from agent_host.durable.redis_server import running_in
+from agent_host.durable.rotation import rotate_checkpoints
 from agent_host.errors import ConfigurationError
-from agent_host.host import load_keyring
-from agent_host.http_api import create_app
-from agent_host.redis_server import running_in
-from agent_host.rotation import rotate_checkpoints
+from agent_host.http.api import create_app
 from agent_host.settings import Settings, load_settings
 from bot.server import start_site, stop_on_signals
 from bot.socket_mode import SocketMode, start_socket_mode
@@ -57,11 +57,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "worker":
             asyncio.run(_worker(settings))
         elif args.command == "demo" and args.terminal:
-            from bot.terminal_demo import run_terminal_demo
+            from slack_sandbox.terminal_demo import run_terminal_demo
 
             asyncio.run(run_terminal_demo())
         elif args.command == "demo":
-            from bot.demo import run_demo
+            from slack_sandbox.demo import run_demo
 
             absolute = settings.model_copy(update={"data_dir": settings.data_dir.absolute()})
             asyncio.run(run_demo(absolute, args.port))

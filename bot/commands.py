@@ -21,12 +21,12 @@ import json
 from collections.abc import Awaitable, Callable, Collection
 
 from agent_host.approvals import ApprovalRequest
+from agent_host.approvals.routes import RouteSpecError, format_rules, parse_spec
+from agent_host.durable.route_book import RouteBook
+from agent_host.durable.store import RunStore, parse_cursor
 from agent_host.errors import CheckpointError
-from agent_host.store import RunStore, parse_cursor
 from bot.blocks import escape, mask_secrets
 from bot.reviewers import ReviewerRules
-from bot.route_rules import RouteSpecError, format_rules, parse_spec
-from bot.routing import RouteBook
 from bot.visibility import Viewer, Visibility
 
 __all__ = ["SlashCommands", "help_text"]

@@ -16,7 +16,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from agent_host.approvals import ApprovalRequest
-from agent_host.store import PendingPage, RunStore
+from agent_host.durable.store import PendingPage, RunStore
 from bot.reviewers import ReviewerRules, judge
 
 __all__ = ["Viewer", "Visibility"]

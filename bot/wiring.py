@@ -17,18 +17,18 @@ from slack_bolt.async_app import AsyncApp
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent_host.connections import open_redis
+from agent_host.approvals.routes import load_routes_file
+from agent_host.durable.connections import open_redis
+from agent_host.durable.host import Host, load_keyring, load_registry
+from agent_host.durable.route_book import RouteBook
 from agent_host.errors import ConfigurationError
-from agent_host.host import Host, load_keyring, load_registry
 from agent_host.settings import Settings
 from bot.app import BackgroundTasks, build_bolt_app
 from bot.commands import SlashCommands
 from bot.delivery import channel_problem
 from bot.interactions import well_formed
-from bot.notifier import SlackNotifier
 from bot.reviewers import ReviewerRules
-from bot.route_rules import load_routes_file
-from bot.routing import RouteBook
+from bot.slack_notifier import SlackNotifier
 
 __all__ = ["SlackBot", "build", "mount_slack"]
 

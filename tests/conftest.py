@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent_host.models import set_allow_model_requests
+from agent_host.runtime.models import set_allow_model_requests
 
 pytest_plugins = ["tests.redis_fixtures"]
 

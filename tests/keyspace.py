@@ -1,10 +1,10 @@
-"""Test helpers that read a shard-spread key across every shard (see agent_host.keys)."""
+"""Test helpers that read a shard-spread key across every shard (see agent_host.durable.keys)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from agent_host import keys as K
+from agent_host.durable import keys as K
 
 
 async def zcard_all(redis: Any, index: str) -> int:

@@ -19,7 +19,7 @@ import pytest_asyncio
 import redis as redis_sync
 import redis.asyncio as aioredis
 
-from agent_host.redis_server import RedisServer
+from agent_host.durable.redis_server import RedisServer
 
 RedisServerFactory = Callable[..., RedisServer]
 

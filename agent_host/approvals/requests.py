@@ -1,7 +1,8 @@
 """Approval requests: one per gated call of a paused turn, as stored in Redis.
 
-Also the routing interface: where a request goes and who may decide it is the chat side's
-business (`bot.routing`), so `agent_host` only asks a `Router` and stores the answer.
+Also the routing interface: where a request goes and who may decide it is decided by routing
+rules (`agent_host.approvals.routes`, kept in Redis by `agent_host.durable.route_book`); the
+store only asks a `Router` and keeps the answer.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
 
-from agent_host.decisions import Decision, decision_adapter
+from agent_host.runtime.decisions import Decision, decision_adapter
 
 __all__ = [
     "DEFAULT_EXPIRY_SECONDS",

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from agent_host.approvals.requests import ApprovalRequest, DecideResult
-from agent_host.decisions import Answer, Approve, Decision, Expired, Reject, RequestChanges
+from agent_host.runtime.decisions import Answer, Approve, Decision, Expired, Reject, RequestChanges
 
 __all__ = [
     "WEBHOOK",

@@ -7,13 +7,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_host.agents import Agent, AgentRegistry
-from agent_host.checkpoint import RunState
-from agent_host.messages import Message, ModelResponse, ToolCall, ToolSpec
-from agent_host.models.base import Model
-from agent_host.models.scripted import ScriptedModel
-from agent_host.policy import Permission, PermissionFunction, RuleSet
-from agent_host.tools import Tool, ToolContext, tool
+from agent_host.runtime.agents import Agent, AgentRegistry
+from agent_host.runtime.checkpoint import RunState
+from agent_host.runtime.messages import Message, ModelResponse, ToolCall, ToolSpec
+from agent_host.runtime.models.base import Model
+from agent_host.runtime.models.scripted import ScriptedModel
+from agent_host.runtime.policy import Permission, PermissionFunction, RuleSet
+from agent_host.runtime.tools import Tool, ToolContext, tool
 
 
 @dataclass

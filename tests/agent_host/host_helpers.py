@@ -12,16 +12,16 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from agent_host import keys as K
-from agent_host.agents import AgentRegistry
 from agent_host.approvals import ApprovalRequest, FixedRouter, Route, Router, RunRecord
-from agent_host.checkpoint import RunState
-from agent_host.crypto import KeyRing, generate_key
+from agent_host.durable import keys as K
+from agent_host.durable.crypto import KeyRing, generate_key
+from agent_host.durable.ledger import RedisLedger
+from agent_host.durable.store import RunStore
+from agent_host.durable.worker import ResumeWorker
 from agent_host.examples import ExampleEffects, build_registry
-from agent_host.redis_ledger import RedisLedger
-from agent_host.runner import Runner
-from agent_host.store import RunStore
-from agent_host.worker import ResumeWorker
+from agent_host.runtime.agents import AgentRegistry
+from agent_host.runtime.checkpoint import RunState
+from agent_host.runtime.runner import Runner
 from tests.keyspace import xrange_all
 
 __all__ = [

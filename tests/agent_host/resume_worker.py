@@ -13,11 +13,11 @@ import json
 import sys
 from pathlib import Path
 
-from agent_host.checkpoint import RunState
-from agent_host.decisions import decision_adapter
 from agent_host.examples import ExampleEffects, build_registry
-from agent_host.models import set_allow_model_requests
-from agent_host.runner import Runner
+from agent_host.runtime.checkpoint import RunState
+from agent_host.runtime.decisions import decision_adapter
+from agent_host.runtime.models import set_allow_model_requests
+from agent_host.runtime.runner import Runner
 
 
 def main(argv: list[str]) -> None:

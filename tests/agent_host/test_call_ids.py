@@ -9,16 +9,16 @@ from pathlib import Path
 from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
-from agent_host.agents import AgentRegistry
 from agent_host.approvals import FixedRouter
-from agent_host.crypto import KeyRing, generate_key
-from agent_host.decisions import Approve
+from agent_host.durable.crypto import KeyRing, generate_key
+from agent_host.durable.host import Host
 from agent_host.examples import ExampleEffects
-from agent_host.host import Host
-from agent_host.http_api import create_app
-from agent_host.messages import ModelResponse, ToolCall
-from agent_host.models.scripted import reply
-from agent_host.policy import Permission
+from agent_host.http.api import create_app
+from agent_host.runtime.agents import AgentRegistry
+from agent_host.runtime.decisions import Approve
+from agent_host.runtime.messages import ModelResponse, ToolCall
+from agent_host.runtime.models.scripted import reply
+from agent_host.runtime.policy import Permission
 from agent_host.settings import load_settings
 
 from .helpers import Recorder, counting_tool, registry_of, scripted, tc

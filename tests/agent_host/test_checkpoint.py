@@ -10,7 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_host.checkpoint import (
+from agent_host.errors import CheckpointError, UnsupportedCheckpointVersion
+from agent_host.examples import ExampleEffects, build_registry
+from agent_host.runtime.checkpoint import (
     CHECKPOINT_VERSIONS,
     SCHEMA_VERSION,
     CallRecord,
@@ -20,12 +22,10 @@ from agent_host.checkpoint import (
     RunStatus,
     call_hash,
 )
-from agent_host.decisions import Answer, Approve, Expired, Reject, RequestChanges
-from agent_host.errors import CheckpointError, UnsupportedCheckpointVersion
-from agent_host.examples import ExampleEffects, build_registry
-from agent_host.messages import Message, ToolCall
-from agent_host.policy import Severity
-from agent_host.runner import Paused, Runner, Succeeded
+from agent_host.runtime.decisions import Answer, Approve, Expired, Reject, RequestChanges
+from agent_host.runtime.messages import Message, ToolCall
+from agent_host.runtime.policy import Severity
+from agent_host.runtime.runner import Paused, Runner, Succeeded
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "checkpoints"
 FIXTURE = FIXTURES / "v1.json"

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
-from agent_host.connections import open_redis
+from agent_host.durable.connections import open_redis
+from agent_host.durable.redis_server import RedisCluster
 from agent_host.errors import ConfigurationError
-from agent_host.redis_server import RedisCluster
 from agent_host.settings import load_settings
 
 

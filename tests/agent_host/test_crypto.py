@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_host.crypto import KeyRing, generate_key, kid_of
+from agent_host.durable.crypto import KeyRing, generate_key, kid_of
 from agent_host.errors import CheckpointDecryptError, ConfigurationError
 
 OLD = generate_key("old")

@@ -9,13 +9,13 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from agent_host.agents import AgentRegistry
 from agent_host.approvals import ApprovalService, Route
-from agent_host.decisions import Answer, Approve, Reject, RequestChanges
-from agent_host.models.scripted import reply
-from agent_host.pause import pause
-from agent_host.policy import Severity, Verdict
-from agent_host.tools import tool
+from agent_host.runtime.agents import AgentRegistry
+from agent_host.runtime.decisions import Answer, Approve, Reject, RequestChanges
+from agent_host.runtime.models.scripted import reply
+from agent_host.runtime.pause import pause
+from agent_host.runtime.policy import Severity, Verdict
+from agent_host.runtime.tools import tool
 from tests.keyspace import pass_deadline
 
 from .helpers import Recorder, registry_of, scripted, tc
@@ -130,7 +130,7 @@ async def test_deadlines_use_redis_time_not_the_callers_clock(redis: Redis) -> N
     ahead = make_env(redis, clock=lambda: time.time() + 10**6)
     run_id = await ahead.start("refund-agent", "refund order 123")
     (fresh,) = await ahead.requests(run_id)
-    from agent_host.sweeper import Sweeper
+    from agent_host.durable.sweeper import Sweeper
 
     # Only the request that is due by Redis's clock expires, not the one due by the
     # sweeper's own clock (a million seconds ahead).

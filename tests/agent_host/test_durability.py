@@ -19,8 +19,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agent_host.crypto import generate_key
-from agent_host.redis_server import free_port
+from agent_host.durable.crypto import generate_key
+from agent_host.durable.redis_server import free_port
 from tests.redis_fixtures import RedisServerFactory
 
 TOKEN = "durability-token"

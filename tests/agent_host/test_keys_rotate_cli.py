@@ -16,10 +16,10 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 
-from agent_host import keys as K
-from agent_host.crypto import KeyRing, generate_key, kid_of
-from agent_host.decisions import Approve
-from agent_host.redis_server import RedisServer
+from agent_host.durable import keys as K
+from agent_host.durable.crypto import KeyRing, generate_key, kid_of
+from agent_host.durable.redis_server import RedisServer
+from agent_host.runtime.decisions import Approve
 
 from .host_helpers import make_env
 

@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 
-from agent_host.agents import AgentRegistry
-from agent_host.decisions import Approve
 from agent_host.examples import ExampleEffects, build_registry
-from agent_host.ledger import Claim, InMemoryLedger
-from agent_host.models.scripted import reply
-from agent_host.runner import UNKNOWN_OUTCOME, Paused, Runner, Succeeded
-from agent_host.tools import tool
+from agent_host.runtime.agents import AgentRegistry
+from agent_host.runtime.decisions import Approve
+from agent_host.runtime.ledger import Claim, InMemoryLedger
+from agent_host.runtime.models.scripted import reply
+from agent_host.runtime.runner import UNKNOWN_OUTCOME, Paused, Runner, Succeeded
+from agent_host.runtime.tools import tool
 
 from .helpers import Recorder, SpyModel, counting_tool, registry_of, scripted, tc
 

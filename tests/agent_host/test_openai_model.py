@@ -12,14 +12,14 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from agent_host import strict_json
 from agent_host.errors import ModelError
-from agent_host.messages import Message, ToolCall, ToolSpec
-from agent_host.models.base import allow_model_requests
-from agent_host.models.openai_compat import DEFAULT_BASE_URL, OpenAIChatModel, model_from_env
-from agent_host.policy import Permission
-from agent_host.runner import Runner, Succeeded
-from agent_host.tools import tool
+from agent_host.llm.openai_compat import DEFAULT_BASE_URL, OpenAIChatModel, model_from_env
+from agent_host.runtime import strict_json
+from agent_host.runtime.messages import Message, ToolCall, ToolSpec
+from agent_host.runtime.models.base import allow_model_requests
+from agent_host.runtime.policy import Permission
+from agent_host.runtime.runner import Runner, Succeeded
+from agent_host.runtime.tools import tool
 
 from .helpers import registry_of
 

@@ -9,8 +9,8 @@ import pytest
 
 from agent_host.errors import PolicyRuleError
 from agent_host.examples import build_registry
-from agent_host.models.scripted import reply
-from agent_host.policy import (
+from agent_host.runtime.models.scripted import reply
+from agent_host.runtime.policy import (
     Permission,
     Severity,
     Verdict,
@@ -18,7 +18,7 @@ from agent_host.policy import (
     describe_permission,
     load_rules,
 )
-from agent_host.runner import Paused, Runner, Succeeded
+from agent_host.runtime.runner import Paused, Runner, Succeeded
 
 from .helpers import Recorder, SpyModel, counting_tool, registry_of, scripted, tc
 

@@ -15,19 +15,19 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_host.checkpoint import CallRecord
-from agent_host.decisions import (
+from agent_host.runtime.checkpoint import CallRecord
+from agent_host.runtime.decisions import (
     Approve,
     Decision,
     Expired,
     Reject,
     RequestChanges,
 )
-from agent_host.ledger import InMemoryLedger
-from agent_host.messages import ToolCall
-from agent_host.models.scripted import reply
-from agent_host.policy import Permission, load_rules
-from agent_host.runner import Paused, Runner, Succeeded
+from agent_host.runtime.ledger import InMemoryLedger
+from agent_host.runtime.messages import ToolCall
+from agent_host.runtime.models.scripted import reply
+from agent_host.runtime.policy import Permission, load_rules
+from agent_host.runtime.runner import Paused, Runner, Succeeded
 
 from .helpers import Recorder, counting_tool, registry_of, roundtrip, scripted, tc
 

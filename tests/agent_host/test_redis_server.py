@@ -10,8 +10,8 @@ import pytest
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
+from agent_host.durable.redis_server import RedisCluster, RedisServer
 from agent_host.errors import ConfigurationError, StoreError
-from agent_host.redis_server import RedisCluster, RedisServer
 from tests.redis_fixtures import RedisServerFactory
 
 

@@ -18,15 +18,15 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from agent_host import keys as K
-from agent_host.agents import Agent, AgentRegistry
-from agent_host.crypto import KeyRing, generate_key
-from agent_host.decisions import Approve
-from agent_host.messages import Message, ModelResponse, ToolSpec
-from agent_host.models.scripted import Conversation, ScriptedModel, call, reply
-from agent_host.policy import Permission
-from agent_host.runner import UNKNOWN_OUTCOME
-from agent_host.tools import ToolContext, tool
+from agent_host.durable import keys as K
+from agent_host.durable.crypto import KeyRing, generate_key
+from agent_host.runtime.agents import Agent, AgentRegistry
+from agent_host.runtime.decisions import Approve
+from agent_host.runtime.messages import Message, ModelResponse, ToolSpec
+from agent_host.runtime.models.scripted import Conversation, ScriptedModel, call, reply
+from agent_host.runtime.policy import Permission
+from agent_host.runtime.runner import UNKNOWN_OUTCOME
+from agent_host.runtime.tools import ToolContext, tool
 
 from .host_helpers import Env, make_env
 

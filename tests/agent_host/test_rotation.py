@@ -7,12 +7,12 @@ import pytest
 import redis as redis_sync
 from redis.asyncio import Redis
 
-from agent_host import keys as K
-from agent_host.agents import Agent, AgentRegistry
-from agent_host.crypto import KeyRing, generate_key, kid_of
-from agent_host.decisions import Approve
+from agent_host.durable import keys as K
+from agent_host.durable.crypto import KeyRing, generate_key, kid_of
+from agent_host.durable.rotation import rotate_checkpoints
 from agent_host.examples import ExampleEffects, refund_agent
-from agent_host.rotation import rotate_checkpoints
+from agent_host.runtime.agents import Agent, AgentRegistry
+from agent_host.runtime.decisions import Approve
 
 from .host_helpers import Env, make_env
 

@@ -14,9 +14,17 @@ from typing import Any
 
 import pytest
 
-from agent_host.agents import Agent, AgentRegistry
-from agent_host.checkpoint import RunState
-from agent_host.decisions import (
+from agent_host.errors import (
+    AgentChangedError,
+    DecisionMismatchError,
+    InvalidDecisionError,
+    MissingDecisionError,
+    UnknownAgentError,
+)
+from agent_host.examples import ExampleEffects, build_registry, repo_admin
+from agent_host.runtime.agents import Agent, AgentRegistry
+from agent_host.runtime.checkpoint import RunState
+from agent_host.runtime.decisions import (
     DEFAULT_REJECT_MESSAGE,
     Answer,
     Approve,
@@ -26,20 +34,12 @@ from agent_host.decisions import (
     RequestChanges,
     decision_adapter,
 )
-from agent_host.errors import (
-    AgentChangedError,
-    DecisionMismatchError,
-    InvalidDecisionError,
-    MissingDecisionError,
-    UnknownAgentError,
-)
-from agent_host.examples import ExampleEffects, build_registry, repo_admin
-from agent_host.messages import ModelResponse
-from agent_host.models.scripted import Conversation, ScriptedModel, call, reply
-from agent_host.pause import ask_human
-from agent_host.policy import Permission, Verdict, confidence_gate, load_rules
-from agent_host.runner import Paused, Runner, Succeeded
-from agent_host.tools import Tool, ToolContext, tool
+from agent_host.runtime.messages import ModelResponse
+from agent_host.runtime.models.scripted import Conversation, ScriptedModel, call, reply
+from agent_host.runtime.pause import ask_human
+from agent_host.runtime.policy import Permission, Verdict, confidence_gate, load_rules
+from agent_host.runtime.runner import Paused, Runner, Succeeded
+from agent_host.runtime.tools import Tool, ToolContext, tool
 
 from .helpers import (
     Recorder,
@@ -570,13 +570,13 @@ HANG_PROBE = textwrap.dedent(
     """
     import asyncio, resource
     resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
-    from agent_host.agents import Agent, AgentRegistry
-    from agent_host.decisions import Approve
-    from agent_host.models.scripted import ScriptedModel, call, reply
-    from agent_host.pause import pause
-    from agent_host.policy import Permission
-    from agent_host.runner import Runner
-    from agent_host.tools import tool
+    from agent_host.runtime.agents import Agent, AgentRegistry
+    from agent_host.runtime.decisions import Approve
+    from agent_host.runtime.models.scripted import ScriptedModel, call, reply
+    from agent_host.runtime.pause import pause
+    from agent_host.runtime.policy import Permission
+    from agent_host.runtime.runner import Runner
+    from agent_host.runtime.tools import tool
 
     def refund(order_id: str) -> str:
         pause(f"which account should order {order_id} be refunded to?")

@@ -9,10 +9,10 @@ import pytest
 import pytest_asyncio
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
-from agent_host import keys as K
-from agent_host.decisions import Approve
-from agent_host.redis_server import RedisCluster
-from agent_host.runner import Paused
+from agent_host.durable import keys as K
+from agent_host.durable.redis_server import RedisCluster
+from agent_host.runtime.decisions import Approve
+from agent_host.runtime.runner import Paused
 
 from .host_helpers import make_env
 

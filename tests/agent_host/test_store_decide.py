@@ -6,8 +6,8 @@ import asyncio
 
 from redis.asyncio import Redis
 
-from agent_host import keys as K
-from agent_host.decisions import Approve, Reject, RequestChanges
+from agent_host.durable import keys as K
+from agent_host.runtime.decisions import Approve, Reject, RequestChanges
 from tests.keyspace import metric, xlen_all
 
 from .host_helpers import QuorumRouter, make_env, resume_entries

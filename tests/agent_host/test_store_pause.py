@@ -6,11 +6,11 @@ from __future__ import annotations
 from redis.asyncio import Redis
 from redis.crc import key_slot
 
-from agent_host import keys as K
 from agent_host.approvals import DEFAULT_EXPIRY_SECONDS, FixedRouter
-from agent_host.crypto import kid_of
-from agent_host.decisions import Approve
-from agent_host.runner import Paused
+from agent_host.durable import keys as K
+from agent_host.durable.crypto import kid_of
+from agent_host.runtime.decisions import Approve
+from agent_host.runtime.runner import Paused
 from tests.keyspace import xlen_all, xrange_all, zcard_all, zrange_all
 
 from .host_helpers import FakeClock, make_env, scan_keys, text

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
-from agent_host.streams import trim_acknowledged
+from agent_host.durable.streams import trim_acknowledged
 
 
 async def test_trim_drops_only_acknowledged_entries(redis: Redis) -> None:

@@ -6,10 +6,10 @@ import asyncio
 
 from redis.asyncio import Redis
 
-from agent_host import keys as K
 from agent_host.approvals import DEFAULT_EXPIRY_SECONDS, FixedRouter
-from agent_host.decisions import DEFAULT_EXPIRED_MESSAGE, Approve
-from agent_host.sweeper import EXPIRED_BY, Sweeper
+from agent_host.durable import keys as K
+from agent_host.durable.sweeper import EXPIRED_BY, Sweeper
+from agent_host.runtime.decisions import DEFAULT_EXPIRED_MESSAGE, Approve
 from tests.keyspace import metric, zcard_all
 
 from .host_helpers import FakeClock, QuorumRouter, make_env, resume_entries

@@ -12,12 +12,12 @@ from typing import Any, cast
 import pytest
 from redis.asyncio import Redis
 
-from agent_host import keys as K
 from agent_host.approvals import DEFAULT_EXPIRY_SECONDS, FixedRouter
-from agent_host.crypto import KeyRing, generate_key
-from agent_host.decisions import Approve
-from agent_host.sweeper import Sweeper
-from agent_host.worker import ResumeWorker
+from agent_host.durable import keys as K
+from agent_host.durable.crypto import KeyRing, generate_key
+from agent_host.durable.sweeper import Sweeper
+from agent_host.durable.worker import ResumeWorker
+from agent_host.runtime.decisions import Approve
 from tests.redis_fixtures import RedisServerFactory
 
 from .host_helpers import FakeClock, eventually, make_env
@@ -81,7 +81,9 @@ async def test_first_trim_after_a_restart_with_entries_pending_trims_and_logs_no
             stop.set()
             await task
 
-        assert not [r for r in caplog.records if r.name == "agent_host.sweeper"], caplog.text
+        assert not [r for r in caplog.records if r.name == "agent_host.durable.sweeper"], (
+            caplog.text
+        )
         assert await restarted.status(run_id) == "succeeded"
         assert env.effects.count("refund") + restarted.effects.count("refund") == 1
         assert await after.xlen(resume) == 0  # acknowledged, so trimmed
@@ -105,7 +107,7 @@ async def test_a_failing_trim_does_not_stop_expiry_and_is_logged_as_a_trim_failu
 
     sweeper = BrokenTrim(env.store, interval=0.05)
     stop = asyncio.Event()
-    with caplog.at_level(logging.WARNING, logger="agent_host.sweeper"):
+    with caplog.at_level(logging.WARNING, logger="agent_host.durable.sweeper"):
         task = asyncio.create_task(sweeper.run(stop))
 
         async def expired() -> bool:
@@ -118,6 +120,6 @@ async def test_a_failing_trim_does_not_stop_expiry_and_is_logged_as_a_trim_failu
             stop.set()
             await task
 
-    messages = [r.getMessage() for r in caplog.records if r.name == "agent_host.sweeper"]
+    messages = [r.getMessage() for r in caplog.records if r.name == "agent_host.durable.sweeper"]
     assert any("trim failed" in m and "XTRIM refused" in m for m in messages), messages
     assert not any("sweep failed" in m for m in messages), messages

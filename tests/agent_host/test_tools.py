@@ -11,10 +11,10 @@ import pytest
 from pydantic import BaseModel
 
 from agent_host.errors import ToolDefinitionError
-from agent_host.messages import ModelResponse, ToolCall
-from agent_host.models.scripted import call, reply
-from agent_host.runner import Runner, Succeeded
-from agent_host.tools import InvalidArguments, Tool, ToolContext, tool
+from agent_host.runtime.messages import ModelResponse, ToolCall
+from agent_host.runtime.models.scripted import call, reply
+from agent_host.runtime.runner import Runner, Succeeded
+from agent_host.runtime.tools import InvalidArguments, Tool, ToolContext, tool
 
 from .helpers import Recorder, SpyModel, counting_tool, registry_of, scripted, tc, tool_messages
 
@@ -123,7 +123,7 @@ BAD_ARGUMENTS = {
 
 
 LONE_SETTLED_TURN_BUG = (
-    "BUG: agent_host/runner.py _advance (lines 133-139) only calls _settle_turn, the one place "
+    "BUG: agent_host/runtime/runner.py _advance only calls _settle_turn, the one place "
     "tool messages are appended, when the turn has an open call; a turn whose every call was "
     "settled while planning (invalid arguments, unknown tool, policy DENY) gets no tool "
     "messages at all, so the model never sees the explanation (and a real Chat Completions "

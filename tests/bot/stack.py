@@ -14,13 +14,13 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from agent_host.approvals import ApprovalRequest, RunRecord
-from agent_host.crypto import generate_key
+from agent_host.durable.crypto import generate_key
+from agent_host.durable.host import Host
 from agent_host.examples import ExampleEffects
-from agent_host.host import Host
-from agent_host.http_api import create_app
+from agent_host.http.api import create_app
 from agent_host.settings import load_settings
-from bot.sandbox import SlackStandIn, Workspace
 from bot.wiring import SlackBot, build, mount_slack
+from slack_sandbox import SlackStandIn, Workspace
 
 T = TypeVar("T")
 

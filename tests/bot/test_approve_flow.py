@@ -46,7 +46,7 @@ async def test_outsider_and_self_approval_are_refused_and_change_nothing(
 ) -> None:
     async with running_stack(redis_url, tmp_path) as stack:
         await stack.bot.routes.add(
-            __import__("bot.routing", fromlist=["parse_spec"]).parse_spec(
+            __import__("agent_host.durable.route_book", fromlist=["parse_spec"]).parse_spec(
                 f"tool=issue_refund channel={CHANNEL} reviewers=U0REVIEWER,S0REVIEWERS"
             ),
             "U0ADMIN",

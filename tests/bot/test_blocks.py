@@ -13,10 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent_host.approvals import ApprovalRequest, RequestStatus, Route
-from agent_host.decisions import Reject, decision_adapter
-from agent_host.notifier import RunSummary
+from agent_host.approvals.notifier import RunSummary
+from agent_host.runtime.decisions import Reject, decision_adapter
 from bot import blocks as B
-from bot.sandbox.blockkit import check_blocks, check_view
+from slack_sandbox.blockkit import check_blocks, check_view
 
 NOW = 1_700_000_000.0
 

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from agent_host import keys
-from agent_host.agents import Agent, AgentRegistry
-from agent_host.decisions import Approve
+from agent_host.durable import keys
 from agent_host.examples import ExampleEffects, build_registry
-from agent_host.messages import ModelResponse
-from agent_host.models.scripted import Conversation, ScriptedModel, call, reply
-from agent_host.policy import Permission
-from agent_host.tools import tool
+from agent_host.runtime.agents import Agent, AgentRegistry
+from agent_host.runtime.decisions import Approve
+from agent_host.runtime.messages import ModelResponse
+from agent_host.runtime.models.scripted import Conversation, ScriptedModel, call, reply
+from agent_host.runtime.policy import Permission
+from agent_host.runtime.tools import tool
 from bot import blocks
 from bot.commands import help_text
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from agent_host.sweeper import EXPIRED_BY
+from agent_host.durable.sweeper import EXPIRED_BY
 from tests.keyspace import pass_deadline
 
 from .stack import ADMIN, CHANNEL, running_stack

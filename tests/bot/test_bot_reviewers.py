@@ -6,11 +6,11 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from agent_host.sweeper import EXPIRED_BY
+from agent_host.durable.route_book import parse_spec
+from agent_host.durable.sweeper import EXPIRED_BY
 from bot import blocks
-from bot.routing import parse_spec
-from bot.sandbox import AppUnreachable
-from bot.sandbox.workspace import User, UserGroup
+from slack_sandbox import AppUnreachable
+from slack_sandbox.workspace import User, UserGroup
 
 from .stack import (
     ADMIN,

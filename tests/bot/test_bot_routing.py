@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agent_host.durable.route_book import parse_spec
 from bot import blocks
-from bot.routing import parse_spec
 
 from .stack import ADMIN, CHANNEL, OPS, REVIEWER, Stack, running_stack
 

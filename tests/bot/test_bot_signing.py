@@ -9,16 +9,16 @@ import aiohttp
 
 from agent_host.approvals import ApprovalRequest
 from bot import blocks
-from bot.sandbox.blockkit import find_element
-from bot.sandbox.payloads import (
+from slack_sandbox.blockkit import find_element
+from slack_sandbox.payloads import (
     block_actions_payload,
     button_action,
     form_body,
     payload_body,
     slash_command_fields,
 )
-from bot.sandbox.shapes import message_json
-from bot.sandbox.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign_request
+from slack_sandbox.shapes import message_json
+from slack_sandbox.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign_request
 
 from .stack import ADMIN, CHANNEL, REVIEWER, SECRET, Stack, running_stack
 

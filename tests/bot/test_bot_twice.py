@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent_host.agents import Agent, AgentRegistry
 from agent_host.examples import ExampleEffects, build_registry
-from agent_host.messages import ModelResponse
-from agent_host.models.scripted import Conversation, ScriptedModel, call, reply
-from agent_host.policy import Permission
-from agent_host.tools import ToolContext, tool
+from agent_host.runtime.agents import Agent, AgentRegistry
+from agent_host.runtime.messages import ModelResponse
+from agent_host.runtime.models.scripted import Conversation, ScriptedModel, call, reply
+from agent_host.runtime.policy import Permission
+from agent_host.runtime.tools import ToolContext, tool
 from bot import blocks
 
 from . import stack as stack_module

@@ -13,10 +13,10 @@ from typing import Any
 
 import aiohttp
 
-from agent_host import keys as K
+from agent_host.durable import keys as K
+from agent_host.durable.route_book import parse_spec
 from bot import blocks
-from bot.routing import parse_spec
-from bot.sandbox.workspace import Channel
+from slack_sandbox.workspace import Channel
 
 from .stack import (
     ADMIN,

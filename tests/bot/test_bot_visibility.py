@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from bot import visibility
-from bot.sandbox.seed import BOT_USER_ID
-from bot.sandbox.workspace import Channel, UserGroup
+from slack_sandbox.seed import BOT_USER_ID
+from slack_sandbox.workspace import Channel, UserGroup
 
 from .stack import (
     ADMIN,

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 from bot import blocks
 from bot.installation import foreign_request
-from bot.sandbox.payloads import payload_body
-from bot.sandbox.signing import sign_request
+from slack_sandbox.payloads import payload_body
+from slack_sandbox.signing import sign_request
 
 from .stack import CHANNEL, REVIEWER, SECRET, eventually, running_stack
 from .test_bot_signing import click_body, post

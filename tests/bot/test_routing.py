@@ -10,11 +10,8 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from agent_host import keys
 from agent_host.approvals import DEFAULT_EXPIRY_SECONDS, Route, Router
-from agent_host.errors import StoreError
-from agent_host.policy import Severity
-from bot.route_rules import (
+from agent_host.approvals.routes import (
     SPEC_EXAMPLE,
     RouteRule,
     RoutesFileError,
@@ -25,7 +22,10 @@ from bot.route_rules import (
     parse_duration,
     parse_spec,
 )
-from bot.routing import ROUTE_COUNTER, RouteBook
+from agent_host.durable import keys
+from agent_host.durable.route_book import ROUTE_COUNTER, RouteBook
+from agent_host.errors import StoreError
+from agent_host.runtime.policy import Severity
 
 DEFAULT = "C0DEFAULT"
 

@@ -1,4 +1,4 @@
-"""The local sandbox's web page and its routes (bot.sandbox.page), over loopback HTTP."""
+"""The local sandbox's web page and its routes (slack_sandbox.page), over loopback HTTP."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import pytest
 from aiohttp import web
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.sandbox import SlackStandIn, Workspace
-from bot.sandbox import page as page_module
-from bot.sandbox.page_runs import RUNS_FILE
+from slack_sandbox import SlackStandIn, Workspace
+from slack_sandbox import page as page_module
+from slack_sandbox.page_runs import RUNS_FILE
 
 TOKEN = "xoxb-sandbox-page-token"
 SECRET = "sandbox-page-signing-secret"

@@ -1,4 +1,4 @@
-"""The local Slack stand-in (bot.sandbox), exercised over real loopback HTTP with slack_sdk."""
+"""The local Slack stand-in (slack_sandbox), exercised over real loopback HTTP with slack_sdk."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.sandbox import SlackStandIn, Workspace, sign_request
-from bot.sandbox.persistence import STATE_FILE
+from slack_sandbox import SlackStandIn, Workspace, sign_request
+from slack_sandbox.persistence import STATE_FILE
 
 TOKEN = "xoxb-sandbox-test-token"
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"

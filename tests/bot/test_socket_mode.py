@@ -18,18 +18,18 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from agent_host.crypto import generate_key
+from agent_host.durable.crypto import generate_key
+from agent_host.durable.redis_server import free_port
 from agent_host.errors import ConfigurationError
 from agent_host.examples import ExampleEffects
-from agent_host.http_api import create_app
-from agent_host.redis_server import free_port
+from agent_host.http.api import create_app
 from agent_host.settings import Settings, load_settings
 from bot import blocks
 from bot.cli import _serve
 from bot.commands import help_text
-from bot.sandbox import AppUnreachable, SlackStandIn, Workspace
 from bot.socket_mode import start_socket_mode
 from bot.wiring import build
+from slack_sandbox import AppUnreachable, SlackStandIn, Workspace
 
 from . import stack as stack_module
 from .stack import (

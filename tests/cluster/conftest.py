@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 import redis as redis_sync
 
-from agent_host.redis_server import RedisCluster
+from agent_host.durable.redis_server import RedisCluster
 
 MASTERS = 3
 START_WITHIN = 15.0  # seconds: each node's PING and the cluster reaching `ok`

@@ -10,20 +10,22 @@ fixture's FLUSHDB does on a single server); nothing else in `running_stack` stan
 Found by this suite (the first two were fixed in the code while it was being written, so
 their tests below are plain regression tests now):
 
-A. agent_host/connections.py `open_redis` returned the RedisCluster client uninitialized, and
+A. agent_host/durable/connections.py `open_redis` returned the RedisCluster client
+uninitialized, and
 its first use is a burst of concurrent commands (every shard's resume and outbox consumer
 starts at once). redis-py (8.1.0) then sent some commands to the wrong master (MOVED) and,
 after `reinitialize_steps` MOVEDs, `aclose()`d the client from inside a command while other
 coroutines used its connections: AttributeError("'NoneType' object has no attribute
 'writelines'"). Most flows of this module failed at random because of it, by way of B.
 
-B. agent_host/streams.py `StreamConsumer.run` survived only connection errors and NOGROUP, so
+B. agent_host/durable/streams.py `StreamConsumer.run` survived only connection errors and
+NOGROUP, so
 that AttributeError ended the shard's loop, and through `ShardedConsumer.run`'s gather the
 host's `resume-worker-N`/`outbox` task, silently: the process stayed ready but never read that
 shard's stream again.
 
-C (fixed; its test below). bot/notifier.py `SlackNotifier.run_finished` (lines 90-93),
-called by agent_host/outbox.py `Outbox._run_finished`: when no request of the run had its
+C (fixed; its test below). bot/slack_notifier.py `SlackNotifier.run_finished` (lines 90-93),
+called by agent_host/durable/outbox.py `Outbox._run_finished`: when no request of the run had its
 message ts saved yet, it returned without posting and without RetryLater, so the outbox
 acknowledges the entry and the outcome never reaches the thread. With several outbox
 consumers (replicas) a run's `request_posted` and `run_finished` entries are handled by
@@ -46,18 +48,18 @@ from typing import Any
 import pytest
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
-from agent_host import keys as K
 from agent_host.approvals import ApprovalRequest
-from agent_host.connections import open_redis
-from agent_host.crypto import generate_key
-from agent_host.decisions import Approve, Reject
-from agent_host.notifier import MessageRef, Notifier, RunSummary
-from agent_host.outbox import Outbox
+from agent_host.approvals.notifier import MessageRef, Notifier, RunSummary
+from agent_host.durable import keys as K
+from agent_host.durable.connections import open_redis
+from agent_host.durable.crypto import generate_key
+from agent_host.durable.outbox import Outbox
+from agent_host.durable.streams import StreamConsumer
+from agent_host.durable.worker import ResumeWorker
+from agent_host.runtime.decisions import Approve, Reject
 from agent_host.settings import load_settings
-from agent_host.streams import StreamConsumer
-from agent_host.worker import ResumeWorker
-from bot.sandbox import SlackStandIn, Workspace
 from bot.wiring import build
+from slack_sandbox import SlackStandIn, Workspace
 from tests.bot import (
     test_approve_flow,
     test_bot_commands,

@@ -28,12 +28,12 @@ from typing import Any
 import pytest
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
-from agent_host import keys as K
 from agent_host.approvals import ApprovalRequest, FixedRouter
-from agent_host.crypto import KeyRing
-from agent_host.redis_server import RedisCluster
-from agent_host.store import RunStore
-from agent_host.sweeper import EXPIRED_BY
+from agent_host.durable import keys as K
+from agent_host.durable.crypto import KeyRing
+from agent_host.durable.redis_server import RedisCluster
+from agent_host.durable.store import RunStore
+from agent_host.durable.sweeper import EXPIRED_BY
 from bot import blocks
 from tests.faults.harness import (
     ADMIN,

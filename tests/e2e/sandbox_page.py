@@ -1,4 +1,4 @@
-"""What a person does on the sandbox page, by its data-testids (bot/sandbox/static/app.js)."""
+"""What a person does on the sandbox page, by its data-testids (slack_sandbox/static/app.js)."""
 
 from __future__ import annotations
 

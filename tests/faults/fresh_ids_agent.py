@@ -16,12 +16,12 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from agent_host.agents import Agent, AgentRegistry
 from agent_host.examples import ExampleEffects
-from agent_host.messages import Message, ModelResponse, ToolSpec
-from agent_host.models.scripted import Conversation, ScriptedModel, call, reply
-from agent_host.policy import Permission
-from agent_host.tools import ToolContext, tool
+from agent_host.runtime.agents import Agent, AgentRegistry
+from agent_host.runtime.messages import Message, ModelResponse, ToolSpec
+from agent_host.runtime.models.scripted import Conversation, ScriptedModel, call, reply
+from agent_host.runtime.policy import Permission
+from agent_host.runtime.tools import ToolContext, tool
 
 KILL_AT_TURN = "FRESH_IDS_KILL_AT_TURN"
 

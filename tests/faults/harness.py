@@ -39,14 +39,14 @@ import pytest
 from aiohttp import web
 from redis.asyncio import Redis
 
-from agent_host import keys as K
 from agent_host.approvals import TERMINAL, ApprovalRequest, FixedRouter, RunRecord
-from agent_host.crypto import KeyRing, generate_key
-from agent_host.redis_server import AppendFsync, RedisServer, free_port
-from agent_host.store import RunStore
+from agent_host.durable import keys as K
+from agent_host.durable.crypto import KeyRing, generate_key
+from agent_host.durable.redis_server import AppendFsync, RedisServer, free_port
+from agent_host.durable.store import RunStore
 from bot import blocks
-from bot.sandbox import AppReply, SlackStandIn, Workspace
-from bot.sandbox.seed import ADMIN, APPROVALS, OPS, OUTSIDER, REQUESTER, REVIEWER, REVIEWER2
+from slack_sandbox import AppReply, SlackStandIn, Workspace
+from slack_sandbox.seed import ADMIN, APPROVALS, OPS, OUTSIDER, REQUESTER, REVIEWER, REVIEWER2
 
 T = TypeVar("T")
 

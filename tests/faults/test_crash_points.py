@@ -1,5 +1,5 @@
 """Crash points: a real `countersign serve` (or `worker`) SIGKILLs itself at each named point
-(COUNTERSIGN_CRASH_AT, agent_host/crashpoints.py); a fresh process without the crash point
+(COUNTERSIGN_CRASH_AT, agent_host/durable/crashpoints.py); a fresh process without the crash point
 finishes the flow. Nothing pending is lost, nothing runs twice, the Slack message is posted
 once (at most twice when the crash falls between Slack's accept and the saved ts).
 
@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from agent_host.sweeper import EXPIRED_BY
+from agent_host.durable.sweeper import EXPIRED_BY
 
 from .harness import (
     APPROVALS,

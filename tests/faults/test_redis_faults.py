@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from agent_host import keys as K
-from agent_host.scripts import DECIDE
+from agent_host.durable import keys as K
+from agent_host.durable.scripts import DECIDE
 from bot.app import LISTENER_BUDGET
 
 from .harness import (

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from agent_host.redis_server import RedisServer
+from agent_host.durable.redis_server import RedisServer
 from bot import blocks
 
 from .harness import (

@@ -21,18 +21,18 @@ from typing import Any
 
 import pytest
 
-from agent_host import keys as K
 from agent_host.approvals import ApprovalRequest
-from agent_host.crypto import KeyRing
+from agent_host.durable import keys as K
+from agent_host.durable.crypto import KeyRing
+from agent_host.durable.ledger import RedisLedger
+from agent_host.durable.route_book import RouteBook, RouteRule
+from agent_host.durable.store import RunStore
+from agent_host.durable.worker import ResumeWorker
 from agent_host.examples import ExampleEffects, build_registry
-from agent_host.redis_ledger import RedisLedger
-from agent_host.runner import Runner
-from agent_host.store import RunStore
-from agent_host.worker import ResumeWorker
+from agent_host.runtime.runner import Runner
 from bot import blocks
-from bot.notifier import SlackNotifier
 from bot.reviewers import ReviewerRules
-from bot.routing import RouteBook, RouteRule
+from bot.slack_notifier import SlackNotifier
 
 from .harness import (
     APPROVALS,
@@ -51,7 +51,9 @@ from .harness import (
 )
 
 NOTIFIER = SlackNotifier(client=None, default_channel="")
-NOTIFY_TIMEOUT = NOTIFIER.timeout  # bot/notifier.py: posts and updates (the client's is 10 s too)
+NOTIFY_TIMEOUT = (
+    NOTIFIER.timeout
+)  # bot/slack_notifier.py: posts and updates (the client's is 10 s too)
 GROUP_TIMEOUT = ReviewerRules(client=None).timeout  # bot/reviewers.py
 VIEWS_OPEN_TIMEOUT = 2.5  # bot/app.py _open_view
 ACK_BUDGET = 2.5  # "well under" Slack's 3 s

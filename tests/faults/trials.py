@@ -23,21 +23,21 @@ from typing import Any
 
 from redis.asyncio import BlockingConnectionPool, Redis
 
-from agent_host import keys as K
-from agent_host.agents import Agent, AgentRegistry
 from agent_host.approvals import TERMINAL, ApprovalRequest, DecideResult, Route
-from agent_host.crypto import KeyRing, generate_key
-from agent_host.decisions import Approve, Reject
-from agent_host.ledger import InMemoryLedger
-from agent_host.messages import ModelResponse
-from agent_host.models.scripted import Conversation, ScriptedModel, call, reply
-from agent_host.policy import Permission
-from agent_host.redis_ledger import RedisLedger
-from agent_host.runner import Paused, Runner
-from agent_host.store import RunStore
-from agent_host.sweeper import Sweeper
-from agent_host.tools import ToolContext, tool
-from agent_host.worker import ResumeWorker
+from agent_host.durable import keys as K
+from agent_host.durable.crypto import KeyRing, generate_key
+from agent_host.durable.ledger import RedisLedger
+from agent_host.durable.store import RunStore
+from agent_host.durable.sweeper import Sweeper
+from agent_host.durable.worker import ResumeWorker
+from agent_host.runtime.agents import Agent, AgentRegistry
+from agent_host.runtime.decisions import Approve, Reject
+from agent_host.runtime.ledger import InMemoryLedger
+from agent_host.runtime.messages import ModelResponse
+from agent_host.runtime.models.scripted import Conversation, ScriptedModel, call, reply
+from agent_host.runtime.policy import Permission
+from agent_host.runtime.runner import Paused, Runner
+from agent_host.runtime.tools import ToolContext, tool
 
 __all__ = ["TrialStats", "run_trials"]
 

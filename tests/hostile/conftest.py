@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent_host.redis_server import RedisServer
+from agent_host.durable.redis_server import RedisServer
 
 from .harness import Hostile, Snapshot, hostile_stack
 

@@ -42,10 +42,10 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.signature import SignatureVerifier
 
 from agent_host.approvals import ApprovalRequest
-from agent_host.decisions import Approve
+from agent_host.durable.route_book import parse_spec
+from agent_host.runtime.decisions import Approve
 from bot import blocks
-from bot.routing import parse_spec
-from bot.sandbox.signing import sign_request
+from slack_sandbox.signing import sign_request
 from tests.bot.stack import (
     ADMIN,
     API_TOKEN,
@@ -86,7 +86,7 @@ __all__ = [
 T = TypeVar("T")
 
 WEBHOOK_SECRET = "hostile-webhook-secret"
-TEAM = "T0SANDBOX"  # the stand-in's team (bot/sandbox/seed.py)
+TEAM = "T0SANDBOX"  # the stand-in's team (slack_sandbox/seed.py)
 GENERAL = "C0GENERAL"
 REDIS_DB = 7  # the hostile stacks' own database: the shared fixtures flush database 0
 BUTTONS = (blocks.APPROVE, blocks.APPROVE_ALWAYS, blocks.REJECT, blocks.ANSWER)
@@ -229,7 +229,7 @@ def bearer(token: str = API_TOKEN) -> Header:
     return ("Authorization", f"Bearer {token}")
 
 
-# -- Slack request bodies (the shapes Slack documents; see bot/sandbox/payloads.py) --------
+# -- Slack request bodies (the shapes Slack documents; see slack_sandbox/payloads.py) --------
 
 
 def click_payload(

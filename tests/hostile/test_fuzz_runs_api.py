@@ -35,7 +35,7 @@ AGENTS = ("refund-agent", "cleanup-agent", "repo-admin", "support-agent")
 
 
 def first_authorization_is_not_utf8(headers: list[Header]) -> bool:
-    """BUG replica (agent_host/http_api.py:58): `given.encode()` of a header value aiohttp
+    """BUG replica (agent_host/http/api.py:58): `given.encode()` of a header value aiohttp
     decoded with surrogateescape raises UnicodeEncodeError -> 500."""
     for name, value in headers:
         if isinstance(name, str) and name.lower() == "authorization":
@@ -49,7 +49,7 @@ def first_authorization_is_not_utf8(headers: list[Header]) -> bool:
 
 
 def cursor_crashes(cursor: str | None) -> bool:
-    """BUG replica (agent_host/http_api.py:158-160): `_valid_cursor` accepts any str.isdigit()
+    """BUG replica (agent_host/http/api.py:158-160): `_valid_cursor` accepts any str.isdigit()
     score (superscripts, or more digits than int() converts), then int() raises -> 500."""
     if not cursor:
         return False
@@ -64,7 +64,7 @@ def cursor_crashes(cursor: str | None) -> bool:
 
 
 def names_a_run_by_another_id(hostile: Hostile, run_id: str) -> bool:
-    """BUG replica (agent_host/http_api.py run_detail): any id whose token is a run's token
+    """BUG replica (agent_host/http/api.py run_detail): any id whose token is a run's token
     (`req_<token>_0001`, `run_<token>_7`) is served as that run (see the BUG test below)."""
     match = re.fullmatch(r"(?:run|req)_([0-9a-f]{8,64})(?:_\d+)?", run_id)
     return bool(match) and match.group(1) in {r.run_id[4:] for r in hostile.cast.all}

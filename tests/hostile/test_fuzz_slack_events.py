@@ -20,7 +20,7 @@ from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 from bot import blocks
-from bot.sandbox.signing import sign_request
+from slack_sandbox.signing import sign_request
 
 from .harness import (
     ADMIN,

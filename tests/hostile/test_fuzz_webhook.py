@@ -46,7 +46,7 @@ def decision_body(request_id: Any, decision: Any = "approved", **extra: Any) -> 
 
 
 def first_signature_is_not_utf8(headers: list[Header]) -> bool:
-    """BUG replica (agent_host/http_api.py:171): `given.encode()` of a header value that
+    """BUG replica (agent_host/http/api.py:171): `given.encode()` of a header value that
     aiohttp decoded with surrogateescape raises UnicodeEncodeError -> 500."""
     for name, value in headers:
         if isinstance(name, str) and name.lower() == SIG.lower():

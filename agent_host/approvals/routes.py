@@ -1,0 +1,441 @@
+"""Routing rules, the values: what a rule matches and where it sends a request, parsed and
+validated the same way from `/approvals route add <spec>` (`parse_spec`) and from
+`COUNTERSIGN_ROUTES_FILE` (`load_routes_file`). `agent_host.durable.route_book` keeps them in Redis.
+"""
+
+from __future__ import annotations
+
+import builtins
+import difflib
+import fnmatch
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import yaml
+
+from agent_host.approvals import DEFAULT_EXPIRY_SECONDS, Route
+from agent_host.errors import ConfigurationError, CountersignError
+from agent_host.runtime.policy import Severity
+
+__all__ = [
+    "MAX_EXPIRY_SECONDS",
+    "MAX_QUORUM",
+    "RouteRule",
+    "RouteSpecError",
+    "RoutesFileError",
+    "format_duration",
+    "format_rules",
+    "load_routes_file",
+    "parse_duration",
+    "parse_spec",
+]
+
+MAX_QUORUM = 10
+MAX_EXPIRY_SECONDS = 30 * 86400
+
+SPEC_EXAMPLE = "route add tool=issue_refund channel=C0APPROVALS reviewers=U0REVIEWER quorum=1"
+FILE_EXAMPLE = """routes:
+  - agent: "refund-*"
+    tool: "issue_refund"
+    min_severity: high
+    channel: C0APPROVALS
+    reviewers: [U0REVIEWER, S0FINANCE]
+    quorum: 2
+    expiry: 24h
+    allow_self_approval: false"""
+
+_CHANNEL = re.compile(r"^[CG][A-Z0-9]+$")
+_REVIEWER = re.compile(r"^[UWS][A-Z0-9]+$")
+_CHANNEL_MENTION = re.compile(r"^<#([A-Z0-9]+)(?:\|[^>]*)?>$")
+_USER_MENTION = re.compile(r"^<@([A-Z0-9]+)(?:\|[^>]*)?>$")
+_GROUP_MENTION = re.compile(r"^<!subteam\^([A-Z0-9]+)(?:\|[^>]*)?>$")
+_DURATION = re.compile(r"^(\d+)\s*([smhd])$")
+_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+_GLOB_FORBIDDEN = re.compile(r"[\s<>&`]")
+_TRUE = {"yes", "true", "on", "1", "y"}
+_FALSE = {"no", "false", "off", "0", "n"}
+
+
+class RouteSpecError(CountersignError, ValueError):
+    """A route spec or field is malformed; `field` names the offending key when known."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class RoutesFileError(ConfigurationError):
+    """`COUNTERSIGN_ROUTES_FILE` cannot be used; the message names the file, route and field."""
+
+
+# -- values ---------------------------------------------------------------------------------
+def parse_duration(value: Any, *, bare_seconds: bool = False) -> int:
+    """`90s`, `30m`, `24h`, `3d` (and plain seconds when `bare_seconds`) -> seconds."""
+    if isinstance(value, bool):  # bool is an int; `expiry: yes` is a mistake, not 1 second
+        raise RouteSpecError(f"expiry {value!r} is not a duration", "expiry")
+    if isinstance(value, int):
+        if not bare_seconds:
+            raise RouteSpecError(f"expiry {value} needs a unit: s, m, h or d", "expiry")
+        seconds = value
+    elif not isinstance(value, str):
+        raise RouteSpecError(f"expiry {value!r} is not a duration such as 24h", "expiry")
+    else:
+        text = value.strip().lower()
+        match = _DURATION.match(text)
+        if match:
+            seconds = int(match.group(1)) * _UNITS[match.group(2)]
+        elif bare_seconds and text.isdigit():
+            seconds = int(text)
+        else:
+            raise RouteSpecError(
+                f"expiry {value!r} is not a duration: use a number and a unit s, m, h or d "
+                "(90s, 30m, 24h, 3d)",
+                "expiry",
+            )
+    if seconds <= 0 or seconds > MAX_EXPIRY_SECONDS:
+        raise RouteSpecError(
+            f"expiry {value!r} is out of range: it must be positive and at most 30d", "expiry"
+        )
+    return seconds
+
+
+def format_duration(seconds: int) -> str:
+    """The shortest exact form: 86400 -> `1d`, 5400 -> `90m`, 90 -> `90s`."""
+    for unit, size in _UNITS.items():
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"  # unreachable: every int is a multiple of 1
+
+
+def _channel_id(value: str) -> str:
+    text = value.strip()
+    mention = _CHANNEL_MENTION.match(text)
+    channel = mention.group(1) if mention else text
+    if not _CHANNEL.match(channel):
+        raise RouteSpecError(
+            f"channel {value!r} is not a Slack channel id: type #channel-name so Slack sends "
+            "<#C…|name>, or give the id (C… or G…) from the channel's details",
+            "channel",
+        )
+    return channel
+
+
+def _reviewer_id(value: str) -> str:
+    text = value.strip()
+    mention = _USER_MENTION.match(text) or _GROUP_MENTION.match(text)
+    reviewer = mention.group(1) if mention else text
+    if not _REVIEWER.match(reviewer):
+        raise RouteSpecError(
+            f"reviewer {value!r} is not a Slack user id (U…/W…) or user-group id (S…): "
+            "mention @someone or @group so Slack sends the id, or copy it from the profile",
+            "reviewers",
+        )
+    return reviewer
+
+
+def _reviewer_ids(values: Iterable[str]) -> tuple[str, ...]:
+    ids = [_reviewer_id(v) for v in values if v.strip()]
+    return tuple(dict.fromkeys(ids))  # de-duplicated, first mention's order kept
+
+
+def _severity(value: str) -> Severity:
+    try:
+        return Severity(value.strip().lower())
+    except ValueError:
+        known = ", ".join(s.value for s in Severity)
+        raise RouteSpecError(f"severity {value!r} is not one of {known}", "severity") from None
+
+
+def _flag(value: str, name: str) -> bool:
+    text = value.strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise RouteSpecError(f"{name} {value!r} is not yes or no", name)
+
+
+def _severity_rank(severity: Severity | str) -> int:
+    # An unknown severity ranks as the highest, so it meets the strictest rule, not none.
+    try:
+        return Severity(severity).rank
+    except ValueError:
+        return Severity.CRITICAL.rank
+
+
+# -- the rule -------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class RouteRule:
+    """One routing rule; `id` ("r1", …) is assigned by `RouteBook.add`."""
+
+    id: str = ""
+    agent: str = "*"
+    tool: str = "*"
+    min_severity: Severity = Severity.LOW
+    channel: str
+    reviewers: tuple[str, ...] = ()  # user ids U…/W… and user-group ids S…; empty: anyone
+    quorum: int = 1
+    expiry_seconds: int = DEFAULT_EXPIRY_SECONDS
+    allow_self_approval: bool = False
+    webhook_completes_quorum: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("agent", "tool"):
+            glob = getattr(self, name)
+            if not isinstance(glob, str) or not glob or _GLOB_FORBIDDEN.search(glob):
+                raise RouteSpecError(
+                    f"{name} {glob!r} must be a non-empty glob such as refund-* without "
+                    "spaces or <>&`",
+                    name,
+                )
+        object.__setattr__(self, "min_severity", _severity(str(self.min_severity)))
+        object.__setattr__(self, "channel", _channel_id(str(self.channel)))
+        if isinstance(self.reviewers, str):
+            raise RouteSpecError("reviewers must be a tuple of ids, not one string", "reviewers")
+        object.__setattr__(self, "reviewers", _reviewer_ids(self.reviewers))
+        quorum = self.quorum
+        if isinstance(quorum, bool) or not isinstance(quorum, int) or not 1 <= quorum <= MAX_QUORUM:
+            raise RouteSpecError(
+                f"quorum {quorum!r} must be a whole number from 1 to {MAX_QUORUM}", "quorum"
+            )
+        people = [r for r in self.reviewers if not r.startswith("S")]
+        if people and len(people) == len(self.reviewers) and quorum > len(people):
+            # Only users listed (a group's size is unknown here): the quorum could never be met.
+            raise RouteSpecError(
+                f"quorum {quorum} needs more approvers than the {len(people)} reviewer(s) "
+                "listed: lower the quorum, add reviewers, or add a user group (S…)",
+                "quorum",
+            )
+        expiry = self.expiry_seconds
+        if isinstance(expiry, bool) or not isinstance(expiry, int):
+            raise RouteSpecError(f"expiry {expiry!r} must be whole seconds", "expiry")
+        parse_duration(expiry, bare_seconds=True)  # the range check
+        for flag in ("allow_self_approval", "webhook_completes_quorum"):
+            if not isinstance(getattr(self, flag), bool):
+                raise RouteSpecError(f"{flag} {getattr(self, flag)!r} must be true or false", flag)
+
+    def matches(self, agent: str, tool: str, severity: Severity | str) -> bool:
+        return (
+            fnmatch.fnmatchcase(agent, self.agent)
+            and fnmatch.fnmatchcase(tool, self.tool)
+            and _severity_rank(severity) >= self.min_severity.rank
+        )
+
+    def to_route(self) -> Route:
+        return Route(
+            route_id=self.id,
+            destination=self.channel,
+            reviewers=self.reviewers,
+            quorum=self.quorum,
+            expiry_seconds=self.expiry_seconds,
+            allow_self_approval=self.allow_self_approval,
+            webhook_completes_quorum=self.webhook_completes_quorum,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["min_severity"] = self.min_severity.value
+        data["reviewers"] = list(self.reviewers)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RouteRule:
+        return cls(**{**data, "reviewers": tuple(data.get("reviewers", ()))})
+
+
+# -- the slash command spec -----------------------------------------------------------------
+_SPEC_KEYS = (
+    "agent",
+    "tool",
+    "severity",
+    "channel",
+    "reviewers",
+    "quorum",
+    "expiry",
+    "self",
+    "webhook_quorum",
+)
+_SPEC_ALIASES = {
+    "min_severity": "severity",
+    "allow_self_approval": "self",
+    "reviewer": "reviewers",
+    "webhook_completes_quorum": "webhook_quorum",
+}
+_TOKEN = re.compile(r"(?:<[^>]*>|<|[^\s<])+")  # a Slack mention `<…>` never splits a token
+_PAIR = re.compile(r"^([A-Za-z_]+)=(.*)$", re.S)
+
+
+def _with_example(message: str) -> RouteSpecError:
+    return RouteSpecError(f"{message}; example: {SPEC_EXAMPLE}")
+
+
+def _suggest(word: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(known), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def parse_spec(text: str) -> RouteRule:
+    """Parse `/approvals route add <spec>`: `key=value` pairs separated by spaces.
+
+    Keys: agent, tool (globs), severity (minimum), channel (required), reviewers (comma
+    separated, or several mentions in a row), quorum, expiry (90s/30m/24h/3d), self (yes/no).
+    Slack's escaped mentions `<#C…|name>`, `<@U…>` and `<!subteam^S…|@name>` are accepted.
+    """
+    values: dict[str, str] = {}
+    last = ""
+    for token in _TOKEN.findall(text):
+        pair = _PAIR.match(token)
+        if pair is None:
+            if last == "reviewers" and token.startswith("<"):  # reviewers=<@U1> <@U2>
+                values["reviewers"] += f",{token}"
+                continue
+            raise _with_example(f"{token!r} is not key=value")
+        key, value = pair.group(1).lower(), pair.group(2)
+        key = _SPEC_ALIASES.get(key, key)
+        if key not in _SPEC_KEYS:
+            raise _with_example(
+                f"unknown key {pair.group(1)!r}{_suggest(key, _SPEC_KEYS)}; "
+                f"known keys: {', '.join(_SPEC_KEYS)}"
+            )
+        if key in values:
+            raise _with_example(f"{key} is given twice")
+        if not value.strip():
+            raise _with_example(f"{key} needs a value, e.g. {key}=…")
+        values[key] = value
+        last = key
+    if "channel" not in values:
+        raise _with_example("missing channel: say where requests go, e.g. channel=#approvals")
+    try:
+        fields: dict[str, Any] = {"channel": values["channel"]}
+        if "agent" in values:
+            fields["agent"] = values["agent"]
+        if "tool" in values:
+            fields["tool"] = values["tool"]
+        if "severity" in values:
+            fields["min_severity"] = _severity(values["severity"])
+        if "reviewers" in values:
+            fields["reviewers"] = tuple(values["reviewers"].split(","))
+        if "quorum" in values:
+            quorum = values["quorum"].strip()
+            if not quorum.isdigit():
+                raise RouteSpecError(
+                    f"quorum {quorum!r} must be a whole number from 1 to {MAX_QUORUM}", "quorum"
+                )
+            fields["quorum"] = int(quorum)
+        if "expiry" in values:
+            fields["expiry_seconds"] = parse_duration(values["expiry"])
+        if "self" in values:
+            fields["allow_self_approval"] = _flag(values["self"], "self")
+        if "webhook_quorum" in values:
+            fields["webhook_completes_quorum"] = _flag(values["webhook_quorum"], "webhook_quorum")
+        return RouteRule(**fields)
+    except RouteSpecError as exc:
+        raise _with_example(str(exc)) from None
+
+
+# -- the routes file ------------------------------------------------------------------------
+_FILE_FIELDS = (
+    "agent",
+    "tool",
+    "min_severity",
+    "channel",
+    "reviewers",
+    "quorum",
+    "expiry",
+    "allow_self_approval",
+    "webhook_completes_quorum",
+)
+
+
+def load_routes_file(path: str | os.PathLike[str]) -> builtins.list[RouteRule]:
+    """Read the `COUNTERSIGN_ROUTES_FILE` YAML; any problem raises RoutesFileError."""
+    source = f"COUNTERSIGN_ROUTES_FILE {os.fspath(path)}"
+    try:
+        with open(path, encoding="utf-8") as handle:
+            document = yaml.safe_load(handle)
+    except OSError as exc:
+        raise RoutesFileError(f"{source}: cannot read it ({exc.strerror or exc})") from exc
+    except yaml.YAMLError as exc:
+        raise RoutesFileError(
+            f"{source}: not valid YAML ({exc}); expected e.g.\n{FILE_EXAMPLE}"
+        ) from exc
+    items = document.get("routes") if isinstance(document, dict) else None
+    if not isinstance(items, list):
+        raise RoutesFileError(
+            f"{source}: expected a top-level 'routes:' list, e.g.\n{FILE_EXAMPLE}"
+        )
+    return [_file_rule(item, f"{source}: route {i + 1}") for i, item in enumerate(items)]
+
+
+def _file_rule(item: Any, where: str) -> RouteRule:
+    if not isinstance(item, dict):
+        raise RoutesFileError(f"{where}: expected a mapping of fields, e.g.\n{FILE_EXAMPLE}")
+    for name in item:
+        if name not in _FILE_FIELDS:
+            raise RoutesFileError(
+                f"{where}: unknown field {name!r}{_suggest(str(name), _FILE_FIELDS)}; "
+                f"known fields: {', '.join(_FILE_FIELDS)}"
+            )
+    if "channel" not in item:
+        raise RoutesFileError(f"{where}: field 'channel' is missing, e.g. channel: C0APPROVALS")
+    fields: dict[str, Any] = {}
+    try:
+        for name in ("agent", "tool", "min_severity", "channel"):
+            if name in item:
+                fields[name] = _string(item[name], name)
+        if "reviewers" in item:
+            reviewers = item["reviewers"]
+            if not isinstance(reviewers, list) or not all(isinstance(r, str) for r in reviewers):
+                raise RouteSpecError(
+                    f"must be a list of ids such as [U0REVIEWER, S0FINANCE], not {reviewers!r}",
+                    "reviewers",
+                )
+            fields["reviewers"] = tuple(reviewers)
+        if "quorum" in item:
+            fields["quorum"] = item["quorum"]
+        if "expiry" in item:
+            fields["expiry_seconds"] = parse_duration(item["expiry"], bare_seconds=True)
+        for flag in ("allow_self_approval", "webhook_completes_quorum"):
+            if flag in item:
+                fields[flag] = item[flag]
+        return RouteRule(**fields)
+    except RouteSpecError as exc:
+        failing = {"severity": "min_severity"}.get(exc.field or "", exc.field or "?")
+        raise RoutesFileError(f"{where}: field '{failing}': {exc}") from None
+
+
+def _string(value: Any, name: str) -> str:
+    if not isinstance(value, str):
+        raise RouteSpecError(f"must be text, not {type(value).__name__} {value!r}", name)
+    return value
+
+
+# -- the listing ----------------------------------------------------------------------------
+def _mention(reviewer: str) -> str:
+    return f"<!subteam^{reviewer}>" if reviewer.startswith("S") else f"<@{reviewer}>"
+
+
+def format_rules(rules: Iterable[RouteRule], default_channel: str = "") -> str:
+    """The mrkdwn listing for `/approvals routes`: one line per rule, first match wins."""
+    fallback = f"<#{default_channel}>" if default_channel else "the default channel (unset)"
+    lines = []
+    for rule in rules:
+        reviewers = ", ".join(_mention(r) for r in rule.reviewers) or "anyone"
+        self_approval = "self-approval allowed" if rule.allow_self_approval else "no self-approval"
+        if rule.webhook_completes_quorum:
+            self_approval += " · a webhook approval completes the quorum"
+        lines.append(
+            f"• *{rule.id}* agent `{rule.agent}` tool `{rule.tool}` severity ≥ "
+            f"{rule.min_severity.value} → <#{rule.channel}> · reviewers {reviewers} · "
+            f"quorum {rule.quorum} · expires after {format_duration(rule.expiry_seconds)} · "
+            f"{self_approval}"
+        )
+    if not lines:
+        return f"No routes: every request goes to {fallback}"
+    return "\n".join([*lines, f"Anything else goes to {fallback}"])
+
+
+# -- the Redis-backed book ------------------------------------------------------------------

@@ -1,0 +1,101 @@
+"""Connecting to Redis: a URL, a Sentinel-managed master, or an embedded server.
+
+redis://host:6379/0, rediss://…, unix:///path/redis.sock   a server
+redis+sentinel://s1:26379,s2:26379/mymaster/0               the master Sentinel names
+(unset)                                                     an embedded redis-server,
+                                                            AOF on, data in the data dir
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, cast
+from urllib.parse import urlsplit
+
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.sentinel import Sentinel
+
+from agent_host.durable.data_dir import private_dir
+from agent_host.durable.redis_server import RedisServer
+from agent_host.errors import ConfigurationError
+from agent_host.settings import Settings
+
+__all__ = ["as_text", "embedded_dir", "open_redis"]
+
+log = logging.getLogger(__name__)
+
+_CLIENT_OPTIONS: dict[str, Any] = {
+    # Each worker and the outbox hold one blocked read per shard, and clicks must never
+    # wait for a free connection: a pool well above that.
+    "max_connections": 1024,
+    "socket_timeout": 5,
+    "socket_connect_timeout": 5,
+    "health_check_interval": 30,
+}
+
+
+def embedded_dir(settings: Settings) -> Path:
+    """Where the embedded Redis (REDIS_URL unset) keeps its AOF."""
+    return Path(settings.data_dir) / "redis"
+
+
+def as_text(value: Any) -> str:
+    """A Redis reply as text (clients here return bytes, so checkpoints stay binary)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+async def open_redis(settings: Settings) -> tuple[Redis, RedisServer | None]:
+    """A client for REDIS_URL (checked reachable and supported), and the embedded server."""
+    server = None
+    url = settings.redis_url
+    if not url:
+        private_dir(Path(settings.data_dir))
+        server = RedisServer(embedded_dir(settings), appendfsync="everysec")
+        server.start()
+        url = server.url
+        log.info("embedded Redis at %s (data in %s)", url, server.data_dir)
+    client = _sentinel_master(url) if url.startswith("redis+sentinel://") else None
+    client = client or Redis.from_url(url, **_CLIENT_OPTIONS)
+    if await _is_cluster(client):
+        await client.aclose()
+        cluster = RedisCluster.from_url(url, **_CLIENT_OPTIONS)
+        # Learn the slot map now, before the workers' many first commands race to build it.
+        await cluster.initialize()
+        client = _as_client(cluster)
+        log.info("REDIS_URL is a Redis Cluster node: using cluster mode")
+    return client, server
+
+
+def _sentinel_master(url: str) -> Redis:
+    parts = urlsplit(url)
+    path = [p for p in parts.path.split("/") if p]
+    if not parts.netloc or not path:
+        raise ConfigurationError(
+            f"REDIS_URL={url!r}: a Sentinel URL is redis+sentinel://host:port[,host:port]/"
+            "<master name>[/db]"
+        )
+    nodes = []
+    for node in parts.netloc.split(","):
+        host, _, port = node.rpartition(":")
+        nodes.append((host or node, int(port or 26379)))
+    db = int(path[1]) if len(path) > 1 else 0
+    sentinel = Sentinel(nodes, socket_timeout=5)  # type: ignore[no-untyped-call]
+    master: Redis = sentinel.master_for(path[0], db=db, **_CLIENT_OPTIONS)
+    return master
+
+
+async def _is_cluster(client: Redis) -> bool:
+    try:
+        info = await client.info("cluster")
+    except Exception:
+        return False  # unreachable now: /readyz reports it; the workers retry
+    return info.get("cluster_enabled") in (1, "1")
+
+
+def _as_client(cluster: RedisCluster) -> Redis:
+    # Every state change is one script over keys that share a hash tag (see `keys`), so
+    # the cluster client serves where a single server's client does; it speaks the same
+    # commands, hence the cast.
+    return cast(Redis, cluster)

@@ -1,0 +1,147 @@
+"""The agent host assembled: Redis, key ring, store, runner, workers, sweeper, outbox.
+
+Built once at start-up from Settings and passed to whatever serves it (the HTTP API, the
+Slack bot, the CLI). Every background task it starts is owned here and stopped by `stop`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import os
+import socket
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.asyncio import Redis
+
+from agent_host.approvals import ApprovalService, ReviewerDirectory, Router
+from agent_host.approvals.notifier import LoggingNotifier, Notifier
+from agent_host.durable.crashpoints import CrashPoints
+from agent_host.durable.crypto import ENV_VAR, KeyRing, generate_key
+from agent_host.durable.data_dir import check_private_file, private_dir
+from agent_host.durable.ledger import RedisLedger
+from agent_host.durable.outbox import Outbox
+from agent_host.durable.redis_server import RedisServer
+from agent_host.durable.store import RunStore
+from agent_host.durable.sweeper import Sweeper
+from agent_host.durable.worker import ResumeWorker
+from agent_host.errors import ConfigurationError
+from agent_host.runtime.agents import AgentRegistry
+from agent_host.runtime.runner import Runner
+from agent_host.settings import Settings
+
+__all__ = ["KEY_FILE", "Host", "load_keyring", "load_registry"]
+
+log = logging.getLogger(__name__)
+
+KEY_FILE = "encryption.keys"  # in the data dir, when COUNTERSIGN_ENCRYPTION_KEYS is unset
+
+
+def load_registry(spec: str) -> AgentRegistry:
+    """`module:attribute`, an AgentRegistry or a function returning one."""
+    module_name, _, attribute = spec.partition(":")
+    try:
+        target = getattr(importlib.import_module(module_name), attribute or "registry")
+    except (ImportError, AttributeError) as exc:
+        raise ConfigurationError(
+            f"COUNTERSIGN_AGENTS={spec!r} cannot be loaded ({exc}); use module:attribute"
+        ) from exc
+    registry = target() if callable(target) and not isinstance(target, AgentRegistry) else target
+    if not isinstance(registry, AgentRegistry):
+        raise ConfigurationError(f"COUNTERSIGN_AGENTS={spec!r} is not an AgentRegistry")
+    return registry
+
+
+def load_keyring(settings: Settings, *, create: bool = True) -> KeyRing:
+    """From COUNTERSIGN_ENCRYPTION_KEYS; unset, the key file in the data dir, made on first
+    use unless `create` is false (`keys rotate`: a new key would only hide the missing one).
+    """
+    if settings.encryption_keys:
+        return KeyRing.parse(settings.encryption_keys)
+    path = settings.data_dir / KEY_FILE
+    if not path.exists():
+        if not create:
+            raise ConfigurationError(
+                f"no encryption key is configured: {ENV_VAR} is unset and there is no key "
+                f"file {path}; set {ENV_VAR} to the keys the checkpoints were written with "
+                "(new key first), or point COUNTERSIGN_DATA_DIR at the data dir that holds "
+                f"{KEY_FILE}"
+            )
+        private_dir(settings.data_dir)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(generate_key() + "\n")
+        log.warning("COUNTERSIGN_ENCRYPTION_KEYS unset: generated a key into %s", path)
+    private_dir(settings.data_dir)
+    check_private_file(path, "encryption key file")
+    return KeyRing.parse(path.read_text().strip())
+
+
+@dataclass
+class Host:
+    settings: Settings
+    redis: Redis
+    registry: AgentRegistry
+    keyring: KeyRing
+    router: Router
+    notifier: Notifier = field(default_factory=LoggingNotifier)
+    embedded: RedisServer | None = None
+    directory: ReviewerDirectory | None = None  # who is in a route's reviewer groups (chat)
+    consumer_name: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    retry_idle_ms: int = 5_000  # how long an undelivered outbox entry waits to be retried
+    resume_idle_ms: int = 30_000  # how long a resume entry of a silent worker waits to be reclaimed
+    sweep_interval: float = 1.0
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.crash = CrashPoints(self.settings.crash_at)
+        self.store = RunStore(self.redis, self.keyring, self.router)
+        self.approvals = ApprovalService(self.store, self.directory)
+        self.runner = Runner(self.registry, RedisLedger(self.redis))
+
+    def start_background(
+        self, workers: int = 1, *, sweeper: bool = True, outbox: bool = True
+    ) -> None:
+        """Start N resume workers, the sweeper and the outbox as owned tasks."""
+        for n in range(workers):
+            worker = ResumeWorker(
+                self.store,
+                self.runner,
+                f"{self.consumer_name}-w{n}",
+                idle_ms=self.resume_idle_ms,
+                crash=self.crash,
+            )
+            self._spawn(worker.consumer.run(self._stop), f"resume-worker-{n}")
+        if sweeper:
+            self._spawn(
+                Sweeper(
+                    self.store, self.approvals, interval=self.sweep_interval, crash=self.crash
+                ).run(self._stop),
+                "sweeper",
+            )
+        if outbox:
+            box = Outbox(
+                self.store,
+                self.notifier,
+                f"{self.consumer_name}-outbox",
+                idle_ms=self.retry_idle_ms,
+                crash=self.crash,
+            )
+            self._spawn(box.consumer.run(self._stop), "outbox")
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        self._tasks.append(asyncio.create_task(coro, name=name))
+
+    async def stop(self) -> None:
+        self._stop.set()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        await self.redis.aclose()
+        if self.embedded is not None:
+            self.embedded.stop()

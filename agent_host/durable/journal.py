@@ -1,0 +1,86 @@
+"""The turn journal in Redis: a run's progress within one pause, encrypted like checkpoints.
+
+The progress is bound to the pause being resumed (`""` for a run's start): its blob's
+associated data names the run and `<pause id or "start">#progress`, and the hash records
+the pause id, so progress of one pause is never taken for another's. It is saved by
+SAVE_PROGRESS (fenced by the run's current pause id), replayed by a worker that takes the
+same resume entry over, and dropped once the pause's outcome is saved.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from redis.asyncio import Redis
+
+from agent_host.durable.connections import as_text
+from agent_host.durable.crypto import KeyRing
+from agent_host.durable.keys import Keys
+from agent_host.durable.scripts import CLEAR_PROGRESS, SAVE_PROGRESS
+from agent_host.runtime.checkpoint import RunState
+from agent_host.runtime.journal import RunMovedOn
+
+__all__ = ["ProgressStore", "RedisTurnJournal"]
+
+log = logging.getLogger(__name__)
+
+
+def _sealed_to(pause_id: str) -> str:
+    return f"{pause_id or 'start'}#progress"
+
+
+class ProgressStore:
+    """Saved progress of runs; built once per worker process."""
+
+    def __init__(self, redis: Redis, keyring: KeyRing) -> None:
+        self.redis, self.keyring = redis, keyring
+        self._save = redis.register_script(SAVE_PROGRESS)
+        self._clear = redis.register_script(CLEAR_PROGRESS)
+
+    def journal(self, run_id: str, pause_id: str) -> RedisTurnJournal:
+        return RedisTurnJournal(self, run_id, pause_id)
+
+    async def load(self, run_id: str, pause_id: str) -> RunState | None:
+        """The progress saved while resuming `pause_id`, if any (CheckpointError if damaged)."""
+        saved: Any = await self.redis.hmget(Keys(run_id).progress, ["pause_id", "blob"])
+        owner, blob = saved
+        if owner is None or blob is None or as_text(owner) != pause_id:
+            return None
+        return self._open(run_id, pause_id, blob)
+
+    async def save(self, run_id: str, pause_id: str, state: RunState) -> RunState:
+        blob = self.keyring.encrypt(
+            state.to_json().encode(), run_id=run_id, request_id=_sealed_to(pause_id)
+        )
+        k = Keys(run_id)
+        kind, taken = await self._save(keys=[k.run, k.progress], args=[pause_id, state.turns, blob])
+        outcome = as_text(kind)
+        if outcome == "saved":
+            return state
+        if outcome == "taken":
+            log.info(
+                "run %s turn %d: continuing from the response saved first", run_id, state.turns
+            )
+            return self._open(run_id, pause_id, taken)
+        raise RunMovedOn(
+            f"run {run_id} is no longer at pause {pause_id or 'start'!r}; another worker "
+            "advanced it, so this one stops without running anything more"
+        )
+
+    async def clear(self, run_id: str, pause_id: str) -> None:
+        await self._clear(keys=[Keys(run_id).progress], args=[pause_id])
+
+    def _open(self, run_id: str, pause_id: str, blob: Any) -> RunState:
+        plain = self.keyring.decrypt(blob, run_id=run_id, request_id=_sealed_to(pause_id))
+        return RunState.from_json(plain)
+
+
+class RedisTurnJournal:
+    """The journal of one resume (or start) entry: saves progress under its pause id."""
+
+    def __init__(self, progress: ProgressStore, run_id: str, pause_id: str) -> None:
+        self.progress, self.run_id, self.pause_id = progress, run_id, pause_id
+
+    async def planned(self, state: RunState) -> RunState:
+        return await self.progress.save(self.run_id, self.pause_id, state)

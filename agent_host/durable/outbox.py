@@ -1,0 +1,137 @@
+"""The outbox: notifications for the chat side, delivered at least once.
+
+Entries are written by the store's scripts in the same step as the change they announce;
+this loop hands each to the notifier and acknowledges it only once the notifier succeeded,
+or once the chat side refused it for good (`DeliveryFailed`): retrying that would only
+hide it. Such a refusal is recorded (audit entry, counter); a request that could not be
+posted is also marked undeliverable, its entry copied to the shard's dead-letter stream,
+and it is posted to the fallback destination with the administrators told.
+"""
+
+from __future__ import annotations
+
+from agent_host.approvals import ApprovalRequest
+from agent_host.approvals.notifier import Notifier, RunSummary
+from agent_host.durable import keys as K
+from agent_host.durable.crashpoints import NEVER, CrashPoints
+from agent_host.durable.store import RunStore
+from agent_host.durable.streams import RetryLater, ShardedConsumer, StreamConsumer
+from agent_host.errors import DeliveryFailed
+
+__all__ = ["Outbox", "RetryLater"]
+
+
+class Outbox:
+    def __init__(
+        self,
+        store: RunStore,
+        notifier: Notifier,
+        consumer: str,
+        *,
+        idle_ms: int = 5_000,
+        crash: CrashPoints = NEVER,
+    ) -> None:
+        self.store, self.notifier, self.crash = store, notifier, crash
+        self.consumer = ShardedConsumer(
+            [
+                StreamConsumer(
+                    store.redis,
+                    shard.outbox,
+                    K.OUTBOX_GROUP,
+                    consumer,
+                    self.handle,
+                    idle_ms=idle_ms,
+                    count=100,
+                    concurrent=True,
+                )
+                for shard in K.shards()
+            ]
+        )
+
+    async def handle(self, entry_id: str, fields: dict[str, str]) -> None:
+        kind = fields.get("type", "")
+        if kind == "run_finished":
+            await self._run_finished(fields["run_id"])
+            return
+        request = await self.store.get_request(fields.get("request_id", ""))
+        if request is None:
+            return
+        if kind == "request_posted":
+            await self._post(request, fields | {"entry_id": entry_id})
+        elif kind in ("request_decided", "request_progress"):
+            if not request.message_ts and request.delivery == "undeliverable":
+                return  # it never reached chat: there is no message to update
+            try:
+                await self.notifier.request_updated(request)
+            except DeliveryFailed as failure:  # e.g. the message was deleted: drop it
+                await self.store.record_delivery_failure(request.request_id, failure, kind)
+                return
+            await self.store.count_delivered(request.request_id)
+
+    async def _post(self, request: ApprovalRequest, entry: dict[str, str]) -> None:
+        if request.message_ts:  # posted already (a redelivery after the ts was saved)
+            return
+        if request.delivery == "undeliverable":
+            # Refused for good before, and the fallback did not finish: carry on with it.
+            failure = DeliveryFailed(request.delivery_error, request.route.destination)
+        else:
+            self.crash.reached("after_pause_saved")
+            try:
+                ref = await self.notifier.request_posted(request)
+            except DeliveryFailed as refused:
+                failure = refused
+                await self.store.record_delivery_failure(
+                    request.request_id,
+                    failure,
+                    "request_posted",
+                    undeliverable=True,
+                    dead_letter=entry,
+                )
+            else:
+                self.crash.reached("after_post")
+                if ref is not None:
+                    await self.store.set_message_ref(request.request_id, ref.channel, ref.ts)
+                    await self.store.count_delivered(request.request_id)
+                return
+        await self._reroute(request, failure)
+
+    async def _reroute(self, request: ApprovalRequest, failure: DeliveryFailed) -> None:
+        """Post it where someone will see it, saying why; then tell the administrators,
+        whether or not the fallback took it."""
+        rerouted, fallback_failure = None, None
+        try:
+            rerouted = await self.notifier.request_rerouted(request, failure)
+        except DeliveryFailed as again:  # it stays dead-lettered; the admins still hear
+            fallback_failure = again
+            await self.store.record_delivery_failure(request.request_id, again, "request_rerouted")
+        if rerouted is not None:
+            await self.store.set_message_ref(request.request_id, rerouted.channel, rerouted.ts)
+            await self.store.count_delivered(request.request_id)
+        await self.notifier.request_undeliverable(request, failure, rerouted, fallback_failure)
+
+    async def _run_finished(self, run_id: str) -> None:
+        info = await self.store.run_info(run_id)
+        if info is None:
+            return
+        summary = RunSummary(
+            run_id=run_id,
+            agent=info.agent,
+            status=str(info.status),
+            output=info.output,
+            error=info.error,
+            requested_by=info.requested_by,
+        )
+        # A request that never reached chat has no thread to answer in; waiting for it
+        # would hold the outcome back for ever.
+        requests = [
+            r
+            for r in await self.store.run_requests(run_id)
+            if r.message_ts or r.delivery != "undeliverable"
+        ]
+        try:
+            await self.notifier.run_finished(summary, requests)
+        except DeliveryFailed as failure:  # e.g. the thread's channel was archived: drop it
+            await self.store.record_delivery_failure(run_id, failure, "run_finished")
+            return
+        if requests:
+            await self.store.count_delivered(run_id)

@@ -1,0 +1,347 @@
+"""A real ``redis-server`` process owned by Python.
+
+Used as the embedded default (REDIS_URL unset: the service runs one with its data in the
+data dir and AOF on) and by the tests (``tests/redis_fixtures.py``). Everything is passed on
+the command line, so no config file is needed. Servers still running when the interpreter
+exits normally are stopped by an ``atexit`` hook; :meth:`RedisServer.kill` is a real SIGKILL
+so tests can simulate a crash and check that :meth:`RedisServer.restart` replays the AOF.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import ipaddress
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal, Self
+
+import redis
+import redis.exceptions
+
+from agent_host.durable.data_dir import private_dir
+from agent_host.errors import ConfigurationError, StoreError
+
+__all__ = ["PID_FILE", "RedisCluster", "RedisServer", "find_executable", "free_port", "running_in"]
+
+AppendFsync = Literal["always", "everysec", "no"]
+START_TIMEOUT = 10.0
+_LIVE: set[RedisServer] = set()
+_MAX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux
+PID_FILE = "redis-server.pid"
+
+
+def find_executable(name: str = "redis-server") -> str:
+    """The path of ``name`` on PATH, or ConfigurationError saying how to get it."""
+    path = shutil.which(name)
+    if path is None:
+        raise ConfigurationError(
+            f"{name} is not on PATH: install it (`apt-get install redis-server`, "
+            "`brew install redis`) or set REDIS_URL to an existing Redis server."
+        )
+    return path
+
+
+def free_port(host: str = "127.0.0.1", *, bus: bool = False) -> int:
+    """A TCP port free right now on ``host`` (and ``port + 10000`` too when ``bus``)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    for _ in range(100):
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port: int = sock.getsockname()[1]
+        if not bus:
+            return port
+        if port + 10000 <= 65535:
+            with socket.socket(family, socket.SOCK_STREAM) as sock, contextlib.suppress(OSError):
+                sock.bind((host, port + 10000))
+                return port
+    raise StoreError(f"found no free port pair (port, port+10000) on {host}: free some ports.")
+
+
+def running_in(data_dir: Path) -> int | None:
+    """The pid of a redis-server still running on `data_dir` (whoever started it, even a
+    process killed since), or None. Read from the pid file it writes and removes at exit."""
+    try:
+        pid = int((Path(data_dir) / PID_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None  # killed: the pid file outlived it
+    except PermissionError:
+        pass  # alive, another user's
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    with contextlib.suppress(OSError):  # where /proc exists: not a reused pid
+        if b"redis-server" not in cmdline.read_bytes():
+            return None
+    return pid
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class RedisServer:
+    """One ``redis-server`` child process; start/stop/kill/restart, usable as a context manager."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        appendfsync: AppendFsync = "everysec",
+        appendonly: bool = True,
+        unix_socket: bool = False,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        self.data_dir = Path(data_dir).resolve()
+        self.host = host
+        self.appendfsync: AppendFsync = appendfsync
+        self.appendonly = appendonly
+        self.extra_args = tuple(extra_args)
+        self.log_path = self.data_dir / "redis-server.log"
+        self.pid_path = self.data_dir / PID_FILE
+        self._port = port
+        self._fixed_port = port is not None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.socket_path: Path | None = None
+        if unix_socket:
+            self.socket_path = self.data_dir / "redis.sock"
+            if len(str(self.socket_path)) > _MAX_SOCKET_PATH:  # stable short path instead
+                digest = hashlib.sha256(str(self.data_dir).encode()).hexdigest()[:16]
+                self.socket_path = Path(tempfile.gettempdir(), f"csredis-{digest}", "redis.sock")
+
+    # -- state ---------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise StoreError("this RedisServer has no port yet: call start() first.")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        if self.socket_path is not None:
+            return f"unix://{self.socket_path}?db=0"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"redis://{host}:{self.port}/0"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self.running and self._proc is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def __repr__(self) -> str:
+        state = f"pid={self.pid}" if self.running else "stopped"
+        return f"RedisServer({self.data_dir}, port={self._port}, {state})"
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def command_line(self) -> list[str]:
+        args = [find_executable(), "--daemonize", "no", "--dir", str(self.data_dir)]
+        args += ["--save", "", "--appendonly", "yes" if self.appendonly else "no"]
+        args += ["--appendfsync", self.appendfsync, "--loglevel", "notice"]
+        args += ["--pidfile", str(self.pid_path)]  # says "in use" to other processes
+        if self.socket_path is not None:
+            args += ["--port", "0", "--unixsocket", str(self.socket_path)]
+            args += ["--unixsocketperm", "700"]
+        else:
+            args += ["--port", str(self.port), "--bind", self.host]
+            if _is_loopback(self.host):
+                args += ["--protected-mode", "no"]
+        return [*args, *self.extra_args]
+
+    def start(self, timeout: float = START_TIMEOUT) -> Self:
+        """Launch the server and wait until it answers PING. No-op when already running."""
+        if self.running:
+            return self
+        private_dir(self.data_dir)
+        if self.socket_path is not None:
+            self.socket_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for attempt in range(3):
+            if self._port is None or (not self._fixed_port and attempt):
+                self._port = free_port(self.host, bus="--cluster-enabled" in self.extra_args)
+            offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+            log_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            with os.fdopen(log_fd, "ab") as log:
+                # umask 077: the AOF, RDB and pid files redis-server writes are 0600
+                self._proc = subprocess.Popen(
+                    self.command_line(),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    umask=0o077,
+                )
+            _LIVE.add(self)
+            error = self._wait_ready(timeout, offset)
+            if error is None:
+                self._fixed_port = True  # restarts keep the URL
+                return self
+            self.kill()
+            if self._fixed_port or "Address already in use" not in error:
+                break
+        raise StoreError(
+            f"redis-server did not start ({self.data_dir}, {self.url}); "
+            f"fix the cause below and retry. Last lines of {self.log_path}:\n{error}"
+        )
+
+    def _wait_ready(self, timeout: float, log_offset: int) -> str | None:
+        """None once the server answers PING, else the log tail explaining why not."""
+        deadline = time.monotonic() + timeout
+        client = redis.Redis.from_url(self.url, socket_timeout=1, socket_connect_timeout=1)
+        try:
+            while time.monotonic() < deadline:
+                if not self.running:
+                    return self._log_tail(log_offset) or "(the process exited with no output)"
+                with contextlib.suppress(redis.exceptions.ConnectionError, OSError):
+                    if client.ping():
+                        return None
+                time.sleep(0.02)
+        finally:
+            client.close()
+        return f"(no answer to PING after {timeout:g}s)\n" + self._log_tail(log_offset)
+
+    def _log_tail(self, offset: int = 0, lines: int = 20) -> str:
+        try:
+            with self.log_path.open("rb") as log:
+                log.seek(offset)
+                text = log.read().decode(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.strip().splitlines()[-lines:])
+
+    def _end(self, terminate: bool, timeout: float) -> None:
+        proc, self._proc = self._proc, None
+        _LIVE.discard(self)
+        if proc is None:
+            return
+        if proc.poll() is None:
+            if terminate:  # SIGTERM: redis fsyncs the AOF and exits cleanly
+                proc.terminate()
+                try:
+                    proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+            else:
+                proc.kill()
+        proc.wait()
+        if self.socket_path is not None and self.socket_path.parent != self.data_dir:
+            with contextlib.suppress(OSError):
+                self.socket_path.unlink(missing_ok=True)
+                self.socket_path.parent.rmdir()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Graceful shutdown (SIGTERM, then SIGKILL after ``timeout``); waits for the exit."""
+        self._end(True, timeout)
+
+    def kill(self) -> None:
+        """SIGKILL, no shutdown at all: simulates a crash (only fsynced AOF data survives)."""
+        self._end(False, 0)
+
+    def restart(self, timeout: float = START_TIMEOUT) -> Self:
+        """Stop if running, then start on the same port and dir (the AOF is replayed)."""
+        self.stop()
+        return self.start(timeout)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class RedisCluster:
+    """``masters`` cluster-enabled servers on free ports joined with ``redis-cli --cluster``."""
+
+    def __init__(self, data_dir: Path, masters: int = 3, *, host: str = "127.0.0.1") -> None:
+        cluster_args = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+        self.nodes = [
+            RedisServer(Path(data_dir) / f"node-{i}", host=host, extra_args=cluster_args)
+            for i in range(masters)
+        ]
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+    @property
+    def urls(self) -> list[str]:
+        return [node.url for node in self.nodes]
+
+    def start(self, timeout: float = START_TIMEOUT) -> Self:
+        redis_cli = find_executable("redis-cli")
+        try:
+            for node in self.nodes:
+                node.start(timeout)
+            addresses = [f"{node.host}:{node.port}" for node in self.nodes]
+            create = ["--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"]
+            done = subprocess.run(
+                [redis_cli, *create],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+            if done.returncode != 0:
+                raise StoreError(
+                    f"redis-cli --cluster create failed (exit {done.returncode}); "
+                    f"fix the cause below and retry:\n{done.stdout}{done.stderr}"
+                )
+            self._wait_ok(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_ok(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        pending = list(self.nodes)
+        while pending:
+            client = redis.Redis.from_url(pending[0].url, socket_timeout=1, decode_responses=True)
+            with client:
+                info: object = client.cluster("INFO")
+            state = info.get("cluster_state") if isinstance(info, dict) else str(info)
+            if state == "ok" or "cluster_state:ok" in str(state):
+                pending.pop(0)
+            elif time.monotonic() > deadline:
+                raise StoreError(
+                    f"Redis Cluster at {pending[0].url} is not ok after {timeout:g}s "
+                    f"(cluster_state={state!r}): check {pending[0].log_path}."
+                )
+            else:
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@atexit.register
+def _stop_all() -> None:
+    """No redis-server child outlives a normal interpreter exit."""
+    for server in list(_LIVE):
+        with contextlib.suppress(Exception):
+            server.stop(timeout=5.0)

@@ -1,0 +1,103 @@
+"""`countersign keys rotate`: re-encrypt every stored checkpoint under the active key.
+
+Runs are walked through each shard's runs index (never SCAN) in creation order; the
+position is saved after each batch, so an interrupted rotation resumes where it stopped.
+Each checkpoint is swapped by a compare-and-set, only if it is unchanged since it was read;
+a run that moved on meanwhile was written under the new key anyway.
+
+A damaged checkpoint (truncated or garbage envelope, a key that is not in the ring, failed
+authentication, not even a string in Redis) is left as it is and reported with its run id,
+and the rotation goes on with the others: one bad blob must not keep all the rest under the
+old key. Such a run fails with the reason when a worker tries to resume it, as any run with
+an unreadable checkpoint does; rotation itself changes no run's state, since a missing key
+can still be added back and the rotation run again.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
+from redis.exceptions import ResponseError
+
+from agent_host.durable import keys as K
+from agent_host.durable.connections import as_text
+from agent_host.durable.crypto import KeyRing
+from agent_host.errors import CheckpointError
+
+__all__ = ["RotationReport", "rotate_checkpoints"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RotationReport:
+    examined: int = 0
+    rotated: int = 0
+    skipped: int = 0  # already under the active key, no checkpoint, or moved on meanwhile
+    damaged: dict[str, str] = field(default_factory=dict)  # run id -> what is wrong
+
+
+class _Damaged(Exception):
+    """This run's checkpoint cannot be rotated; the message says why."""
+
+
+# Swap a checkpoint only if it and its pause are still what was read and re-encrypted.
+_SWAP = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if redis.call('HGET', KEYS[2], 'pause_id') ~= ARGV[3] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2])
+return 1
+"""
+
+
+async def rotate_checkpoints(redis: Redis, keyring: KeyRing, batch: int = 200) -> RotationReport:
+    report = RotationReport()
+    swap = redis.register_script(_SWAP)
+    for shard in K.shards():
+        field = str(shard.number)
+        start = int(await redis.hget(K.ROTATION, field) or 0)
+        while run_ids := await redis.zrange(shard.runs, start, start + batch - 1):
+            for raw in run_ids:
+                run_id = as_text(raw)
+                report.examined += 1
+                try:
+                    rotated = await _rotate_one(redis, swap, keyring, run_id)
+                except _Damaged as exc:
+                    log.warning("run %s: checkpoint not rotated: %s", run_id, exc)
+                    report.damaged[run_id] = str(exc)
+                    continue
+                if rotated:
+                    report.rotated += 1
+                else:
+                    report.skipped += 1
+            start += len(run_ids)
+            await redis.hset(K.ROTATION, field, start)
+    await redis.delete(K.ROTATION)
+    return report
+
+
+async def _rotate_one(redis: Redis, swap: AsyncScript, keyring: KeyRing, run_id: str) -> bool:
+    """True when rotated, False when there was nothing to do; _Damaged when it cannot be."""
+    k = K.Keys(run_id)
+    try:
+        blob: Any = await redis.get(k.checkpoint)
+        pause_id: Any = await redis.hget(k.run, "pause_id")
+    except ResponseError as exc:  # WRONGTYPE: the key holds something else than a blob
+        raise _Damaged(f"the checkpoint key {k.checkpoint} is not a string ({exc})") from None
+    if blob is None or pause_id is None:
+        return False
+    pause = as_text(pause_id)
+    try:
+        if not keyring.needs_rotation(blob):
+            return False
+        fresh = keyring.reencrypt(blob, run_id=run_id, request_id=pause)
+    except CheckpointError as exc:  # unreadable under every key, or sealed to another run
+        raise _Damaged(str(exc)) from None
+    if await swap(keys=[k.checkpoint, k.run], args=[blob, fresh, pause]):
+        return True
+    log.info("run %s moved on during rotation; its new checkpoint uses the new key", run_id)
+    return False

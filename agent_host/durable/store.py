@@ -1,0 +1,493 @@
+"""The Redis store: runs, encrypted checkpoints, approval requests, decisions.
+
+Each state change is one Lua script (see `scripts`), so a crash leaves either all of it or
+none. The checkpoint of a pause is written in the same step as its requests, the pending
+index and the outbox entries that will post them: nothing can be clicked before it exists.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+
+from agent_host.approvals import ApprovalRequest, DecideResult, RequestStatus, Router, RunRecord
+from agent_host.durable import keys as K
+from agent_host.durable.connections import as_text
+from agent_host.durable.crypto import KeyRing
+from agent_host.durable.scripts import CREATE, DECIDE, FINISH, PAUSE
+from agent_host.errors import DeliveryFailed, StoreError
+from agent_host.runtime.checkpoint import RunState
+from agent_host.runtime.decisions import Approve, Decision, decision_adapter
+from agent_host.runtime.policy import Severity
+from agent_host.runtime.runner import Failed, Paused, RunOutcome
+
+__all__ = ["DELIVERED", "PendingPage", "RunStore", "decide_keys", "parse_cursor"]
+
+log = logging.getLogger(__name__)
+
+TERMINAL_STATUS = {
+    "approve": "approved",
+    "reject": "rejected",
+    "request_changes": "changes_requested",
+    "answer": "answered",
+    "expired": "expired",
+}
+
+
+@dataclass(frozen=True)
+class PendingPage:
+    requests: list[ApprovalRequest]
+    next_cursor: str | None
+
+
+class RunStore:
+    def __init__(
+        self,
+        redis: Redis,
+        keyring: KeyRing,
+        router: Router,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.redis = redis
+        self.keyring = keyring
+        self.router = router
+        self.clock = clock
+        self._pause = redis.register_script(PAUSE)
+        self._decide = redis.register_script(DECIDE)
+        self._finish = redis.register_script(FINISH)
+        self._create = redis.register_script(CREATE)
+
+    # -- runs ---------------------------------------------------------------------------
+    async def create_run(
+        self, agent: str, input: str, requested_by: str | None, run_id: str | None = None
+    ) -> str:
+        """Record a new run and queue its start for a worker."""
+        run_id = run_id or K.new_run_id()
+        k, now = K.Keys(run_id), self.clock()
+        fields = {
+            "run_id": run_id,
+            "agent": agent,
+            "input": input,
+            "requested_by": requested_by or "",
+            "status": "running",
+            "pause_id": "",
+            "created_at": repr(now),
+            "updated_at": repr(now),
+        }
+        await self._create(
+            keys=[k.run, k.audit, k.shard.runs, k.shard.resume],
+            args=[run_id, json.dumps(fields), int(now * 1000), repr(now), requested_by or "api"],
+        )
+        return run_id
+
+    async def run_info(self, run_id: str) -> RunRecord | None:
+        raw = _decode_map(await self.redis.hgetall(K.Keys(run_id).run))
+        return RunRecord.from_hash(raw) if raw else None
+
+    async def save_outcome(self, outcome: RunOutcome, expected_pause_id: str, actor: str) -> bool:
+        """Persist a run's outcome if nobody else did first (fenced by the pause id)."""
+        if isinstance(outcome, Paused):
+            return await self._save_pause(outcome, expected_pause_id, actor)
+        error = outcome.error if isinstance(outcome, Failed) else ""
+        output = "" if isinstance(outcome, Failed) else outcome.output
+        return await self.finish(
+            outcome.state.run_id,
+            expected_pause_id,
+            outcome.kind,
+            output,
+            error,
+            actor,
+            outcome.state,
+        )
+
+    async def finish(
+        self,
+        run_id: str,
+        expected_pause_id: str,
+        status: str,
+        output: str,
+        error: str,
+        actor: str,
+        state: RunState | None = None,
+    ) -> bool:
+        k, now = K.Keys(run_id), self.clock()
+        final_id = f"final_{k.token}"
+        blob = b""
+        if state is not None:
+            blob = self.keyring.encrypt(
+                state.to_json().encode(), run_id=run_id, request_id=final_id
+            )
+        done = await self._finish(
+            keys=[k.run, k.checkpoint, k.audit, k.shard.outbox],
+            args=[expected_pause_id, status, output, error, blob, repr(now), actor, final_id],
+        )
+        return bool(done)
+
+    async def _save_pause(self, outcome: Paused, expected_pause_id: str, actor: str) -> bool:
+        state = outcome.state
+        run_id, now = state.run_id, self.clock()
+        k = K.Keys(run_id)
+        # Request numbers come from a per-run counter, so a request id (and the pause id,
+        # its pause's first request id) is never used twice, even when a call that was
+        # approved then asks a question. A pause that loses its fence wastes its numbers.
+        last = int(await self.redis.hincrby(k.run, "request_seq", len(outcome.pending)))
+        requests = []
+        for number, record in enumerate(outcome.pending, start=last - len(outcome.pending) + 1):
+            route = await self.router.route(state.agent, record.tool, record.severity)
+            request = ApprovalRequest(
+                request_id=K.request_id(run_id, number),
+                run_id=run_id,
+                call_id=record.call_id,
+                agent=state.agent,
+                tool=record.tool,
+                arguments=record.arguments,
+                call_hash=record.call_hash,
+                kind="question" if record.gate == "question" else "approval",
+                reason=record.reason,
+                severity=record.severity,
+                requested_by=state.requested_by or "",
+                created_at=now,
+                expires_at=now + route.expiry_seconds,
+                route=route,
+                allow_always=record.allow_always and route.allows_standing_approval,
+                question=record.question or "",
+            )
+            _apply_standing_approval(request, state.standing.get(record.tool), now)
+            requests.append(request)
+        pause_id = requests[0].request_id
+        blob = self.keyring.encrypt(state.to_json().encode(), run_id=run_id, request_id=pause_id)
+        shard = k.shard
+        script_keys = [
+            k.run,
+            k.checkpoint,
+            k.requests,
+            k.audit,
+            shard.pending,
+            shard.deadlines,
+            shard.outbox,
+            shard.resume,
+        ]
+        args: list[Any] = [expected_pause_id, pause_id, blob, repr(now), actor, len(requests)]
+        for request in requests:
+            request.pause_id = pause_id
+            fields = request.to_hash() | {"quorum": str(request.route.quorum)}
+            script_keys += [
+                k.request(request.request_id),
+                shard.pending_in(request.route.destination),
+            ]
+            args += [
+                request.request_id,
+                _score(now),
+                _score(request.expires_at),
+                json.dumps(fields),
+            ]
+        return bool(await self._pause(keys=script_keys, args=args))
+
+    async def load_checkpoint(self, run_id: str, pause_id: str) -> RunState:
+        """Decrypt and parse the run's checkpoint; CheckpointError subclasses if it cannot be."""
+        blob: Any = await self.redis.get(K.Keys(run_id).checkpoint)
+        if blob is None:
+            raise StoreError(f"run {run_id} has no checkpoint; it cannot be resumed")
+        plaintext = self.keyring.decrypt(blob, run_id=run_id, request_id=pause_id)
+        return RunState.from_json(plaintext)
+
+    async def decisions_for(self, run_id: str, pause_id: str) -> dict[str, Decision]:
+        """The recorded decision of every request of a pause, by call id."""
+        info = await self.run_info(run_id)
+        ids = list(info.pause_requests) if info is not None else []
+        decisions: dict[str, Decision] = {}
+        for request in await self.get_requests(run_id, ids):
+            if request.pause_id == pause_id and request.decision is not None:
+                decisions[request.call_id] = request.decision
+        return decisions
+
+    # -- requests -----------------------------------------------------------------------
+    async def get_request(self, request_id: str) -> ApprovalRequest | None:
+        try:
+            k = K.Keys(request_id)
+        except ValueError:
+            return None
+        raw = _decode_map(await self.redis.hgetall(k.request(request_id)))
+        return ApprovalRequest.from_hash(raw) if raw else None
+
+    async def get_requests(self, run_id: str, request_ids: list[str]) -> list[ApprovalRequest]:
+        k = K.Keys(run_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for rid in request_ids:
+                pipe.hgetall(k.request(rid))
+            rows = await pipe.execute()
+        return [ApprovalRequest.from_hash(_decode_map(r)) for r in rows if r]
+
+    async def run_requests(self, run_id: str) -> list[ApprovalRequest]:
+        ids = [as_text(i) for i in await self.redis.lrange(K.Keys(run_id).requests, 0, -1)]
+        return await self.get_requests(run_id, ids)
+
+    async def decide(
+        self,
+        request_id: str,
+        decision: Decision,
+        *,
+        current: ApprovalRequest | None = None,
+        completes_quorum: bool = False,
+    ) -> DecideResult:
+        """The compare-and-set: the first valid decision (or the quorum) wins, atomically.
+
+        Only the approval service calls this (`approvals.service`): it decides who may
+        decide. `current`, when the caller has just read the request, saves a round trip;
+        the script checks the request's state itself, so a stale copy changes nothing.
+        """
+        if not _is_request_id(request_id):
+            return DecideResult("not_found")
+        if current is None or current.request_id != request_id:
+            current = await self.get_request(request_id)
+        if current is None:
+            return DecideResult("not_found")
+        outcome, extra = await self._decide(
+            keys=decide_keys(request_id, current.route.destination),
+            args=[
+                request_id,
+                decision.kind,
+                TERMINAL_STATUS[decision.kind],
+                decision_adapter.dump_json(decision).decode(),
+                decision.decided_by,
+                decision.call_hash or "",
+                "1" if completes_quorum else "0",
+            ],
+        )
+        kind = as_text(outcome)
+        # The script's second value: resume queued (decided) or approvals so far (progress).
+        return DecideResult(
+            kind,  # type: ignore[arg-type]
+            await self.get_request(request_id),
+            resume_queued=kind == "decided" and bool(extra),
+            approvals=int(extra) if kind == "progress" else 0,
+        )
+
+    async def set_message_ref(self, request_id: str, channel: str, ts: str) -> None:
+        k = K.Keys(request_id)
+        await self.redis.hset(
+            k.request(request_id), mapping={"message_channel": channel, "message_ts": ts}
+        )
+
+    async def list_pending(
+        self, destination: str | None = None, cursor: str | None = None, limit: int = 20
+    ) -> PendingPage:
+        """Newest first, from the shards' indexes (never SCAN), merged.
+
+        The cursor is `<score>:<request id>` of the last request shown. Requests of one pause
+        share a score, and Redis orders equal scores by member (reversed, here), so the next
+        page is: members tied at that score that sort before the cursor's id, then everything
+        with a lower score. This holds even if the cursor's request was decided meanwhile.
+        """
+        indexes = [
+            s.pending if destination is None else s.pending_in(destination) for s in K.shards()
+        ]
+        after = parse_cursor(cursor) if cursor else None
+        rows: list[tuple[int, str]] = []
+        for index in indexes:
+            rows += await self._page_of(index, after, limit)
+        rows.sort(reverse=True)  # newest first; ties by member, as Redis orders them
+        page = rows[:limit]
+        found = [r for r in await self._requests_by_id([rid for _, rid in page]) if r is not None]
+        next_cursor = f"{page[-1][0]}:{page[-1][1]}" if len(rows) > limit else None
+        return PendingPage(found, next_cursor)
+
+    async def _page_of(
+        self, index: str, after: tuple[int, str] | None, limit: int
+    ) -> list[tuple[int, str]]:
+        """Up to limit+1 entries of one shard's index that come after the cursor."""
+        rows: list[tuple[int, str]] = []
+        top = "+inf"
+        if after is not None:
+            score, member = after
+            tied: list[Any] = await self.redis.zrange(index, score, score, desc=True, byscore=True)
+            rows = [(score, as_text(m)) for m in tied if as_text(m) < member]
+            top = f"({score}"
+        if len(rows) <= limit:
+            more: list[Any] = await self.redis.zrange(
+                index,
+                top,
+                "-inf",
+                desc=True,
+                byscore=True,
+                offset=0,
+                num=limit + 1,
+                withscores=True,
+            )
+            rows += [(int(s), as_text(m)) for m, s in more]
+        return rows
+
+    async def _requests_by_id(self, request_ids: list[str]) -> list[ApprovalRequest | None]:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for rid in request_ids:
+                pipe.hgetall(K.Keys(rid).request(rid))
+            rows = await pipe.execute()
+        return [ApprovalRequest.from_hash(_decode_map(r)) if r else None for r in rows]
+
+    async def record_resume_latency(self, info: RunRecord) -> None:
+        """Time from the last decision to its resume, for /metrics."""
+        if info.decided_at is not None:
+            latency = max(0.0, self.clock() - info.decided_at)
+            async with self.redis.pipeline(transaction=False) as pipe:
+                metrics = K.Keys(info.run_id).shard.metrics
+                pipe.hincrbyfloat(metrics, "resume_latency_seconds_sum", latency)
+                pipe.hincrby(metrics, "resume_latency_seconds_count", 1)
+                await pipe.execute()
+
+    async def pending_count(self) -> int:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for shard in K.shards():
+                pipe.zcard(shard.pending)
+            counts = await pipe.execute()
+        return sum(int(c) for c in counts)
+
+    async def audit(self, run_id: str) -> list[dict[str, str]]:
+        entries: Any = await self.redis.xrange(K.Keys(run_id).audit)
+        return [_decode_map(fields) | {"id": as_text(entry_id)} for entry_id, fields in entries]
+
+    @staticmethod
+    def pending_cursor(request: ApprovalRequest) -> str:
+        """The `list_pending` cursor that continues right after `request` (a pending index
+        scores a request by the time it was created, as PAUSE writes it)."""
+        return f"{_score(request.created_at)}:{request.request_id}"
+
+    # -- delivery to chat ---------------------------------------------------------------
+    async def count_delivered(self, run_or_request_id: str) -> None:
+        """One notification the chat side accepted, for /metrics."""
+        await self.redis.hincrby(K.Keys(run_or_request_id).shard.metrics, f"{DELIVERED}ok", 1)
+
+    async def record_delivery_failure(
+        self,
+        run_or_request_id: str,
+        failure: DeliveryFailed,
+        notification: str,
+        *,
+        undeliverable: bool = False,
+        dead_letter: dict[str, str] | None = None,
+    ) -> None:
+        """A notification the chat side refused for good, in one MULTI on the run's hash tag:
+        an audit entry (`undeliverable` for a request that could not be posted, else
+        `delivery_failed`), the failure counter, and, for a post, the request's
+        `undeliverable` mark and the outbox entry copied to the shard's dead-letter stream."""
+        k = K.Keys(run_or_request_id)
+        request_id = run_or_request_id if run_or_request_id.startswith("req_") else ""
+        at = repr(self.clock())
+        entry = {
+            "at": at,
+            "actor": "countersign",
+            "event": "undeliverable" if undeliverable else "delivery_failed",
+            "notification": notification,
+            "channel": failure.channel,
+            "error": failure.code,
+        } | ({"request_id": request_id} if request_id else {})
+        async with self.redis.pipeline(transaction=True) as pipe:
+            if undeliverable and request_id:
+                pipe.hset(
+                    k.request(request_id),
+                    mapping={"delivery": "undeliverable", "delivery_error": failure.code},
+                )
+            pipe.xadd(k.audit, entry)  # type: ignore[arg-type]
+            if dead_letter is not None:
+                letter = dead_letter | {"error": failure.code, "channel": failure.channel, "at": at}
+                pipe.xadd(
+                    k.shard.deadletter,
+                    letter,  # type: ignore[arg-type]
+                    maxlen=DEAD_LETTERS_KEPT,
+                    approximate=True,
+                )
+            pipe.hincrby(k.shard.metrics, f"{DELIVERED}{delivery_result(failure.code)}", 1)
+            await pipe.execute()
+
+
+def _apply_standing_approval(
+    request: ApprovalRequest, standing: Approve | None, now: float
+) -> None:
+    """Record `request` as approved if a standing approval ("approve for this run") covers
+    it: the same route, the same or a lower severity, and a route where one person may
+    decide alone. Anything else is asked again (invariant 14)."""
+    if standing is None or request.kind != "approval":
+        return
+    route = request.route
+    if not route.allows_standing_approval or route.route_id != standing.route_id:
+        return
+    if _rank(request.severity) > _rank(standing.severity):
+        return
+    request.status = RequestStatus.APPROVED
+    request.decision = Approve(
+        decided_by=standing.decided_by,
+        call_hash=request.call_hash,
+        via="standing",
+        standing_of=standing.standing_of,
+    )
+    request.decided_by = standing.decided_by
+    request.decided_at = now
+    request.approvals = [standing.decided_by]
+
+
+def _rank(severity: str) -> int:
+    try:
+        return Severity(severity.lower()).rank
+    except ValueError:
+        return len(Severity)  # unknown: above every known severity, so never covered
+
+
+# Counters of chat deliveries in the shards' metrics hashes: `deliveries:ok`, and
+# `deliveries:failed:<error>` for notifications the chat side refused for good.
+DELIVERED = "deliveries:"
+DEAD_LETTERS_KEPT = 10_000  # per shard; older dead letters are trimmed, newest kept
+
+
+def delivery_result(error: str) -> str:
+    """`failed:<error>`, the error reduced to what a Prometheus label value may safely hold."""
+    return "failed:" + (re.sub(r"[^a-z0-9_]", "_", error.lower())[:64] or "unknown")
+
+
+def _is_request_id(value: str) -> bool:
+    try:
+        K.token_of(value)
+    except ValueError:
+        return False
+    return True
+
+
+def decide_keys(request_id: str, destination: str) -> list[str]:
+    """The keys of the DECIDE script for one request, in its order."""
+    k = K.Keys(request_id)
+    return [
+        k.request(request_id),
+        k.approvers(request_id),
+        k.run,
+        k.audit,
+        k.shard.pending,
+        k.shard.deadlines,
+        k.shard.resume,
+        k.shard.outbox,
+        k.shard.metrics,
+        k.shard.pending_in(destination),
+    ]
+
+
+_CURSOR = re.compile(r"^([0-9]{1,18}):(req_[0-9a-f]{8,64}_[0-9]{1,6})$")
+
+
+def parse_cursor(cursor: str) -> tuple[int, str]:
+    """`<score>:<request id>`; ValueError (with what to do) for anything else."""
+    match = _CURSOR.fullmatch(cursor)
+    if not match:
+        raise ValueError("the cursor is malformed; pass back next_cursor from the previous page")
+    return int(match.group(1)), match.group(2)
+
+
+def _score(at: float) -> int:
+    return int(at * 1000)
+
+
+def _decode_map(raw: dict[Any, Any]) -> dict[str, str]:
+    return {as_text(k): as_text(v) for k, v in raw.items()}

@@ -1,0 +1,204 @@
+"""A consumer-group reader shared by the resume workers and the outbox.
+
+Entries are acknowledged only after their handler succeeded; an entry whose consumer died
+(or whose handler raised) is reclaimed with XAUTOCLAIM once it has been idle long enough.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from agent_host.durable.connections import as_text
+
+__all__ = ["RetryLater", "ShardedConsumer", "StreamConsumer", "trim_acknowledged"]
+
+log = logging.getLogger(__name__)
+
+
+class RetryLater(Exception):
+    """Raised by a handler when an entry cannot be handled yet; it is retried after idle_ms."""
+
+
+Handler = Callable[[str, dict[str, str]], Awaitable[None]]
+
+
+class StreamConsumer:
+    def __init__(
+        self,
+        redis: Redis,
+        stream: str,
+        group: str,
+        consumer: str,
+        handler: Handler,
+        *,
+        idle_ms: int = 30_000,
+        block_ms: int = 1_000,
+        count: int = 10,
+        concurrent: bool = False,
+    ) -> None:
+        self.redis, self.stream, self.group, self.consumer = redis, stream, group, consumer
+        self.handler = handler
+        self.idle_ms, self.block_ms, self.count = idle_ms, block_ms, count
+        self._group_ready = False
+        self.concurrent = concurrent  # handle a batch at once (the outbox: one slow channel
+        # must not hold up the others)
+
+    async def ensure_group(self) -> None:
+        try:
+            await self.redis.xgroup_create(self.stream, self.group, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        self._group_ready = True
+
+    async def poll(self, block_ms: int | None = None) -> int:
+        """Handle reclaimed entries, then new ones; returns how many were handled.
+
+        Waits up to `block_ms` (default: the consumer's) for new entries; 0 does not wait.
+        """
+        if not self._group_ready:
+            await self.ensure_group()
+        entries = await self._reclaim()
+        if not entries:
+            block = self.block_ms if block_ms is None else block_ms
+            reply: Any = await self.redis.xreadgroup(
+                self.group,
+                self.consumer,
+                {self.stream: ">"},
+                count=self.count,
+                block=block or None,  # BLOCK 0 would wait forever
+            )
+            entries = reply[0][1] if reply else []
+        jobs = []
+        for entry_id, fields in entries:
+            if fields is None:  # trimmed while pending
+                await self.redis.xack(self.stream, self.group, entry_id)
+                continue
+            fields_text = {as_text(k): as_text(v) for k, v in fields.items()}
+            jobs.append(self._handle(as_text(entry_id), fields_text))
+        if self.concurrent:  # the outbox: one slow channel must not hold up the others
+            return sum(await asyncio.gather(*jobs))
+        return sum([await job for job in jobs])
+
+    async def _handle(self, entry_id: str, fields: dict[str, str]) -> bool:
+        heartbeat = asyncio.create_task(self._keep_claimed(entry_id))
+        try:
+            await self.handler(entry_id, fields)
+        except RetryLater as exc:
+            log.info("%s entry %s deferred: %s", self.stream, entry_id, exc)
+            return False
+        except Exception:
+            # Left pending: reclaimed after idle_ms and tried again.
+            log.exception("%s entry %s failed; it will be retried", self.stream, entry_id)
+            return False
+        finally:
+            heartbeat.cancel()
+        await self.redis.xack(self.stream, self.group, entry_id)
+        return True
+
+    async def _keep_claimed(self, entry_id: str) -> None:
+        """While a handler is still working, reset the entry's idle time now and then, so a
+        slow but healthy consumer is not mistaken for a dead one and its work reclaimed."""
+        while True:
+            await asyncio.sleep(self.idle_ms / 3000)
+            try:
+                await self.redis.xclaim(
+                    self.stream, self.group, self.consumer, 0, [entry_id], justid=True
+                )
+            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+                log.warning("%s entry %s: heartbeat failed (%s)", self.stream, entry_id, exc)
+
+    async def _reclaim(self) -> list[tuple[bytes, dict[bytes, bytes] | None]]:
+        reply: Any = await self.redis.xautoclaim(
+            self.stream, self.group, self.consumer, self.idle_ms, start_id="0-0", count=self.count
+        )
+        return list(reply[1])
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Poll until `stop`; the loop outlives Redis outages and any one bad moment."""
+        while not stop.is_set():
+            try:
+                await self.poll()
+            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+                log.warning("%s: Redis unavailable (%s); retrying", self.stream, exc)
+                await _sleep_or_stop(stop, 1.0)
+            except ResponseError as exc:
+                if "NOGROUP" in str(exc):
+                    self._group_ready = False  # the stream was lost (e.g. Redis without AOF)
+                    continue
+                log.exception("%s: Redis refused a command; retrying", self.stream)
+                await _sleep_or_stop(stop, 1.0)
+            except Exception:
+                log.exception("%s: unexpected error; retrying", self.stream)
+                await _sleep_or_stop(stop, 1.0)
+
+
+class ShardedConsumer:
+    """One consumer per shard's stream, run side by side: a shard's stream is read where
+    its runs live (its own Redis Cluster slot)."""
+
+    def __init__(self, consumers: list[StreamConsumer]) -> None:
+        self.consumers = consumers
+
+    async def ensure_groups(self) -> None:
+        for consumer in self.consumers:
+            await consumer.ensure_group()
+
+    async def poll(self, block_ms: int = 0) -> int:
+        """One pass over every shard; returns the entries handled. Reads never block on a
+        shard (Redis resolves short BLOCK timeouts only at its cron tick, ~100 ms); when
+        nothing was found, it sleeps `block_ms` instead."""
+        handled = 0
+        for consumer in self.consumers:
+            handled += await consumer.poll(block_ms=0)
+        if not handled and block_ms:
+            await asyncio.sleep(block_ms / 1000)
+        return handled
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await asyncio.gather(*(consumer.run(stop) for consumer in self.consumers))
+
+
+async def trim_acknowledged(redis: Any, stream: str, group: str) -> int:
+    """Drop the entries every consumer of `group` has read and acknowledged; returns how
+    many went. Unread and pending entries stay, so trimming never loses work.
+
+    The group's last delivered id is read first and its pending list second: an entry at or
+    below that id that is no longer pending by then was acknowledged, whatever happened in
+    between. The pending count of XINFO is not trusted to agree with XPENDING: consumers
+    ack in between (a restarted worker reclaiming what a killed one left pending), and then
+    XPENDING has no oldest entry at all. XINFO's entries-read and lag may be nil after a
+    restart, so neither is read."""
+    try:
+        groups: Any = await redis.xinfo_groups(stream)
+    except ResponseError:
+        return 0  # no such stream yet
+    info = next((g for g in groups if as_text(g.get("name", b"")) == group), None)
+    if info is None or info.get("last-delivered-id") is None:
+        return 0
+    ms, _, seq = as_text(info["last-delivered-id"]).partition("-")
+    keep_from = f"{ms}-{int(seq or 0) + 1}"  # everything after the last delivered entry
+    summary: Any = await redis.xpending(stream, group)
+    oldest = summary.get("min") if isinstance(summary, dict) else None
+    if oldest is not None:  # and the oldest entry still waiting for its acknowledgement
+        keep_from = min(keep_from, as_text(oldest), key=_entry_order)
+    return int(await redis.xtrim(stream, minid=keep_from, approximate=False))
+
+
+def _entry_order(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)

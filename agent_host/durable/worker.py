@@ -1,0 +1,127 @@
+"""Resume workers: start queued runs and resume fully decided ones, in any process.
+
+A resume entry is acknowledged only after the run's new state is saved. Saving is fenced by
+the pause id, so a redelivered or reclaimed entry whose run already moved on changes
+nothing, and the ledger keeps every tool call at most once across such retries.
+
+Every model response is saved (as the run's progress, bound to the pause being resumed)
+before any of its calls runs. A redelivered or reclaimed entry whose run has progress
+continues from it and never asks the model that turn again: a model asked twice may
+answer with other calls or fresh call ids, which the ledger could not tell apart.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from agent_host.approvals import RunRecord, RunStatus
+from agent_host.durable import keys as K
+from agent_host.durable.crashpoints import NEVER, CrashPoints
+from agent_host.durable.journal import ProgressStore, RedisTurnJournal
+from agent_host.durable.store import RunStore
+from agent_host.durable.streams import ShardedConsumer, StreamConsumer
+from agent_host.errors import CheckpointDecryptError, CheckpointError, CountersignError, StoreError
+from agent_host.runtime.checkpoint import RunState
+from agent_host.runtime.journal import RunMovedOn
+from agent_host.runtime.runner import Runner, RunOutcome
+
+__all__ = ["ResumeWorker"]
+
+log = logging.getLogger(__name__)
+
+
+class ResumeWorker:
+    def __init__(
+        self,
+        store: RunStore,
+        runner: Runner,
+        consumer: str,
+        *,
+        idle_ms: int = 30_000,
+        crash: CrashPoints = NEVER,
+    ):
+        self.store, self.crash = store, crash
+        self.runner = runner
+        self.progress = ProgressStore(store.redis, store.keyring)
+        self.consumer = ShardedConsumer(
+            [
+                StreamConsumer(
+                    store.redis,
+                    shard.resume,
+                    K.RESUME_GROUP,
+                    consumer,
+                    self.handle,
+                    idle_ms=idle_ms,
+                )
+                for shard in K.shards()
+            ]
+        )
+
+    async def handle(self, entry_id: str, fields: dict[str, str]) -> None:
+        run_id, pause_id = fields.get("run_id", ""), fields.get("pause_id", "")
+        info = await self.store.run_info(run_id)
+        if info is None or info.status.terminal or info.pause_id != pause_id:
+            log.info("resume entry %s for run %s is stale; skipped", entry_id, run_id)
+            return
+        start = fields.get("type") == "start"
+        if start and info.status != RunStatus.RUNNING:
+            return
+        journal = self.progress.journal(run_id, pause_id)
+        try:
+            if (progress := await self._progress(run_id, pause_id)) is not None:
+                log.info("run %s: replaying its saved turn %d", run_id, progress.turns)
+                outcome = await self.runner.replay(progress, journal=journal)
+            elif start:
+                outcome = await self.runner.run(
+                    info.agent,
+                    info.input,
+                    run_id=run_id,
+                    requested_by=info.requested_by or None,
+                    journal=journal,
+                )
+            else:
+                resumed = await self._resume(run_id, pause_id, info, journal)
+                if resumed is None:
+                    return
+                outcome = resumed
+        except RunMovedOn as exc:
+            log.info("resume entry %s: %s", entry_id, exc)
+            return
+        except StoreError:
+            raise  # Redis-side: the entry stays pending and is retried
+        except CountersignError as exc:
+            await self._fail(run_id, pause_id, str(exc))
+            return
+        if not start:
+            self.crash.reached("after_tool_ran")
+        await self.store.save_outcome(outcome, pause_id, "worker")
+        await self.progress.clear(run_id, pause_id)
+
+    async def _progress(self, run_id: str, pause_id: str) -> RunState | None:
+        try:
+            return await self.progress.load(run_id, pause_id)
+        except CheckpointDecryptError as exc:
+            raise CheckpointDecryptError(
+                f"the run's saved progress could not be decrypted or verified, so it was not "
+                f"replayed: {exc}"
+            ) from exc
+
+    async def _resume(
+        self, run_id: str, pause_id: str, info: RunRecord, journal: RedisTurnJournal
+    ) -> RunOutcome | None:
+        await self.store.record_resume_latency(info)
+        try:
+            state = await self.store.load_checkpoint(run_id, pause_id)
+        except CheckpointDecryptError as exc:
+            reason = f"checkpoint could not be decrypted or verified, so it was not resumed: {exc}"
+            await self._fail(run_id, pause_id, reason)
+            return None
+        except CheckpointError as exc:
+            await self._fail(run_id, pause_id, str(exc))
+            return None
+        decisions = await self.store.decisions_for(run_id, pause_id)
+        return await self.runner.resume(state, decisions, journal=journal)
+
+    async def _fail(self, run_id: str, pause_id: str, reason: str) -> None:
+        await self.store.finish(run_id, pause_id, "failed", "", reason, "worker")
+        await self.progress.clear(run_id, pause_id)

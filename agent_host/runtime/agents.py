@@ -1,0 +1,102 @@
+"""Agents and the registry that rebuilds them.
+
+Functions do not serialize, so a checkpoint names its agent and the registry rebuilds it
+from a factory (seeds 001 and 002). The fingerprint hashes what a reviewer's approval
+depends on: the tools, their schemas and their policy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent_host.errors import UnknownAgentError
+from agent_host.runtime.messages import ToolSpec
+from agent_host.runtime.models.base import Model
+from agent_host.runtime.policy import RuleSet
+from agent_host.runtime.tools import Tool
+
+__all__ = ["Agent", "AgentRegistry", "canonical_json"]
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass
+class Agent:
+    name: str
+    instructions: str
+    tools: list[Tool]
+    model: Model
+    rules: RuleSet = field(default_factory=RuleSet)  # operator overrides, checked first
+    max_turns: int = 20
+
+    def tool(self, name: str) -> Tool | None:
+        return next((t for t in self.tools if t.name == name), None)
+
+    def tool_specs(self) -> list[ToolSpec]:
+        return [
+            ToolSpec(name=t.name, description=t.description, parameters=t.schema())
+            for t in self.tools
+        ]
+
+    def fingerprint_parts(self) -> dict[str, Any]:
+        return {
+            "agent": self.name,
+            "tools": {
+                t.name: {
+                    "schema": t.schema(),
+                    "policy": t.describe_policy(),
+                    "severity": t.severity,
+                }
+                for t in self.tools
+            },
+            "rules": [repr(rule) for rule in self.rules.rules],
+        }
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(canonical_json(self.fingerprint_parts()).encode()).hexdigest()
+
+    def describe_changes(self, parts: Mapping[str, Any]) -> str:
+        """What differs between these fingerprint parts and this agent's, in words."""
+        now = self.fingerprint_parts()
+        old_tools, new_tools = parts.get("tools", {}), now["tools"]
+        changes = [f"tool {n} removed" for n in sorted(set(old_tools) - set(new_tools))]
+        changes += [f"tool {n} added" for n in sorted(set(new_tools) - set(old_tools))]
+        for name in sorted(set(old_tools) & set(new_tools)):
+            for aspect in ("schema", "policy", "severity"):
+                if old_tools[name].get(aspect) != new_tools[name].get(aspect):
+                    changes.append(f"{aspect} of tool {name} changed")
+        if parts.get("rules") != now["rules"]:
+            changes.append("operator policy rules changed")
+        return ", ".join(changes) or "the agent definition changed"
+
+
+AgentFactory = Callable[[], Agent]
+
+
+class AgentRegistry:
+    """Maps agent names to factories; every process builds the same registry at start."""
+
+    def __init__(self, factories: Mapping[str, AgentFactory] | None = None) -> None:
+        self._factories: dict[str, AgentFactory] = dict(factories or {})
+
+    def register(self, name: str, factory: AgentFactory) -> None:
+        self._factories[name] = factory
+
+    def names(self) -> Iterable[str]:
+        return sorted(self._factories)
+
+    def build(self, name: str) -> Agent:
+        factory = self._factories.get(name)
+        if factory is None:
+            known = ", ".join(self.names()) or "none"
+            raise UnknownAgentError(
+                f"no agent named {name!r} is registered (known: {known}); "
+                "check the agent name or COUNTERSIGN_AGENTS"
+            )
+        return factory()

@@ -1,0 +1,159 @@
+"""The run checkpoint (`RunState`): everything needed to resume a run, as JSON.
+
+No callables live in it; the agent is rebuilt from the registry by name and checked against
+the fingerprint recorded here. Versions, one line each:
+
+    1  transcript, the run's tool calls (plan, gate, decision, outcome), sticky decisions.
+    2  each call also keeps the model's own id for it (`model_call_id`); `call_id` is the
+       runner's. Read from v1: the model's id is the old call id.
+
+A checkpoint of an unknown or newer version is refused rather than guessed at; an older one
+is migrated to the current version as it is read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+from agent_host.errors import CheckpointError, UnsupportedCheckpointVersion
+from agent_host.runtime.agents import canonical_json
+from agent_host.runtime.decisions import Approve, Decision
+from agent_host.runtime.messages import Message
+
+__all__ = [
+    "CHECKPOINT_VERSIONS",
+    "SCHEMA_VERSION",
+    "CallRecord",
+    "Outcome",
+    "RunState",
+    "call_hash",
+]
+
+SCHEMA_VERSION = 2
+CHECKPOINT_VERSIONS = {
+    1: "transcript, the run's tool calls (plan, gate, decision, outcome), sticky decisions",
+    2: "each call keeps the model's id for it (model_call_id); call_id is the runner's; "
+    "approvals for the run are scoped (standing), sticky keeps rejections only",
+}
+
+RunStatus = Literal["running", "paused", "succeeded", "failed"]
+Gate = Literal["allow", "deny", "ask", "question", "invalid"]
+Outcome = Literal[
+    "executed",  # the tool ran; `result` is its output
+    "rejected",  # a reviewer rejected it (or asked for changes); it never ran
+    "denied",  # the policy denied it; it never ran
+    "expired",  # nobody decided before the deadline; it never ran
+    "answered",  # a human answered the tool's question; the answer is the result
+    "error",  # the tool ran and raised
+    "invalid",  # the model's arguments were invalid or the tool unknown; it never ran
+    "unknown_outcome",  # a worker died mid-call; not run again (the tool is not idempotent)
+]
+
+
+def call_hash(agent_fingerprint: str, tool: str, arguments: Any) -> str:
+    """What a reviewer approves: this tool, these arguments, this agent definition."""
+    text = canonical_json({"agent": agent_fingerprint, "tool": tool, "arguments": arguments})
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class CallRecord(BaseModel):
+    # The runner's id: unique within the run for ever, so with the run id it keys the
+    # execution ledger and the idempotency key. A model's ids can repeat; they are kept
+    # only to pair results with calls in the transcript the model reads.
+    call_id: str
+    model_call_id: str
+    tool: str
+    arguments: dict[str, Any] | str
+    call_hash: str
+    turn: int
+    gate: Gate
+    reason: str = ""
+    severity: str = "medium"
+    allow_always: bool = True
+    question: str | None = None  # set when gate == "question" (a tool-initiated pause)
+    decision: Decision | None = None
+    outcome: Outcome | None = None
+    result: str | None = None
+
+    @property
+    def waiting(self) -> bool:
+        """Gated and not yet decided: the turn cannot proceed."""
+        return self.gate in ("ask", "question") and self.decision is None and self.outcome is None
+
+
+class RunState(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    agent: str
+    agent_fingerprint: str
+    fingerprint_parts: dict[str, Any]
+    input: str
+    requested_by: str | None = None
+    context: dict[str, Any] = Field(default_factory=dict)
+    transcript: list[Message] = Field(default_factory=list)
+    calls: list[CallRecord] = Field(default_factory=list)
+    # "Reject for this run", by tool. ("approve" entries of older checkpoints are ignored:
+    # approvals for the run are scoped, see `standing`.)
+    sticky: dict[str, Literal["approve", "reject"]] = Field(default_factory=dict)
+    # "Approve for this run", by tool: the decision, stamped with the route and severity it
+    # was given for; the store applies it only to later calls within that scope.
+    standing: dict[str, Approve] = Field(default_factory=dict)
+    turns: int = 0
+    status: RunStatus = "running"
+    output: str | None = None
+    error: str | None = None
+
+    @property
+    def pending(self) -> list[CallRecord]:
+        return [c for c in self.calls if c.waiting]
+
+    @property
+    def open_calls(self) -> list[CallRecord]:
+        """Calls of the current turn not yet settled."""
+        return [c for c in self.calls if c.turn == self.turns and c.outcome is None]
+
+    def call(self, call_id: str) -> CallRecord | None:
+        return next((c for c in self.calls if c.call_id == call_id), None)
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, data: str | bytes) -> RunState:
+        try:
+            raw = json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise CheckpointError(f"checkpoint is not valid JSON: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise CheckpointError("checkpoint must be a JSON object")
+        version = raw.get("schema_version")
+        if type(version) is not int or version not in CHECKPOINT_VERSIONS:
+            known = ", ".join(str(v) for v in CHECKPOINT_VERSIONS)
+            raise UnsupportedCheckpointVersion(
+                f"checkpoint schema_version {version!r} is not one this countersign reads "
+                f"(known: {known}); upgrade countersign to resume it"
+            )
+        for older in range(version, SCHEMA_VERSION):
+            raw = _MIGRATIONS[older](raw)
+        try:
+            return cls.model_validate(raw)
+        except ValidationError as exc:
+            raise CheckpointError(f"checkpoint does not match schema v{version}: {exc}") from exc
+
+
+def _v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
+    """v1 had one id per call, the model's: it stays the call id and the model's id."""
+    calls = raw.get("calls")
+    if isinstance(calls, list):
+        for record in calls:
+            if isinstance(record, dict) and "call_id" in record:
+                record.setdefault("model_call_id", record["call_id"])
+    return raw | {"schema_version": 2}
+
+
+# version -> how a document of that version becomes one of the next
+_MIGRATIONS = {1: _v1_to_v2}

@@ -1,0 +1,209 @@
+"""Tools from typed Python functions (sync or async).
+
+The JSON schema a model sees is derived from the signature with pydantic, and the model's
+arguments are validated against it before the policy ever sees them. A parameter annotated
+`ToolContext` is not shown to the model: it receives the run id and the call id, which is
+the idempotency key a tool hands to whatever it calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, get_type_hints, overload
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from agent_host.errors import ToolDefinitionError
+from agent_host.runtime import strict_json
+from agent_host.runtime.policy import (
+    Permission,
+    PermissionFunction,
+    Severity,
+    Verdict,
+    describe_permission,
+    to_verdict,
+)
+
+__all__ = ["InvalidArguments", "Tool", "ToolContext", "tool"]
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    run_id: str
+    call_id: str
+    agent: str
+    context: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def idempotency_key(self) -> str:
+        """Stable for this call across retries and resumes: pass it to payment APIs etc."""
+        return f"{self.run_id}:{self.call_id}"
+
+
+class InvalidArguments(Exception):
+    """The model's arguments do not fit the tool's schema; the text goes back to the model."""
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    function: Callable[..., Any]
+    arguments_model: type[BaseModel]
+    permission: Permission | PermissionFunction = Permission.ALLOW
+    reason: str = ""  # shown to the reviewer when this tool asks
+    severity: str = "medium"
+    idempotent: bool = False  # safe to re-run when its outcome is unknown after a crash
+    allow_always: bool = True
+    context_parameter: str | None = None
+
+    def schema(self) -> dict[str, Any]:
+        schema = self.arguments_model.model_json_schema()
+        schema.pop("title", None)
+        return schema
+
+    def describe_policy(self) -> str:
+        return describe_permission(self.permission)
+
+    def validate(self, raw: Mapping[str, Any] | str) -> dict[str, Any]:
+        """Parse and validate the model's arguments; raises InvalidArguments with a clear text."""
+        if isinstance(raw, str):
+            try:
+                raw = strict_json.loads(raw or "{}")
+            except strict_json.NonFiniteNumber as exc:
+                raise InvalidArguments(f"arguments are not valid JSON: {exc}") from exc
+            except json.JSONDecodeError as exc:
+                raise InvalidArguments(f"arguments are not valid JSON: {exc.msg}") from exc
+        if not isinstance(raw, Mapping):
+            raise InvalidArguments("arguments must be a JSON object")
+        _refuse_non_finite(self.name, raw)  # parsed elsewhere: a model's reply, Python code
+        try:
+            model = self.arguments_model.model_validate(dict(raw))
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or '(arguments)'}: {e['msg']}"
+                for e in exc.errors()
+            )
+            raise InvalidArguments(f"invalid arguments for {self.name}: {problems}") from exc
+        arguments = model.model_dump(mode="json")
+        _refuse_non_finite(self.name, arguments)  # "nan" or "inf" given to a float field
+        return arguments
+
+    def judge(self, arguments: Mapping[str, Any], context: Mapping[str, Any]) -> Verdict:
+        """The tool's own permission for this call (operator rules may override it)."""
+        reason = self.reason or f"{self.name} requires approval"
+        if self.permission is Permission.DENY:
+            reason = self.reason or "denied by policy"
+        severity = Severity(self.severity)
+        result: Verdict | Permission | bool = (
+            self.permission
+            if isinstance(self.permission, Permission)
+            else self.permission(arguments, context)
+        )
+        verdict = to_verdict(result, reason, severity)
+        if not self.allow_always:
+            verdict = replace(verdict, allow_always=False)
+        return verdict
+
+    async def invoke(self, arguments: Mapping[str, Any], ctx: ToolContext) -> Any:
+        # Validated again so the function gets its declared types (models, Decimal, ...),
+        # not the JSON form the checkpoint keeps.
+        model = self.arguments_model.model_validate(dict(arguments))
+        kwargs = {name: getattr(model, name) for name in type(model).model_fields}
+        if self.context_parameter:
+            kwargs[self.context_parameter] = ctx
+        if inspect.iscoroutinefunction(self.function):
+            return await self.function(**kwargs)
+        # Sync tools run in a thread so a slow one never blocks the event loop.
+        return await asyncio.to_thread(self.function, **kwargs)
+
+
+def _refuse_non_finite(tool_name: str, arguments: Mapping[str, Any]) -> None:
+    """NaN compares false with every limit a policy sets, and ±Infinity is not JSON."""
+    if (where := strict_json.non_finite_path(dict(arguments))) is not None:
+        raise InvalidArguments(
+            f"invalid arguments for {tool_name}: {where} is NaN or Infinity, "
+            "which is not a number in JSON; send a finite number"
+        )
+
+
+@overload
+def tool(function: Callable[..., Any], /) -> Tool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    permission: Permission | PermissionFunction = Permission.ALLOW,
+    reason: str = "",
+    severity: str = "medium",
+    idempotent: bool = False,
+    allow_always: bool = True,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(
+    function: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    permission: Permission | PermissionFunction = Permission.ALLOW,
+    reason: str = "",
+    severity: str = "medium",
+    idempotent: bool = False,
+    allow_always: bool = True,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Turn a typed function into a Tool: `@tool` or `@tool(permission=Permission.ASK, ...)`."""
+
+    def build(fn: Callable[..., Any]) -> Tool:
+        if severity not in Severity.__members__.values():
+            known = ", ".join(s.value for s in Severity)
+            raise ToolDefinitionError(f"{fn.__name__}: severity {severity!r} is not one of {known}")
+        model, context_parameter = _arguments_model(fn)
+        return Tool(
+            name=name or fn.__name__,
+            description=description or inspect.getdoc(fn) or fn.__name__,
+            function=fn,
+            arguments_model=model,
+            permission=permission,
+            reason=reason,
+            severity=severity,
+            idempotent=idempotent,
+            allow_always=allow_always,
+            context_parameter=context_parameter,
+        )
+
+    return build(function) if function is not None else build
+
+
+def _arguments_model(fn: Callable[..., Any | Awaitable[Any]]) -> tuple[type[BaseModel], str | None]:
+    try:
+        hints = get_type_hints(fn)
+    except Exception as exc:
+        raise ToolDefinitionError(f"cannot read the type hints of {fn!r}: {exc}") from exc
+    fields: dict[str, Any] = {}
+    context_parameter = None
+    for parameter in inspect.signature(fn).parameters.values():
+        annotation = hints.get(parameter.name)
+        if annotation is ToolContext:
+            context_parameter = parameter.name
+            continue
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            raise ToolDefinitionError(f"{fn.__name__}: *args/**kwargs cannot become a tool schema")
+        if annotation is None:
+            raise ToolDefinitionError(
+                f"{fn.__name__}: parameter {parameter.name!r} needs a type hint to become a tool"
+            )
+        default = ... if parameter.default is inspect.Parameter.empty else parameter.default
+        fields[parameter.name] = (annotation, default)
+    model = create_model(
+        f"{fn.__name__}_arguments", __config__=ConfigDict(extra="forbid"), **fields
+    )
+    return model, context_parameter

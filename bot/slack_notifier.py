@@ -1,0 +1,217 @@
+"""The Slack side of agent_host's notifier: posts, updates and thread replies.
+
+Posting is paced per channel near Slack's one message per second; a 429 is answered by
+waiting its Retry-After, 5xx and timeouts by retrying with backoff. When Slack stays
+unavailable the call raises, and the outbox keeps the notification for later. An error no
+retry can change (`bot.delivery.PERMANENT`) raises `DeliveryFailed` at once: the outbox
+then reroutes the request to the default channel and this notifier tells the admins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Awaitable, Callable, Collection
+from dataclasses import replace
+from typing import Any
+
+from slack_sdk.errors import SlackApiError
+
+from agent_host.approvals import ApprovalRequest
+from agent_host.approvals.notifier import MessageRef, RunSummary
+from agent_host.durable.outbox import RetryLater
+from agent_host.errors import DeliveryFailed
+from bot import blocks, delivery
+
+__all__ = ["ChannelPacer", "SlackNotifier"]
+
+log = logging.getLogger(__name__)
+
+
+class ChannelPacer:
+    """At most one post per `interval` seconds into each channel."""
+
+    # A little over Slack's one message per second, so network jitter never lands two
+    # posts inside the same second at Slack's end.
+    def __init__(self, interval: float = 1.05) -> None:
+        self.interval = interval
+        self._next: dict[str, float] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def wait_turn(self, channel: str) -> None:
+        lock = self._locks.setdefault(channel, asyncio.Lock())
+        async with lock:
+            now = time.monotonic()
+            start = max(now, self._next.get(channel, 0.0))
+            self._next[channel] = start + self.interval
+        if start > now:
+            await asyncio.sleep(start - now)
+
+    def push_back(self, channel: str, seconds: float) -> None:
+        self._next[channel] = max(self._next.get(channel, 0.0), time.monotonic() + seconds)
+
+
+class SlackNotifier:
+    def __init__(
+        self,
+        client: Any,
+        default_channel: str,
+        *,
+        pacer: ChannelPacer | None = None,
+        attempts: int = 5,
+        timeout: float = 10.0,
+        backoff: float = 0.5,
+        admins: Collection[str] = (),
+    ) -> None:
+        self.client, self.default_channel = client, default_channel
+        self.admins = tuple(sorted(admins))  # user ids told when a request cannot be delivered
+        self.pacer = pacer or ChannelPacer()
+        self.attempts, self.timeout, self.backoff = attempts, timeout, backoff
+
+    async def request_posted(self, request: ApprovalRequest) -> MessageRef | None:
+        channel = request.route.destination or self.default_channel
+        if not channel:
+            log.warning(
+                "request %s has no channel: set COUNTERSIGN_DEFAULT_CHANNEL", request.request_id
+            )
+            raise RetryLater("no channel to post to")
+        text, body = blocks.approval_message(request)
+        reply = await self._call(
+            channel, lambda: self.client.chat_postMessage(channel=channel, text=text, blocks=body)
+        )
+        return MessageRef(reply["channel"], reply["ts"])
+
+    async def request_updated(self, request: ApprovalRequest) -> None:
+        if not request.message_ts:
+            raise RetryLater(f"request {request.request_id} is not posted yet")
+        render = blocks.decided_message if request.decided else blocks.approval_message
+        text, body = _noted(request, *render(request))
+        channel, ts = request.message_channel, request.message_ts
+        await self._call(
+            None,
+            lambda: self.client.chat_update(channel=channel, ts=ts, text=text, blocks=body),
+            where=channel,
+        )
+
+    async def run_finished(self, run: RunSummary, requests: list[ApprovalRequest]) -> None:
+        requests = [r for r in requests if r.asked]
+        if any(not r.message_ts for r in requests):
+            # Another process may still be posting a request (paced, or Slack is slow):
+            # the outcome belongs in its thread, so wait for it rather than drop it.
+            raise RetryLater(f"run {run.run_id}: a request is not posted yet")
+        posted = requests
+        if not posted:
+            return
+        last = posted[-1]
+        text = blocks.outcome_message(run, requests)
+        await self._call(
+            last.message_channel,
+            lambda: self.client.chat_postMessage(
+                channel=last.message_channel, thread_ts=last.message_ts, text=text
+            ),
+        )
+
+    async def request_rerouted(
+        self, request: ApprovalRequest, failure: DeliveryFailed
+    ) -> MessageRef | None:
+        """The request in the default channel, under a line saying why it is there."""
+        fallback = self.default_channel
+        if not fallback or fallback == failure.channel:
+            return None  # nowhere else to go: the admins are told
+        rerouted = replace(
+            request,
+            delivery="undeliverable",
+            delivery_error=request.delivery_error or failure.code,
+        )
+        text, body = _noted(rerouted, *blocks.approval_message(rerouted))
+        reply = await self._call(
+            fallback,
+            lambda: self.client.chat_postMessage(channel=fallback, text=text, blocks=body),
+        )
+        return MessageRef(reply["channel"], reply["ts"])
+
+    async def request_undeliverable(
+        self,
+        request: ApprovalRequest,
+        failure: DeliveryFailed,
+        rerouted: MessageRef | None,
+        fallback_failure: DeliveryFailed | None = None,
+    ) -> None:
+        """A direct message to every admin (posting to a user id opens the app's DM)."""
+        text = delivery.admin_alert(
+            request,
+            failure,
+            rerouted.channel if rerouted else None,
+            fallback_failure.code if fallback_failure else "",
+        )
+        if not self.admins:
+            log.error(
+                "request %s undeliverable and no COUNTERSIGN_ADMINS to tell: %s",
+                request.request_id,
+                failure,
+            )
+        for admin in self.admins:
+            try:
+                await self._call(
+                    admin, functools.partial(self.client.chat_postMessage, channel=admin, text=text)
+                )
+            except Exception as exc:  # the last resort must not stop the others
+                log.error(
+                    "could not tell admin %s that request %s is undeliverable: %s",
+                    admin,
+                    request.request_id,
+                    exc,
+                )
+
+    async def post_ephemeral(self, channel: str, user: str, text: str) -> None:
+        """An answer only `user` sees; retried like every other call (they must learn why)."""
+        await self._call(
+            None, lambda: self.client.chat_postEphemeral(channel=channel, user=user, text=text)
+        )
+
+    async def _call(
+        self, channel: str | None, send: Callable[[], Awaitable[Any]], *, where: str = ""
+    ) -> Any:
+        """`send`, paced into `channel` (None: not paced) and retried while Slack says "not
+        now"; DeliveryFailed, naming `where` (default: `channel`), when it says "never"."""
+        for attempt in range(1, self.attempts + 1):
+            if channel:
+                await self.pacer.wait_turn(channel)
+            try:
+                return await asyncio.wait_for(send(), self.timeout)
+            except SlackApiError as exc:
+                if not delivery.is_retryable(exc):
+                    raise delivery.permanent_failure(exc, where or channel or "") from exc
+                if exc.response.status_code == 429:
+                    wait = float(exc.response.headers.get("Retry-After", "1") or 1)
+                    if channel:
+                        self.pacer.push_back(channel, wait)
+                    else:
+                        await asyncio.sleep(wait)
+                    continue
+                if attempt == self.attempts:
+                    raise
+            except (TimeoutError, OSError) as exc:
+                if attempt == self.attempts:
+                    raise RetryLater(f"Slack unreachable: {exc}") from exc
+            await asyncio.sleep(self.backoff * 2 ** (attempt - 1))
+        raise RetryLater("Slack kept answering 429; will retry")
+
+
+def _noted(request: ApprovalRequest, text: str, body: list[Any]) -> tuple[str, list[Any]]:
+    """A request posted outside its routed channel keeps saying why, updates included."""
+    if request.delivery != "undeliverable" or not request.route.destination:
+        return text, body
+    if request.message_channel == request.route.destination:
+        return text, body
+    note = delivery.rerouted_note(
+        DeliveryFailed(request.delivery_error or "undeliverable", request.route.destination)
+    )
+    if len(body) >= blocks.MESSAGE_BLOCKS_MAX:
+        return f"{note}\n{text}", body
+    return f"{note}\n{text}", [
+        {"type": "context", "elements": [{"type": "mrkdwn", "text": note}]},
+        *body,
+    ]

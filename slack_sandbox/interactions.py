@@ -1,0 +1,155 @@
+"""The Slack → app direction of the local Slack sandbox: a person clicks a button, submits
+a modal, or runs a slash command, and the sandbox POSTs the signed request Slack would send
+to the app's request URL, then applies the app's answer. A local stand-in, not Slack.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any
+
+from slack_sandbox.app_client import AppReply, post_signed
+from slack_sandbox.blockkit import action_ids, find_element, input_elements, state_value
+from slack_sandbox.core import SandboxCore
+from slack_sandbox.payloads import (
+    block_actions_payload,
+    button_action,
+    form_body,
+    payload_body,
+    slash_command_fields,
+    view_submission_payload,
+)
+from slack_sandbox.responses import apply_slash_reply, apply_view_reply
+from slack_sandbox.shapes import message_json
+from slack_sandbox.workspace import Channel, User
+
+logger = logging.getLogger(__name__)
+
+JsonDict = dict[str, Any]
+
+
+def _user(core: SandboxCore, user_id: str) -> User:
+    user = core.workspace.user(user_id)
+    if user is None:
+        raise LookupError(f"no user {user_id!r} in the sandbox workspace")
+    return user
+
+
+def _channel(core: SandboxCore, channel_id: str) -> Channel:
+    channel = core.workspace.channel(channel_id)
+    if channel is None:
+        raise LookupError(f"no channel {channel_id!r} in the sandbox workspace")
+    return channel
+
+
+async def _send(core: SandboxCore, body: bytes) -> AppReply:
+    url = core.config.events_url
+    secret = core.config.signing_secret
+    if not url or not secret:
+        raise RuntimeError("the Slack stand-in needs events_url and signing_secret to call the app")
+    return await post_signed(
+        core.session(), url, body, signing_secret=secret, answer_within=core.config.app_timeout
+    )
+
+
+async def click(
+    core: SandboxCore, user_id: str, channel_id: str, ts: str, action_id: str
+) -> AppReply:
+    """``user_id`` clicks the button ``action_id`` on message ``ts`` (or their ephemeral)."""
+    user = _user(core, user_id)
+    channel = _channel(core, channel_id)
+    ws = core.workspace
+    message = ws.message(channel.id, ts)
+    ephemeral = ws.find_ephemeral(channel.id, ts, user.id) if message is None else None
+    if message is None and ephemeral is None:
+        raise LookupError(f"no message {ts} in {channel.id} that {user.id} can see")
+    blocks = message.blocks if message is not None else ephemeral.blocks if ephemeral else []
+    found = find_element(blocks, action_id, "button")
+    if found is None:
+        raise LookupError(
+            f"no button {action_id!r} on message {ts}; its elements: {action_ids(blocks)}"
+        )
+    block_id, element = found
+    thread_ts = (
+        message.thread_ts if message is not None else ephemeral.thread_ts if ephemeral else None
+    )
+    response_url = core.new_response_url(channel.id, user.id, ts, is_ephemeral=message is None)
+    core.commit()
+    payload = block_actions_payload(
+        core,
+        user=user,
+        channel=channel,
+        message_ts=ts,
+        message=message_json(ws, message) if message is not None else None,
+        thread_ts=thread_ts if thread_ts != ts else None,
+        action=button_action(block_id, element),
+        trigger_id=core.triggers.issue(user.id),
+        response_url=response_url,
+    )
+    logger.info("sandbox: %s clicks %r on %s/%s", user.name, action_id, channel.id, ts)
+    return await _send(core, payload_body(payload))
+
+
+def build_state(view_blocks: list[JsonDict], values: dict[str, dict[str, Any]]) -> JsonDict:
+    """``state.values`` for a submission, refusing what the Slack client would refuse."""
+    state: JsonDict = {}
+    for block_id, element, optional in input_elements(view_blocks):
+        action_id = str(element.get("action_id"))
+        value = values.get(block_id, {}).get(action_id)
+        if value in (None, "", []) and not optional:
+            raise ValueError(
+                f"input {block_id}/{action_id} is required; Slack would not submit the view"
+            )
+        state[block_id] = {action_id: state_value(element, value)}
+    for block_id, actions in values.items():
+        unknown = [a for a in actions if a not in state.get(block_id, {})]
+        if unknown:
+            raise ValueError(f"the view has no input {block_id}/{unknown[0]}")
+    return state
+
+
+async def submit_view(
+    core: SandboxCore, user_id: str, view_id: str, values: dict[str, dict[str, Any]]
+) -> AppReply:
+    """``user_id`` submits open view ``view_id`` with ``values[block_id][action_id]``."""
+    user = _user(core, user_id)
+    view = core.workspace.view(view_id)
+    if view is None or view.closed:
+        raise LookupError(f"no open view {view_id!r}")
+    if view.user != user.id:
+        raise PermissionError(f"view {view_id} is open for {view.user}, not {user.id}")
+    shown = copy.deepcopy(view.view)
+    shown["state"] = {"values": build_state(list(shown.get("blocks") or []), values)}
+    payload = view_submission_payload(
+        core, user=user, view=shown, trigger_id=core.triggers.issue(user.id)
+    )
+    logger.info("sandbox: %s submits view %s (%s)", user.name, view.id, shown.get("callback_id"))
+    reply = await _send(core, payload_body(payload))
+    apply_view_reply(core, view, reply)
+    return reply
+
+
+async def slash(
+    core: SandboxCore, user_id: str, channel_id: str, command: str, text: str
+) -> AppReply:
+    """``user_id`` runs ``command text`` in ``channel_id``."""
+    user = _user(core, user_id)
+    channel = _channel(core, channel_id)
+    if not command.startswith("/"):
+        raise ValueError(f"slash commands start with '/', got {command!r}")
+    response_url = core.new_response_url(channel.id, user.id, None, is_ephemeral=True)
+    core.commit()
+    fields = slash_command_fields(
+        core,
+        user=user,
+        channel=channel,
+        command=command,
+        text=text,
+        trigger_id=core.triggers.issue(user.id),
+        response_url=response_url,
+    )
+    logger.info("sandbox: %s runs %s in %s", user.name, command, channel.id)
+    reply = await _send(core, form_body(fields))
+    apply_slash_reply(core, user.id, channel.id, reply)
+    return reply

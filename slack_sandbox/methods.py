@@ -1,0 +1,30 @@
+"""The Web API methods the local Slack sandbox answers, by Slack method name.
+
+Anything else answers ``{"ok": false, "error": "unknown_method"}`` as Slack does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from slack_sandbox import methods_chat, methods_info, methods_views
+from slack_sandbox.core import SandboxCore
+
+Handler = Callable[[SandboxCore, dict[str, Any]], dict[str, Any]]
+
+METHODS: dict[str, Handler] = {
+    "api.test": methods_info.api_test,
+    "auth.test": methods_info.auth_test,
+    "chat.postMessage": methods_chat.post_message,
+    "chat.update": methods_chat.update_message,
+    "chat.postEphemeral": methods_chat.post_ephemeral,
+    "chat.getPermalink": methods_chat.get_permalink,
+    "views.open": methods_views.open_view,
+    "views.update": methods_views.update_view,
+    "users.info": methods_info.users_info,
+    "usergroups.users.list": methods_info.usergroup_users,
+    "conversations.info": methods_info.conversation_info,
+}
+
+NO_AUTH_METHODS = frozenset({"api.test"})
