@@ -2,9 +2,9 @@
 
 A rule (`agent_host.approvals.routes`) matches on agent and tool globs and a minimum
 severity; the first matching rule in list order wins, and a request no rule matches goes to
-the default channel (`COUNTERSIGN_DEFAULT_CHANNEL`) where anyone may decide it. `RouteBook` keeps the rules in
-Redis as one JSON list under `keys.ROUTES` and appends every change to the `keys.AUDIT`
-stream.
+the default channel (`COUNTERSIGN_DEFAULT_CHANNEL`) where anyone may decide it. `RouteBook`
+keeps the rules in Redis as one JSON list under `keys.ROUTES` and appends every change to
+the `keys.AUDIT` stream.
 """
 
 from __future__ import annotations
