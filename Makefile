@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install system-deps test demo lint format mypy bench clean
+.PHONY: install system-deps test demo lint format mypy imports bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,7 +20,8 @@ system-deps:
 
 test: install
 	$(BIN)/ruff check .
-	$(BIN)/mypy agent_host bot
+	$(BIN)/mypy agent_host bot slack_sandbox
+	$(BIN)/lint-imports
 	$(BIN)/pytest -q -p no:cacheprovider
 
 # The demo needs Redis but no browser: it prints a URL for yours.
@@ -37,7 +38,10 @@ format: install
 	$(BIN)/ruff check --fix .
 
 mypy: install
-	$(BIN)/mypy agent_host bot
+	$(BIN)/mypy agent_host bot slack_sandbox
+
+imports: install
+	$(BIN)/lint-imports
 
 bench: install
 	$(BIN)/python -m bench

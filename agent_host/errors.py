@@ -38,6 +38,7 @@ __all__ = [
     "ModelError",
     "PolicyRuleError",
     "StoreError",
+    "StoreUnavailable",
     "ToolDefinitionError",
     "UnknownAgentError",
     "UnsupportedCheckpointVersion",
@@ -121,3 +122,8 @@ class PolicyRuleError(CountersignError):
 
 class StoreError(CountersignError):
     pass
+
+
+class StoreUnavailable(StoreError):
+    """The store (Redis) could not be reached or answered with an error: nothing was changed
+    by this call as far as the caller can know; try again shortly."""

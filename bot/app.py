@@ -15,11 +15,11 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from redis.exceptions import RedisError
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 from slack_bolt.response import BoltResponse
 
 from agent_host.approvals import ApprovalRequest, ApprovalService, DecideResult
+from agent_host.errors import StoreUnavailable
 from agent_host.runtime.decisions import Answer, Approve, Decision, Reject
 from bot import blocks
 from bot.commands import SlashCommands
@@ -176,7 +176,7 @@ def build_bolt_app(
                 text = await _on_click(click, stage)
         except TimeoutError:
             text = UNCONFIRMED if stage["deciding"] else UNAVAILABLE
-        except (RedisError, OSError):
+        except StoreUnavailable:
             log.warning("click by %s could not reach Redis", click.user)
             text = UNAVAILABLE
         ephemeral(click.channel, click.user, text)
@@ -237,7 +237,7 @@ def build_bolt_app(
                 result = await _submit(submission.request_id, submission.pause_id, decision)
         except TimeoutError:
             result = DecideResult("unknown")
-        except (RedisError, OSError):
+        except StoreUnavailable:
             await ack(response_action="errors", errors={block: _plain(UNAVAILABLE)})
             return
         if result.accepted:
@@ -271,7 +271,7 @@ def build_bolt_app(
                 ),
                 LISTENER_BUDGET,
             )
-        except (RedisError, TimeoutError, OSError):
+        except (StoreUnavailable, TimeoutError):
             text = (
                 ":hourglass: countersign's database is not reachable right now; try again shortly."
             )

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from agent_host.durable.connections import embedded_dir, open_redis
 from agent_host.durable.crypto import generate_key
@@ -57,14 +59,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "worker":
             asyncio.run(_worker(settings))
         elif args.command == "demo" and args.terminal:
-            from slack_sandbox.terminal_demo import run_terminal_demo
-
-            asyncio.run(run_terminal_demo())
+            asyncio.run(_sandbox("terminal_demo").run_terminal_demo())
         elif args.command == "demo":
-            from slack_sandbox.demo import run_demo
-
             absolute = settings.model_copy(update={"data_dir": settings.data_dir.absolute()})
-            asyncio.run(run_demo(absolute, args.port))
+            asyncio.run(_sandbox("demo").run_demo(absolute, args.port))
         else:
             return asyncio.run(_rotate(settings))
     except ConfigurationError as exc:
@@ -156,3 +154,14 @@ async def _rotate(settings: Settings) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _sandbox(module: str) -> Any:
+    """The local Slack sandbox's demo, loaded only for `countersign demo`: the product never
+    imports the sandbox (an import contract says so), so `serve` and `worker` never load it."""
+    try:
+        return importlib.import_module(f"slack_sandbox.{module}")
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"the local Slack sandbox is not installed ({exc}); run `make demo` from a checkout"
+        ) from exc

@@ -8,18 +8,22 @@ redis+sentinel://s1:26379,s2:26379/mymaster/0               the master Sentinel 
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import Sentinel
+from redis.exceptions import RedisError
 
 from agent_host.durable.data_dir import private_dir
 from agent_host.durable.redis_server import RedisServer
-from agent_host.errors import ConfigurationError
+from agent_host.errors import ConfigurationError, StoreUnavailable
 from agent_host.settings import Settings
 
 __all__ = ["as_text", "embedded_dir", "open_redis"]
@@ -99,3 +103,31 @@ def _as_client(cluster: RedisCluster) -> Redis:
     # the cluster client serves where a single server's client does; it speaks the same
     # commands, hence the cast.
     return cast(Redis, cluster)
+
+
+_C = TypeVar("_C", bound=type)
+
+
+def unavailable_on_redis_errors(cls: _C) -> _C:
+    """Wrap every public coroutine method of `cls` so that a Redis or socket error leaves it
+    as `StoreUnavailable`: callers above the durable layer (the Slack listeners, the API)
+    handle one error of ours and never import Redis's."""
+    for name, member in list(vars(cls).items()):
+        if name.startswith("_") or not inspect.iscoroutinefunction(member):
+            continue
+        setattr(cls, name, _translated(member))
+    return cls
+
+
+def _translated(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    @functools.wraps(method)
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await method(*args, **kwargs)
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable(
+                f"Redis could not be used ({type(exc).__name__}: {exc}); nothing may have "
+                "changed, try again shortly"
+            ) from exc
+
+    return call

@@ -33,6 +33,7 @@ from agent_host.approvals.routes import (
     parse_spec,
 )
 from agent_host.durable import keys
+from agent_host.durable.connections import unavailable_on_redis_errors
 from agent_host.errors import StoreError
 
 __all__ = [
@@ -96,6 +97,7 @@ def _dump(rules: Iterable[RouteRule]) -> str:
     return json.dumps([r.to_dict() for r in rules])
 
 
+@unavailable_on_redis_errors
 class RouteBook:
     """The routing rules in Redis; implements `agent_host.approvals.Router`.
 

@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 
 from agent_host.approvals import ApprovalRequest, DecideResult, RequestStatus, Router, RunRecord
 from agent_host.durable import keys as K
-from agent_host.durable.connections import as_text
+from agent_host.durable.connections import as_text, unavailable_on_redis_errors
 from agent_host.durable.crypto import KeyRing
 from agent_host.durable.scripts import CREATE, DECIDE, FINISH, PAUSE
 from agent_host.errors import DeliveryFailed, StoreError
@@ -47,6 +47,7 @@ class PendingPage:
     next_cursor: str | None
 
 
+@unavailable_on_redis_errors
 class RunStore:
     def __init__(
         self,
