@@ -24,14 +24,15 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def request_origin(body: dict[str, Any]) -> tuple[set[str], str]:
-    """(the team ids a request names, its enterprise id or "")."""
+def request_origin(body: dict[str, Any]) -> tuple[set[str], set[str]]:
+    """(the team ids a request names, the enterprise ids it names): the workspace or org it
+    was sent from and the clicking user's own, which differ for a Slack Connect guest."""
     if "command" in body:  # a slash command: form fields
-        return {_text(body.get("team_id"))} - {""}, _text(body.get("enterprise_id"))
+        return {_text(body.get("team_id"))} - {""}, {_text(body.get("enterprise_id"))} - {""}
     user = _dict(body.get("user"))
     teams = {_text(_dict(body.get("team")).get("id")), _text(user.get("team_id"))} - {""}
-    enterprise = _text(_dict(body.get("enterprise")).get("id")) or _text(user.get("enterprise_id"))
-    return teams, enterprise
+    orgs = {_text(_dict(body.get("enterprise")).get("id")), _text(user.get("enterprise_id"))}
+    return teams, orgs - {""}
 
 
 def foreign_request(body: Any, installation: Any) -> bool:
@@ -41,9 +42,9 @@ def foreign_request(body: Any, installation: Any) -> bool:
         return False
     installed_team = _text(getattr(installation, "team_id", None))
     installed_org = _text(getattr(installation, "enterprise_id", None))
-    teams, enterprise = request_origin(body)
+    teams, orgs = request_origin(body)
     if installed_team:
         return not teams or any(team != installed_team for team in teams)
     if installed_org:
-        return enterprise != installed_org
+        return orgs != {installed_org}
     return True

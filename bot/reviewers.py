@@ -58,7 +58,8 @@ class ReviewerRules:
             members = frozenset(reply.get("users") or [])
         except Exception as exc:  # fail closed: an unknown membership allows nobody
             log.warning("usergroups.users.list %s failed: %s", group_id, exc)
-            return cached[1] if cached else None
+            # Fail closed: a cache older than cache_seconds may name someone since removed.
+            return None
         self._groups[group_id] = (self.clock(), members)
         return members
 

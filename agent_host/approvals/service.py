@@ -107,6 +107,8 @@ def kind_refusal(request: ApprovalRequest, decision: Decision) -> str:
         return "this request is a question: answer it or reject it"
     if request.kind == "approval" and isinstance(decision, Answer):
         return "this request is an approval, not a question: approve or reject it"
+    if isinstance(decision, Answer) and not decision.text.strip():
+        return "an answer needs text; send the answer (the webhook's feedback) or reject"
     return ""
 
 

@@ -27,7 +27,9 @@ return 1
 # KEYS: run, checkpoint, requests, run audit, PENDING, DEADLINES, OUTBOX, RESUME, then per
 #       request: request hash, pending-by-destination zset
 # ARGV: expected pause id, new pause id, checkpoint blob, now, actor, n, then per request:
-#       request id, created score, expiry score, fields as JSON
+#       request id, created score, seconds until its deadline, fields as JSON
+# Deadlines are set from Redis's clock (TIME), the one DECIDE and the sweeper check, so a
+# worker whose clock is off cannot post a request that is already due or due too late.
 # A request whose fields arrive already decided (a call covered by a standing approval) is
 # recorded and audited but never listed, posted or swept; if every request of the pause is
 # such, the run is queued to resume at once.
@@ -36,12 +38,17 @@ local current = redis.call('HGET', KEYS[1], 'pause_id') or ''
 if current ~= ARGV[1] then return 0 end
 local n = tonumber(ARGV[6])
 redis.call('SET', KEYS[2], ARGV[3])
+local t = redis.call('TIME')
+local now_n = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local ids = {}
 local undecided = 0
 for i = 1, n do
   local base = 6 + (i - 1) * 4
-  local rid, created, expires = ARGV[base + 1], ARGV[base + 2], ARGV[base + 3]
+  local rid, created = ARGV[base + 1], ARGV[base + 2]
+  local deadline = now_n + tonumber(ARGV[base + 3])
+  local expires = string.format('%d', math.floor(deadline * 1000))
   local fields = cjson.decode(ARGV[base + 4])
+  fields['expires_at'] = string.format('%.6f', deadline)
   local flat = {}
   for k, v in pairs(fields) do flat[#flat + 1] = k; flat[#flat + 1] = v end
   local req_key, by_dest = KEYS[8 + (i - 1) * 2 + 1], KEYS[8 + (i - 1) * 2 + 2]

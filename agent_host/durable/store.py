@@ -186,7 +186,7 @@ class RunStore:
             args += [
                 request.request_id,
                 _score(now),
-                _score(request.expires_at),
+                request.route.expiry_seconds,
                 json.dumps(fields),
             ]
         return bool(await self._pause(keys=script_keys, args=args))
@@ -413,11 +413,13 @@ def _apply_standing_approval(
     """Record `request` as approved if a standing approval ("approve for this run") covers
     it: the same route, the same or a lower severity, and a route where one person may
     decide alone. Anything else is asked again (invariant 14)."""
-    if standing is None or request.kind != "approval":
-        return
+    if standing is None or request.kind != "approval" or not request.allow_always:
+        return  # (allow_always: the call's policy, and its route, allow approving for the run)
     route = request.route
     if not route.allows_standing_approval or route.route_id != standing.route_id:
         return
+    if standing.severity.lower() not in list(Severity):
+        return  # a scope of unknown severity covers nothing
     if _rank(request.severity) > _rank(standing.severity):
         return
     request.status = RequestStatus.APPROVED

@@ -195,6 +195,8 @@ async def approval_webhook(request: web.Request) -> web.Response:
     approval = await host.approvals.load(request_id)
     if approval is None:
         return error(404, f"no approval request {request_id!r}")
+    if approval.kind == "question" and verdict == "approved" and not feedback.strip():
+        return error(400, "this request is a question: its answer is the feedback; send one")
     decision = decision_for(verdict, approval, feedback, claimed or "")
     result = await host.approvals.decide(request_id, decision, via="webhook", current=approval)
     current = result.request

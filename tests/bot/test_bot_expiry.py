@@ -20,7 +20,7 @@ async def test_request_expires_on_a_short_route_expiry(redis_url: str, tmp_path:
         run_id = await stack.start_run("refund-agent", "refund order 123")
         [request] = await stack.pending_requests(run_id)
         assert request.route.expiry_seconds == 1
-        assert request.expires_at - request.created_at == 1
+        assert abs(request.expires_at - request.created_at - 1) < 0.5  # deadline: Redis clock
 
         info = await stack.run_status(run_id, "succeeded", "failed")
         assert info.status == "succeeded"
