@@ -152,10 +152,6 @@ async def _rotate(settings: Settings) -> int:
     return 1
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def _sandbox(module: str) -> Any:
     """The local Slack sandbox's demo, loaded only for `countersign demo`: the product never
     imports the sandbox (an import contract says so), so `serve` and `worker` never load it."""
@@ -165,3 +161,7 @@ def _sandbox(module: str) -> Any:
         raise ConfigurationError(
             f"the local Slack sandbox is not installed ({exc}); run `make demo` from a checkout"
         ) from exc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
