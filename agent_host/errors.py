@@ -17,11 +17,29 @@
     ├── ModelError                the model endpoint failed or answered something unusable
     ├── PolicyRuleError           an operator's rule file is malformed
     └── StoreError                Redis-side failures (see agent_host.durable.store)
+        └── StoreUnavailable      Redis could not be used; nothing may have changed, retry
 
 Each message says what happened and what to do about it.
+
+Signals are apart from that tree: raised on purpose to steer the flow, never a failure to
+report, and each caught by exactly one place that knows what to do:
+
+    Signal
+    ├── PauseRequest              a tool asks a human (`pause()`): the runner pauses the run
+    ├── InvalidArguments          the model's arguments do not fit the tool: the text goes
+    │                             back to the model as the call's result
+    ├── RetryLater                a stream handler (the outbox's notifier) cannot act yet:
+    │                             the entry stays pending and is tried again
+    └── RunMovedOn                the run was paused, finished or taken by another worker:
+                                  this worker stops and acknowledges its entry
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agent_host.runtime.policy import Severity
 
 __all__ = [
     "AgentChangedError",
@@ -33,10 +51,15 @@ __all__ = [
     "DecisionError",
     "DecisionMismatchError",
     "DeliveryFailed",
+    "InvalidArguments",
     "InvalidDecisionError",
     "MissingDecisionError",
     "ModelError",
+    "PauseRequest",
     "PolicyRuleError",
+    "RetryLater",
+    "RunMovedOn",
+    "Signal",
     "StoreError",
     "StoreUnavailable",
     "ToolDefinitionError",
@@ -127,3 +150,30 @@ class StoreError(CountersignError):
 class StoreUnavailable(StoreError):
     """The store (Redis) could not be reached or answered with an error: nothing was changed
     by this call as far as the caller can know; try again shortly."""
+
+
+# -- signals ----------------------------------------------------------------------------------
+class Signal(Exception):
+    """Raised on purpose to steer the flow; see the module docstring."""
+
+
+class PauseRequest(Signal):
+    """A tool asks a human `question`; the answer becomes the call's result."""
+
+    def __init__(self, question: str, severity: Severity, data: dict[str, Any]) -> None:
+        super().__init__(question)
+        self.question = question
+        self.severity = severity
+        self.data = data
+
+
+class InvalidArguments(Signal):
+    """The model's arguments do not fit the tool's schema; the text goes back to the model."""
+
+
+class RetryLater(Signal):
+    """A handler cannot act on a stream entry yet; it is retried after the idle time."""
+
+
+class RunMovedOn(Signal):
+    """The run was paused, finished or taken over elsewhere; this worker must stop."""

@@ -18,14 +18,11 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from agent_host.durable.connections import as_text
+from agent_host.errors import RetryLater
 
 __all__ = ["RetryLater", "ShardedConsumer", "StreamConsumer", "trim_acknowledged"]
 
 log = logging.getLogger(__name__)
-
-
-class RetryLater(Exception):
-    """Raised by a handler when an entry cannot be handled yet; it is retried after idle_ms."""
 
 
 Handler = Callable[[str, dict[str, str]], Awaitable[None]]

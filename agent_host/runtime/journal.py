@@ -12,14 +12,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from agent_host.errors import CountersignError
+from agent_host.errors import RunMovedOn
 from agent_host.runtime.checkpoint import RunState
 
 __all__ = ["NO_JOURNAL", "NoJournal", "RunMovedOn", "TurnJournal"]
-
-
-class RunMovedOn(CountersignError):
-    """The run was paused, finished or taken over elsewhere; this worker must stop."""
 
 
 class TurnJournal(Protocol):

@@ -8,18 +8,11 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
+from agent_host.errors import PauseRequest
 from agent_host.runtime.policy import Severity
 from agent_host.runtime.tools import Tool, tool
 
 __all__ = ["PauseRequest", "ask_human", "pause"]
-
-
-class PauseRequest(Exception):
-    def __init__(self, question: str, severity: Severity, data: dict[str, Any]) -> None:
-        super().__init__(question)
-        self.question = question
-        self.severity = severity
-        self.data = data
 
 
 def pause(question: str, severity: Severity | str = Severity.MEDIUM, **data: Any) -> NoReturn:

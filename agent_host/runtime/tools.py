@@ -17,7 +17,7 @@ from typing import Any, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from agent_host.errors import ToolDefinitionError
+from agent_host.errors import InvalidArguments, ToolDefinitionError
 from agent_host.runtime import strict_json
 from agent_host.runtime.policy import (
     Permission,
@@ -42,10 +42,6 @@ class ToolContext:
     def idempotency_key(self) -> str:
         """Stable for this call across retries and resumes: pass it to payment APIs etc."""
         return f"{self.run_id}:{self.call_id}"
-
-
-class InvalidArguments(Exception):
-    """The model's arguments do not fit the tool's schema; the text goes back to the model."""
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Models: the deterministic scripted model and an OpenAI-compatible Chat Completions client."""
+"""Models: the interface, and the deterministic scripted model (`agent_host.llm` holds the
+clients of hosted models)."""
 
 from agent_host.runtime.models.base import (
     Model,
