@@ -20,11 +20,9 @@ from agent_host.durable.host import load_keyring
 from agent_host.durable.redis_server import running_in
 from agent_host.durable.rotation import rotate_checkpoints
 from agent_host.errors import ConfigurationError
-from agent_host.http.api import create_app
 from agent_host.settings import Settings, load_settings
-from bot.server import start_site, stop_on_signals
-from bot.socket_mode import SocketMode, start_socket_mode
-from bot.wiring import build, mount_slack
+from bot.server import stop_on_signals
+from bot.service import build_service
 
 __all__ = ["main"]
 
@@ -75,44 +73,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 async def _serve(settings: Settings, host_name: str, port: int, workers: int) -> None:
     stop = stop_on_signals()
-    host, bot = await build(settings)
-    app = create_app(host)
-    socket_mode: SocketMode | None = None
-    if settings.slack_app_token:  # Socket Mode: Slack's requests arrive over a websocket
-        try:
-            socket_mode = await start_socket_mode(
-                bot.bolt, app_token=settings.slack_app_token, api_url=settings.slack_api_url
-            )
-        except BaseException:
-            await bot.close()
-            await host.stop()
-            raise
-        log.info("SLACK_APP_TOKEN is set: Socket Mode, POST /slack/events is not used")
-    else:
-        mount_slack(app, bot)
-    runner, _ = await start_site(app, host_name, port)
-    host.start_background(workers)
-    log.info("countersign serving on http://%s:%d (workers: %d)", host_name, port, workers)
+    service = await build_service(settings)
+    await service.start(http=(host_name, port), workers=workers)
+    log.info("countersign serving on %s (workers: %d)", service.url, workers)
     try:
         await stop.wait()
     finally:
-        if socket_mode is not None:
-            await socket_mode.stop()
-        await runner.cleanup()
-        await bot.close()
-        await host.stop()
+        await service.stop()
 
 
 async def _worker(settings: Settings) -> None:
     stop = stop_on_signals()
-    host, bot = await build(settings)
-    host.start_background(1)
+    service = await build_service(settings)
+    await service.start(workers=1)
     log.info("countersign worker started")
     try:
         await stop.wait()
     finally:
-        await bot.close()
-        await host.stop()
+        await service.stop()
 
 
 async def _rotate(settings: Settings) -> int:

@@ -18,10 +18,9 @@ from typing import Any
 from agent_host.approvals.routes import RouteRule
 from agent_host.durable.crypto import generate_key
 from agent_host.durable.data_dir import private_dir
-from agent_host.http.api import create_app
 from agent_host.settings import Settings
-from bot.server import start_site, stop_on_signals
-from bot.wiring import build, mount_slack
+from bot.server import stop_on_signals
+from bot.service import build_service
 from slack_sandbox import SlackStandIn, Workspace
 
 __all__ = ["DEMO_ROUTES", "demo_secrets", "run_demo"]
@@ -84,16 +83,12 @@ async def run_demo(settings: Settings, port: int, *, host_name: str = "127.0.0.1
         "default_channel": settings.default_channel or "C0APPROVALS",
         "admins": settings.admins or "U0ADMIN",
     }
-    demo_settings = settings.model_copy(update=update)
-    host, bot = await build(demo_settings)
-    await bot.routes.seed(DEMO_ROUTES, actor="demo")
-    app = create_app(host)
-    mount_slack(app, bot)
-    runner, bot_port = await start_site(app, host_name, 0)
-    bot_url = f"http://{host_name}:{bot_port}"
+    service = await build_service(settings.model_copy(update=update))
+    await service.bot.routes.seed(DEMO_ROUTES, actor="demo")
+    await service.start(http=(host_name, 0), workers=1)
+    bot_url = service.url
     standin.events_url = f"{bot_url}/slack/events"
     standin.api_url = bot_url
-    host.start_background(1)
     print(
         "\n  countersign demo is running — a LOCAL SANDBOX, not Slack.\n"
         f"  Open {standin.page_url} in your browser.\n"
@@ -106,7 +101,5 @@ async def run_demo(settings: Settings, port: int, *, host_name: str = "127.0.0.1
         await stop.wait()
     finally:
         log.info("stopping the demo")
-        await runner.cleanup()
-        await bot.close()
-        await host.stop()
+        await service.stop()
         await standin.stop()

@@ -1,0 +1,87 @@
+"""The composition root: the whole countersign service assembled from Settings, in one place.
+
+`countersign serve`, `countersign worker`, `countersign demo` and the tests all call
+`build_service(settings)` and then `start(...)` / `stop()`; nothing else wires the agent
+host, the Slack bot and the HTTP server together.
+
+    serve:  build_service(s) -> start(http=(host, port), workers=N)   HTTP + Slack + workers
+    worker: build_service(s) -> start(workers=1)                       workers, sweeper, outbox
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from agent_host.durable.host import Host
+from agent_host.http.api import create_app
+from agent_host.settings import Settings
+from bot.server import start_site
+from bot.socket_mode import SocketMode, start_socket_mode
+from bot.wiring import SlackBot, build, mount_slack
+
+__all__ = ["Service", "build_service"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Service:
+    """The agent host, its Slack bot and (once started) the HTTP server of one process."""
+
+    settings: Settings
+    host: Host
+    bot: SlackBot
+    app: web.Application
+    url: str = ""  # http://host:port once serving HTTP
+    _runner: web.AppRunner | None = field(default=None, repr=False)
+    _socket_mode: SocketMode | None = field(default=None, repr=False)
+    _stopped: bool = field(default=False, repr=False)
+
+    async def start(self, *, http: tuple[str, int] | None = None, workers: int = 1) -> None:
+        """Serve HTTP (the Slack endpoint, unless Socket Mode, and the API) when `http` is
+        given, then start `workers` resume workers, the sweeper and the outbox."""
+        try:
+            if http is not None:
+                await self._serve_http(*http)
+            self.host.start_background(workers)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _serve_http(self, host_name: str, port: int) -> None:
+        if self.settings.slack_app_token:  # Slack's requests arrive over a websocket
+            self._socket_mode = await start_socket_mode(
+                self.bot.bolt,
+                app_token=self.settings.slack_app_token,
+                api_url=self.settings.slack_api_url,
+            )
+            log.info("SLACK_APP_TOKEN is set: Socket Mode, POST /slack/events is not used")
+        else:
+            mount_slack(self.app, self.bot)
+        self._runner, bound = await start_site(self.app, host_name, port)
+        self.url = f"http://{host_name}:{bound}"
+
+    async def stop(self) -> None:
+        """Stop taking requests, finish the work started after acks, stop the workers and
+        close every connection; safe to call more than once."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._socket_mode is not None:
+            await self._socket_mode.stop()
+            self._socket_mode = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        await self.bot.close()
+        await self.host.stop()
+
+
+async def build_service(settings: Settings) -> Service:
+    """Everything one process runs, from its settings (nothing read from the environment
+    here): the host (Redis, store, runner, workers), the bot and the HTTP app."""
+    host, bot = await build(settings)
+    return Service(settings=settings, host=host, bot=bot, app=create_app(host))
