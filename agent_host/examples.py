@@ -20,6 +20,7 @@ from agent_host.runtime.models.scripted import Conversation, ScriptedModel, call
 from agent_host.runtime.pause import pause
 from agent_host.runtime.policy import Permission, Severity, Verdict
 from agent_host.runtime.tools import ToolContext, tool
+from agent_host.settings import Settings
 
 __all__ = ["ExampleEffects", "build_registry"]
 
@@ -179,9 +180,7 @@ def build_registry(effects: ExampleEffects | None = None) -> AgentRegistry:
     )
 
 
-def default_registry() -> AgentRegistry:
-    """The registry `COUNTERSIGN_AGENTS` names by default; effects journalled if asked."""
-    import os
-
-    journal = os.environ.get("COUNTERSIGN_EXAMPLE_JOURNAL")
-    return build_registry(ExampleEffects(Path(journal) if journal else None))
+def default_registry(settings: Settings) -> AgentRegistry:
+    """The registry `COUNTERSIGN_AGENTS` names by default; effects journalled if asked
+    (COUNTERSIGN_EXAMPLE_JOURNAL, for tests that watch several processes)."""
+    return build_registry(ExampleEffects(settings.example_journal))

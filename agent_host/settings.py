@@ -1,58 +1,87 @@
-"""Configuration: one pydantic-settings object read from the environment at start-up.
+"""Configuration of the agent host, by concern, read from the environment at start-up.
 
-A missing or invalid setting stops start-up with a message naming the variable.
+Every environment variable countersign reads is a field here (or, for Slack's, in
+`bot.settings`): nothing else reads the environment. A missing or invalid setting stops
+start-up with a message naming the variable.
+
+    CoreSettings   data directory, agents, encryption keys, routes, channels, admins
+    RedisSettings  where Redis is (unset: an embedded redis-server)
+    HttpSettings   the port, the API token, the webhook secret, body limits
+    Settings       all three: what the agent host needs
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import AliasChoices, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agent_host.errors import ConfigurationError
 
-__all__ = ["Settings", "load_settings"]
+__all__ = [
+    "CoreSettings",
+    "HttpSettings",
+    "RedisSettings",
+    "Settings",
+    "env",
+    "load_settings",
+]
 
 
-def _env(name: str) -> AliasChoices:
+def env(name: str) -> AliasChoices:
+    """The environment variable `name` (or its lower-case spelling) for a field."""
     return AliasChoices(name, name.lower())
 
 
-class Settings(BaseSettings):
+class _Base(BaseSettings):
     model_config = SettingsConfigDict(extra="ignore", populate_by_name=True)
 
-    slack_bot_token: str | None = Field(None, validation_alias=_env("SLACK_BOT_TOKEN"))
-    slack_signing_secret: str | None = Field(None, validation_alias=_env("SLACK_SIGNING_SECRET"))
-    slack_app_token: str | None = Field(None, validation_alias=_env("SLACK_APP_TOKEN"))
-    slack_api_url: str = Field("https://slack.com/api/", validation_alias=_env("SLACK_API_URL"))
-    redis_url: str | None = Field(None, validation_alias=_env("REDIS_URL"))
-    data_dir: Path = Field(Path(".countersign"), validation_alias=_env("COUNTERSIGN_DATA_DIR"))
-    encryption_keys: str | None = Field(None, validation_alias=_env("COUNTERSIGN_ENCRYPTION_KEYS"))
-    api_token: str | None = Field(None, validation_alias=_env("COUNTERSIGN_API_TOKEN"))
-    webhook_secret: str | None = Field(None, validation_alias=_env("COUNTERSIGN_WEBHOOK_SECRET"))
-    default_channel: str = Field("", validation_alias=_env("COUNTERSIGN_DEFAULT_CHANNEL"))
-    admins: str = Field("", validation_alias=_env("COUNTERSIGN_ADMINS"))
+
+class CoreSettings(_Base):
+    data_dir: Path = Field(Path(".countersign"), validation_alias=env("COUNTERSIGN_DATA_DIR"))
     agents: str = Field(
-        "agent_host.examples:default_registry", validation_alias=_env("COUNTERSIGN_AGENTS")
+        "agent_host.examples:default_registry", validation_alias=env("COUNTERSIGN_AGENTS")
     )
-    routes_file: Path | None = Field(None, validation_alias=_env("COUNTERSIGN_ROUTES_FILE"))
-    port: int = Field(3000, ge=1, le=65535, validation_alias=_env("PORT"))
-    crash_at: str | None = Field(None, validation_alias=_env("COUNTERSIGN_CRASH_AT"))  # tests only
-    max_body_bytes: int = Field(256 * 1024, ge=1024, validation_alias=_env("COUNTERSIGN_MAX_BODY"))
+    encryption_keys: str | None = Field(None, validation_alias=env("COUNTERSIGN_ENCRYPTION_KEYS"))
+    routes_file: Path | None = Field(None, validation_alias=env("COUNTERSIGN_ROUTES_FILE"))
+    default_channel: str = Field("", validation_alias=env("COUNTERSIGN_DEFAULT_CHANNEL"))
+    admins: str = Field("", validation_alias=env("COUNTERSIGN_ADMINS"))
+    # For tests only: a crash point to stop at, and a file the example agents journal to.
+    crash_at: str | None = Field(None, validation_alias=env("COUNTERSIGN_CRASH_AT"))
+    example_journal: Path | None = Field(None, validation_alias=env("COUNTERSIGN_EXAMPLE_JOURNAL"))
 
     @property
     def admin_ids(self) -> frozenset[str]:
         return frozenset(a.strip() for a in self.admins.split(",") if a.strip())
 
 
-def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
-    """Read settings from `environ` (default: the process environment)."""
+class RedisSettings(_Base):
+    redis_url: str | None = Field(None, validation_alias=env("REDIS_URL"))
+
+
+class HttpSettings(_Base):
+    port: int = Field(3000, ge=1, le=65535, validation_alias=env("PORT"))
+    api_token: str | None = Field(None, validation_alias=env("COUNTERSIGN_API_TOKEN"))
+    webhook_secret: str | None = Field(None, validation_alias=env("COUNTERSIGN_WEBHOOK_SECRET"))
+    max_body_bytes: int = Field(256 * 1024, ge=1024, validation_alias=env("COUNTERSIGN_MAX_BODY"))
+
+
+class Settings(CoreSettings, RedisSettings, HttpSettings):
+    """What the agent host needs: core, Redis and HTTP settings."""
+
+
+S = TypeVar("S", bound=BaseSettings)
+
+
+def load_settings(environ: Mapping[str, str] | None = None, kind: type[S] = Settings) -> S:  # type: ignore[assignment]
+    """Read `kind` of settings from `environ` (default: the process environment)."""
     try:
         if environ is None:
-            return Settings()
-        return Settings.model_validate(dict(environ))
+            return kind()
+        return kind.model_validate(dict(environ))
     except ValidationError as exc:
         problems = []
         for error in exc.errors():

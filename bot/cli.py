@@ -20,9 +20,9 @@ from agent_host.durable.host import load_keyring
 from agent_host.durable.redis_server import running_in
 from agent_host.durable.rotation import rotate_checkpoints
 from agent_host.errors import ConfigurationError
-from agent_host.settings import Settings, load_settings
 from bot.server import stop_on_signals
 from bot.service import build_service
+from bot.settings import ServiceSettings, load_settings
 
 __all__ = ["main"]
 
@@ -71,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-async def _serve(settings: Settings, host_name: str, port: int, workers: int) -> None:
+async def _serve(settings: ServiceSettings, host_name: str, port: int, workers: int) -> None:
     stop = stop_on_signals()
     service = await build_service(settings)
     await service.start(http=(host_name, port), workers=workers)
@@ -82,7 +82,7 @@ async def _serve(settings: Settings, host_name: str, port: int, workers: int) ->
         await service.stop()
 
 
-async def _worker(settings: Settings) -> None:
+async def _worker(settings: ServiceSettings) -> None:
     stop = stop_on_signals()
     service = await build_service(settings)
     await service.start(workers=1)
@@ -93,7 +93,7 @@ async def _worker(settings: Settings) -> None:
         await service.stop()
 
 
-async def _rotate(settings: Settings) -> int:
+async def _rotate(settings: ServiceSettings) -> int:
     """0 when every checkpoint is under the active key now, 1 when some are damaged."""
     keyring = load_keyring(settings, create=False)
     if not settings.redis_url and (pid := running_in(embedded_dir(settings))) is not None:

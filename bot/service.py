@@ -1,4 +1,4 @@
-"""The composition root: the whole countersign service assembled from Settings, in one place.
+"""The composition root: the whole countersign service assembled from ServiceSettings, in one place.
 
 `countersign serve`, `countersign worker`, `countersign demo` and the tests all call
 `build_service(settings)` and then `start(...)` / `stop()`; nothing else wires the agent
@@ -17,8 +17,8 @@ from aiohttp import web
 
 from agent_host.durable.host import Host
 from agent_host.http.api import create_app
-from agent_host.settings import Settings
 from bot.server import start_site
+from bot.settings import ServiceSettings
 from bot.socket_mode import SocketMode, start_socket_mode
 from bot.wiring import SlackBot, build, mount_slack
 
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 class Service:
     """The agent host, its Slack bot and (once started) the HTTP server of one process."""
 
-    settings: Settings
+    settings: ServiceSettings
     host: Host
     bot: SlackBot
     app: web.Application
@@ -80,7 +80,7 @@ class Service:
         await self.host.stop()
 
 
-async def build_service(settings: Settings) -> Service:
+async def build_service(settings: ServiceSettings) -> Service:
     """Everything one process runs, from its settings (nothing read from the environment
     here): the host (Redis, store, runner, workers), the bot and the HTTP app."""
     host, bot = await build(settings)

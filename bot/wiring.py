@@ -22,12 +22,12 @@ from agent_host.durable.connections import open_redis
 from agent_host.durable.host import Host, load_keyring, load_registry
 from agent_host.durable.route_book import RouteBook
 from agent_host.errors import ConfigurationError
-from agent_host.settings import Settings
 from bot.app import BackgroundTasks, build_bolt_app
 from bot.commands import SlashCommands
 from bot.delivery import channel_problem
 from bot.interactions import well_formed
 from bot.reviewers import ReviewerRules
+from bot.settings import ServiceSettings
 from bot.slack_notifier import SlackNotifier
 
 __all__ = ["SlackBot", "build", "mount_slack"]
@@ -50,7 +50,7 @@ class SlackBot:
         await self.session.close()
 
 
-async def build(settings: Settings) -> tuple[Host, SlackBot]:
+async def build(settings: ServiceSettings) -> tuple[Host, SlackBot]:
     """The host and its Slack bot; SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET are required."""
     missing = [
         name
@@ -64,7 +64,7 @@ async def build(settings: Settings) -> tuple[Host, SlackBot]:
         raise ConfigurationError(
             f"{' and '.join(missing)} must be set (see manifest.yml and the README's Slack setup)"
         )
-    registry = load_registry(settings.agents)
+    registry = load_registry(settings)
     keyring = load_keyring(settings)
     redis, embedded = await open_redis(settings)
     # One session for every Web API call: keep-alive connections (and one TLS handshake)

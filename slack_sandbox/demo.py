@@ -18,9 +18,9 @@ from typing import Any
 from agent_host.approvals.routes import RouteRule
 from agent_host.durable.crypto import generate_key
 from agent_host.durable.data_dir import private_dir
-from agent_host.settings import Settings
 from bot.server import stop_on_signals
 from bot.service import build_service
+from bot.settings import ServiceSettings
 from slack_sandbox import SlackStandIn, Workspace
 
 __all__ = ["DEMO_ROUTES", "demo_secrets", "run_demo"]
@@ -60,7 +60,7 @@ def demo_secrets(data_dir: Path) -> dict[str, str]:
     return made
 
 
-async def run_demo(settings: Settings, port: int, *, host_name: str = "127.0.0.1") -> None:
+async def run_demo(settings: ServiceSettings, port: int, *, host_name: str = "127.0.0.1") -> None:
     stop = stop_on_signals()
     data_dir = Path(settings.data_dir)  # made absolute by the CLI
     made = demo_secrets(data_dir)

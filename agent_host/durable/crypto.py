@@ -101,9 +101,10 @@ class KeyRing:
         return cls(keys)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> KeyRing:
-        text = (os.environ if environ is None else environ).get(ENV_VAR, "")
-        return cls.parse(text)
+    def from_env(cls, environ: Mapping[str, str]) -> KeyRing:
+        """From a mapping of environment variables (the caller's: this reads no
+        environment itself)."""
+        return cls.parse(environ.get(ENV_VAR, ""))
 
     @property
     def kids(self) -> tuple[str, ...]:

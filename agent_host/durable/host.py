@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import inspect
 import logging
 import os
 import socket
+import sys
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,16 +42,36 @@ log = logging.getLogger(__name__)
 KEY_FILE = "encryption.keys"  # in the data dir, when COUNTERSIGN_ENCRYPTION_KEYS is unset
 
 
-def load_registry(spec: str) -> AgentRegistry:
-    """`module:attribute`, an AgentRegistry or a function returning one."""
+def load_registry(settings: Settings) -> AgentRegistry:
+    """COUNTERSIGN_AGENTS, `module:attribute`: an AgentRegistry, or a function returning one
+    (called with the settings if it takes an argument). The module is looked for in the
+    current directory too, as a developer running `countersign serve` there expects."""
+    spec = settings.agents
     module_name, _, attribute = spec.partition(":")
-    try:
-        target = getattr(importlib.import_module(module_name), attribute or "registry")
-    except (ImportError, AttributeError) as exc:
+    if not module_name or not module_name.replace(".", "").replace("_", "").isalnum():
         raise ConfigurationError(
-            f"COUNTERSIGN_AGENTS={spec!r} cannot be loaded ({exc}); use module:attribute"
+            f"COUNTERSIGN_AGENTS={spec!r} is not module:attribute (e.g. myagents:registry)"
+        )
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"COUNTERSIGN_AGENTS={spec!r}: module {module_name!r} cannot be imported ({exc}); "
+            "run from the directory that holds it or put it on PYTHONPATH"
         ) from exc
-    registry = target() if callable(target) and not isinstance(target, AgentRegistry) else target
+    try:
+        target = getattr(module, attribute or "registry")
+    except AttributeError as exc:
+        raise ConfigurationError(
+            f"COUNTERSIGN_AGENTS={spec!r}: {module_name} has no {attribute or 'registry'!r}"
+        ) from exc
+    if isinstance(target, AgentRegistry) or not callable(target):
+        registry = target
+    else:
+        takes_settings = len(inspect.signature(target).parameters) > 0
+        registry = target(settings) if takes_settings else target()
     if not isinstance(registry, AgentRegistry):
         raise ConfigurationError(f"COUNTERSIGN_AGENTS={spec!r} is not an AgentRegistry")
     return registry

@@ -23,10 +23,11 @@ from agent_host.durable.redis_server import free_port
 from agent_host.errors import ConfigurationError
 from agent_host.examples import ExampleEffects
 from agent_host.http.api import create_app
-from agent_host.settings import Settings, load_settings
 from bot import blocks
 from bot.cli import _serve
 from bot.commands import help_text
+from bot.settings import ServiceSettings as Settings
+from bot.settings import load_settings
 from bot.socket_mode import start_socket_mode
 from bot.wiring import build
 from slack_sandbox import AppUnreachable, SlackStandIn, Workspace
