@@ -80,7 +80,7 @@ class SlashCommands:
         if command == "show" and len(rest) == 1:
             return await self.show(viewer, rest[0])
         if command == "routes" and not rest:
-            return format_rules(await self.routes.list(), self.routes.default_channel)
+            return format_rules(await self.routes.rules(), self.routes.default_channel)
         if command == "route" and rest and rest[0] in ("add", "remove"):
             if user_id not in self.admins:
                 return (

@@ -5,7 +5,6 @@ validated the same way from `/approvals route add <spec>` (`parse_spec`) and fro
 
 from __future__ import annotations
 
-import builtins
 import difflib
 import fnmatch
 import os
@@ -350,7 +349,7 @@ _FILE_FIELDS = (
 )
 
 
-def load_routes_file(path: str | os.PathLike[str]) -> builtins.list[RouteRule]:
+def load_routes_file(path: str | os.PathLike[str]) -> list[RouteRule]:
     """Read the `COUNTERSIGN_ROUTES_FILE` YAML; any problem raises RoutesFileError."""
     source = f"COUNTERSIGN_ROUTES_FILE {os.fspath(path)}"
     try:

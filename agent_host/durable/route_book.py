@@ -9,7 +9,6 @@ the `keys.AUDIT` stream.
 
 from __future__ import annotations
 
-import builtins
 import json
 import logging
 import time
@@ -77,14 +76,14 @@ return 1
 """
 
 # (rules, counter) -> (new rules, new counter, the rule the change is about)
-_Mutated = tuple[builtins.list[RouteRule], int, RouteRule | None]
-Mutation = Callable[[builtins.list[RouteRule], int], _Mutated]
+_Mutated = tuple[list[RouteRule], int, RouteRule | None]
+Mutation = Callable[[list[RouteRule], int], _Mutated]
 
 
 @dataclass
 class _Change:
-    before: builtins.list[RouteRule]
-    after: builtins.list[RouteRule]
+    before: list[RouteRule]
+    after: list[RouteRule]
     subject: RouteRule | None
     changed: bool = True
 
@@ -122,12 +121,12 @@ class RouteBook:
         self.clock = clock
         self._swap = redis.register_script(_SWAP_ROUTES)
 
-    async def list(self) -> builtins.list[RouteRule]:
+    async def rules(self) -> list[RouteRule]:
         return self._parse(await self.redis.get(keys.ROUTES))
 
     async def route(self, agent: str, tool: str, severity: str) -> Route:
         """The first matching rule's route, in list order; otherwise the default channel."""
-        for rule in await self.list():
+        for rule in await self.rules():
             if rule.matches(agent, tool, severity):
                 return rule.to_route()
         return self.default_route
@@ -135,7 +134,7 @@ class RouteBook:
     async def add(self, rule: RouteRule, actor: str) -> RouteRule:
         """Append `rule` (it goes last, after every existing rule) under the next free id."""
 
-        def append(rules: builtins.list[RouteRule], counter: int) -> _Mutated:
+        def append(rules: list[RouteRule], counter: int) -> _Mutated:
             added = replace(rule, id=f"r{counter + 1}")
             return [*rules, added], counter + 1, added
 
@@ -147,7 +146,7 @@ class RouteBook:
         """Delete the rule with this id; None (and no audit entry) if there is none."""
         wanted = rule_id.strip().lower()
 
-        def drop(rules: builtins.list[RouteRule], counter: int) -> _Mutated:
+        def drop(rules: list[RouteRule], counter: int) -> _Mutated:
             gone = next((r for r in rules if r.id.lower() == wanted), None)
             return [r for r in rules if r is not gone], counter, gone
 
@@ -162,11 +161,11 @@ class RouteBook:
         `/approvals route …`. To re-apply an edited file, delete `keys.ROUTES` and restart.
         Returns whether the rules were stored.
         """
-        wanted = builtins.list(rules)
+        wanted = list(rules)
         if not wanted:
             return False  # nothing to seed; leave the key absent so a later file still can
 
-        def fill(current: builtins.list[RouteRule], counter: int) -> _Mutated:
+        def fill(current: list[RouteRule], counter: int) -> _Mutated:
             fresh = [replace(r, id=f"r{counter + i + 1}") for i, r in enumerate(wanted)]
             return fresh, counter + len(fresh), None
 
@@ -176,7 +175,7 @@ class RouteBook:
         return change.changed
 
     # -- internals ------------------------------------------------------------------------
-    def _parse(self, raw: Any) -> builtins.list[RouteRule]:
+    def _parse(self, raw: Any) -> list[RouteRule]:
         text = _decode(raw)
         if text is None:
             return []

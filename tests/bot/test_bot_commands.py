@@ -247,7 +247,7 @@ async def test_routes_and_route_add_remove_by_admin(redis_url: str, tmp_path: Pa
             "quorum=2 expiry=2h self=no",
         )
         assert "Added route `r1`" in added
-        [rule] = await stack.bot.routes.list()
+        [rule] = await stack.bot.routes.rules()
         assert rule.id == "r1" and rule.channel == OPS
         assert rule.reviewers == ("U0REVIEWER", "S0REVIEWERS")
         assert rule.quorum == 2 and rule.expiry_seconds == 7200
@@ -264,7 +264,7 @@ async def test_routes_and_route_add_remove_by_admin(redis_url: str, tmp_path: Pa
 
         removed = await approvals(stack, ADMIN, "route remove r1")
         assert "Removed route `r1`" in removed
-        assert await stack.bot.routes.list() == []
+        assert await stack.bot.routes.rules() == []
         assert "No routes" in await approvals(stack, REVIEWER, "routes")
         gone = await approvals(stack, ADMIN, "route remove r1")
         assert "No route `r1`" in gone
@@ -284,7 +284,7 @@ async def test_route_changes_are_for_admins_only(redis_url: str, tmp_path: Path)
             assert "Only admins" in refused
             refused = await approvals(stack, user, "route remove r1")
             assert "Only admins" in refused
-        [rule] = await stack.bot.routes.list()
+        [rule] = await stack.bot.routes.rules()
         assert rule.id == "r1" and rule.channel == OPS
         audit = await stack.host.redis.xrange(keys.AUDIT)
         assert len(audit) == 1
@@ -309,7 +309,7 @@ async def test_malformed_route_spec_is_refused_with_an_example(
         answer = await approvals(stack, ADMIN, f"route add {spec}")
         assert ":warning:" in answer
         assert "example: route add tool=issue_refund channel=C0APPROVALS" in answer
-        assert await stack.bot.routes.list() == []
+        assert await stack.bot.routes.rules() == []
         assert await stack.host.redis.xrange(keys.AUDIT) == []
 
 
