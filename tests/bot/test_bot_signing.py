@@ -135,9 +135,9 @@ async def test_forged_slash_command_cannot_change_routing(redis_url: str, tmp_pa
         assert "Added route" not in text
         status, _ = await post(stack, body, sign_request(SECRET, now - 6 * 60, body))
         assert status == 401
-        assert await stack.bot.routes.list() == []
+        assert await stack.bot.routes.rules() == []
         assert stack.ephemerals(ADMIN) == []
 
         status, text = await post(stack, body, sign_request(SECRET, int(time.time()), body))
         assert status == 200 and "Added route" in text
-        assert len(await stack.bot.routes.list()) == 1
+        assert len(await stack.bot.routes.rules()) == 1

@@ -238,7 +238,7 @@ async def test_route_add_refuses_a_channel_the_bot_cannot_post_in(
             )
             assert answer.startswith(":warning: Route not added:"), answer
             assert f"<#{channel}>" in answer and fix in answer
-        assert await stack.bot.routes.list() == []
+        assert await stack.bot.routes.rules() == []
         assert await stack.host.redis.xrange(K.AUDIT) == []
 
         # Once the bot is invited, the same command works.

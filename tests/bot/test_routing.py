@@ -205,10 +205,10 @@ async def test_add_list_remove_with_audit(redis: Redis) -> None:
     first = await book.add(parse_spec("tool=issue_refund channel=C1 reviewers=U1"), "U0ADMIN")
     second = await book.add(parse_spec("tool=delete_* channel=C2"), "U0OTHER")
     assert (first.id, second.id) == ("r1", "r2")
-    assert await book.list() == [first, second]
+    assert await book.rules() == [first, second]
 
     assert await book.remove("r1", "U0ADMIN") == first
-    assert await book.list() == [second]
+    assert await book.rules() == [second]
     assert await book.remove("r1", "U0ADMIN") is None  # already gone: no change, no entry
     third = await book.add(parse_spec("channel=C3"), "U0ADMIN")
     assert third.id == "r3", "a removed rule's id is never reused"
@@ -237,7 +237,7 @@ async def test_ids_are_unique_under_concurrent_adds(redis: Redis) -> None:
         *(book.add(parse_spec(f"tool=t{i} channel=C{i}"), f"U{i}") for i in range(10))
     )
     assert sorted(r.id for r in added) == sorted(f"r{i}" for i in range(1, 11))
-    assert sorted(r.id for r in await book.list()) == sorted(r.id for r in added)
+    assert sorted(r.id for r in await book.rules()) == sorted(r.id for r in added)
     assert len(await audit(redis)) == 10
     counter: Any = await redis.get(ROUTE_COUNTER)
     assert int(counter) == 10
@@ -247,7 +247,7 @@ async def test_seed_fills_an_empty_book_once(redis: Redis) -> None:
     book = RouteBook(redis, DEFAULT)
     rules = [parse_spec("tool=a channel=C1"), parse_spec("tool=b channel=C2")]
     assert await book.seed(rules) is True
-    assert [(r.id, r.tool) for r in await book.list()] == [("r1", "a"), ("r2", "b")]
+    assert [(r.id, r.tool) for r in await book.rules()] == [("r1", "a"), ("r2", "b")]
     (entry,) = await audit(redis)
     assert (entry["event"], entry["actor"]) == ("route.seed", "routes-file")
     assert len(json.loads(entry["after"])) == 2
@@ -257,7 +257,7 @@ async def test_seed_does_not_overwrite_existing_rules(redis: Redis) -> None:
     book = RouteBook(redis, DEFAULT)
     mine = await book.add(parse_spec("tool=admin_made channel=C9"), "U0ADMIN")
     assert await book.seed([parse_spec("tool=from_file channel=C1")]) is False
-    assert await book.list() == [mine]
+    assert await book.rules() == [mine]
     assert len(await audit(redis)) == 1
 
 
@@ -266,7 +266,7 @@ async def test_seed_respects_an_admin_who_removed_every_rule(redis: Redis) -> No
     assert await book.seed([parse_spec("tool=from_file channel=C1")]) is True
     await book.remove("r1", "U0ADMIN")
     assert await book.seed([parse_spec("tool=from_file channel=C1")]) is False  # a restart
-    assert await book.list() == []
+    assert await book.rules() == []
 
 
 async def test_seeding_nothing_leaves_the_key_absent(redis: Redis) -> None:
