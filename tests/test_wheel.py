@@ -3,6 +3,7 @@ sandbox, and no test or benchmark code."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -12,8 +13,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_the_wheel_contains_no_test_code(tmp_path: Path) -> None:
+    # Built from a clean copy of the tree: a build in the checkout would leave build/ there,
+    # whose stale files a later build could package.
+    source = tmp_path / "source"
+    shutil.copytree(
+        ROOT,
+        source,
+        ignore=shutil.ignore_patterns(".venv", ".git", "build", "*.egg-info", "__pycache__", ".*"),
+    )
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(source)],
         check=True,
         capture_output=True,
         timeout=300,
