@@ -25,7 +25,7 @@ __all__ = [
     "Router",
 ]
 
-DEFAULT_EXPIRY_SECONDS = 72 * 3600  # seed 003's default
+DEFAULT_EXPIRY_SECONDS = 72 * 3600  # seed 003's default (docs/ORIGINS.md)
 
 
 class RequestStatus(enum.StrEnum):

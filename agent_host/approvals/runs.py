@@ -10,7 +10,7 @@ __all__ = ["RunRecord", "RunStatus"]
 
 
 class RunStatus(enum.StrEnum):
-    """A run's stored status. The API shows `resuming` as `running` (CONTRACT.md)."""
+    """A run's stored status. The API shows `resuming` as `running` (docs/openapi.yaml)."""
 
     RUNNING = "running"
     WAITING = "waiting"

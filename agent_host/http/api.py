@@ -27,7 +27,8 @@ __all__ = ["add_api_routes", "create_app"]
 log = logging.getLogger(__name__)
 
 HOST_KEY = web.AppKey("countersign_host", Host)
-WEBHOOK_DECISIONS = ("approved", "rejected", "request_changes")  # seed 003's wire format
+# seed 003's wire format (docs/ORIGINS.md)
+WEBHOOK_DECISIONS = ("approved", "rejected", "request_changes")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 

@@ -1,4 +1,4 @@
-"""Tool-initiated pauses (seed 002): a tool asks a human and waits for the answer.
+"""Tool-initiated pauses (seed 002, docs/ORIGINS.md): a tool asks a human and waits for the answer.
 
 `pause(question)` raises PauseRequest; the runner catches it, pauses the run, and on resume
 the human's answer becomes that tool call's result. The tool is not run again.

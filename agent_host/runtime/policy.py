@@ -1,9 +1,9 @@
-"""The permission policy: every tool call is ALLOW, DENY or ASK (seed 000).
+"""The permission policy: every tool call is ALLOW, DENY or ASK (seed 000, docs/ORIGINS.md).
 
 A tool's own permission is a constant or a function of the call's arguments and the run
-context (seed 001: only prod deletions need approval). Operators layer rules on top, kept
-outside the code (YAML): the first rule whose tool pattern and argument conditions match
-decides, so a tool can be tightened or relaxed without a redeploy.
+context (seed 001 in docs/ORIGINS.md: only prod deletions need approval). Operators layer
+rules on top, kept outside the code (YAML): the first rule whose tool pattern and argument
+conditions match decides, so a tool can be tightened or relaxed without a redeploy.
 """
 
 from __future__ import annotations

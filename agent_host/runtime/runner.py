@@ -1,9 +1,10 @@
 """The runner: model turns, the policy per call, pauses and resumes.
 
 A turn's calls are all judged before any runs. If any is ASK the whole turn pauses, so
-after resumption nothing of it runs twice (seed 001). Decisions arrive one per pending
-call; a missing one is an error (fail closed). Tool calls go through the execution ledger,
-so a call is executed at most once per call id, whatever crashes or retries happen.
+after resumption nothing of it runs twice (seed 001, docs/ORIGINS.md). Decisions arrive one
+per pending call; a missing one is an error (fail closed). Tool calls go through the
+execution ledger, so a call is executed at most once per call id, whatever crashes or
+retries happen.
 
 Call ids are the runner's, never the model's: a model may repeat an id within a turn or
 reuse one from an earlier turn, and the ledger, the approval requests and the decisions are
