@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from agent_host.durable.host import Host
-from agent_host.http.api import create_app
+from agent_host.http.app import create_app
 from bot.server import start_site
 from bot.settings import ServiceSettings
 from bot.socket_mode import SocketMode, start_socket_mode

@@ -1,12 +1,12 @@
-"""The HTTP API (aiohttp): runs, approvals, the seed-003 approval webhook, health, metrics.
+"""The HTTP API's handlers (aiohttp): runs, approvals, health, metrics, and what every
+handler shares (JSON errors, the bearer token, strict JSON bodies).
 
 Bad input is a 4xx with a JSON body that says what is wrong, never a 500; bodies over the
-configured limit get 413.
+configured limit get 413. `agent_host.http.app` puts the routes together.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
 import logging
@@ -15,24 +15,33 @@ from typing import Any
 
 from aiohttp import web
 
-from agent_host.approvals import decision_for
 from agent_host.durable import keys as K
 from agent_host.durable.host import Host
 from agent_host.durable.store import parse_cursor
 from agent_host.errors import CountersignError, UnknownAgentError
 from agent_host.runtime import strict_json
 
-__all__ = ["add_api_routes", "create_app"]
+__all__ = [
+    "HOST_KEY",
+    "error",
+    "healthz",
+    "json_errors",
+    "json_object",
+    "list_approvals",
+    "metrics",
+    "readyz",
+    "run_detail",
+    "same_secret",
+    "start_run",
+]
 
 log = logging.getLogger(__name__)
 
 HOST_KEY = web.AppKey("countersign_host", Host)
-# seed 003's wire format (docs/ORIGINS.md)
-WEBHOOK_DECISIONS = ("approved", "rejected", "request_changes")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def _same(given: str, expected: str) -> bool:
+def same_secret(given: str, expected: str) -> bool:
     """Constant-time comparison of a header with a secret; odd bytes simply do not match."""
     return hmac.compare_digest(
         given.encode("utf-8", "surrogateescape"), expected.encode("utf-8", "surrogateescape")
@@ -64,12 +73,12 @@ def _authorized(request: web.Request) -> web.Response | None:
         return error(503, "the API is disabled: set COUNTERSIGN_API_TOKEN to enable it")
     header = request.headers.get("Authorization", "")
     scheme, _, given = header.partition(" ")
-    if scheme.lower() != "bearer" or not _same(given, token):
+    if scheme.lower() != "bearer" or not same_secret(given, token):
         return error(401, "missing or wrong bearer token: send 'Authorization: Bearer <token>'")
     return None
 
 
-async def _json_object(request: web.Request) -> dict[str, Any] | web.Response:
+async def json_object(request: web.Request) -> dict[str, Any] | web.Response:
     try:
         body = strict_json.loads(await request.read() or b"null")
     except strict_json.NonFiniteNumber as exc:
@@ -86,7 +95,7 @@ async def _json_object(request: web.Request) -> dict[str, Any] | web.Response:
 async def start_run(request: web.Request) -> web.Response:
     if denied := _authorized(request):
         return denied
-    body = await _json_object(request)
+    body = await json_object(request)
     if isinstance(body, web.Response):
         return body
     host = request.app[HOST_KEY]
@@ -167,73 +176,6 @@ async def list_approvals(request: web.Request) -> web.Response:
     )
 
 
-async def approval_webhook(request: web.Request) -> web.Response:
-    host = request.app[HOST_KEY]
-    secret = host.settings.webhook_secret
-    if not secret:
-        return error(503, "the approval webhook is disabled: set COUNTERSIGN_WEBHOOK_SECRET")
-    raw = await request.read()
-    given = request.headers.get("X-Webhook-Signature", "")
-    expected = "sha256=" + hmac.new(secret.encode(), raw, hashlib.sha256).hexdigest()
-    if not given or not _same(given, expected):
-        return error(
-            401, "missing or wrong X-Webhook-Signature (sha256=<hex HMAC of the raw body>)"
-        )
-    body = await _json_object(request)
-    if isinstance(body, web.Response):
-        return body
-    request_id, verdict = body.get("requestId"), body.get("decision")
-    feedback = body.get("feedback") or ""
-    if not isinstance(request_id, str) or verdict not in WEBHOOK_DECISIONS:
-        return error(
-            400, 'expected {"requestId": str, "decision": "approved"|"rejected"|"request_changes"}'
-        )
-    if not isinstance(feedback, str):
-        return error(400, "feedback must be a string")
-    claimed = body.get("decidedBy")
-    if claimed is not None and not isinstance(claimed, str):
-        return error(400, "decidedBy must be a string")
-    approval = await host.approvals.load(request_id)
-    if approval is None:
-        return error(404, f"no approval request {request_id!r}")
-    if approval.kind == "question" and verdict == "approved" and not feedback.strip():
-        return error(400, "this request is a question: its answer is the feedback; send one")
-    decision = decision_for(verdict, approval, feedback, claimed or "")
-    result = await host.approvals.decide(request_id, decision, via="webhook", current=approval)
-    current = result.request
-    if result.outcome in ("already_decided", "duplicate_vote") and current is not None:
-        return _already(request_id, current.status, current.decided_by)
-    if result.outcome == "not_found" or current is None:
-        return error(404, f"no approval request {request_id!r}")
-    if result.outcome == "past_deadline":
-        return error(409, f"approval request {request_id!r} is past its deadline; it expires")
-    if result.outcome == "hash_mismatch":
-        return error(409, f"approval request {request_id!r} changed; nothing was decided")
-    if result.outcome in ("wrong_kind", "refused"):
-        return error(409, f"approval request {request_id!r}: {result.reason}; nothing was decided")
-    return web.json_response(
-        {
-            "status": "processed" if result.outcome == "decided" else "recorded",
-            "request_id": request_id,
-            "decision": str(current.status),
-            "decided_by": current.decided_by or None,
-            "approvals": len(current.approvals),
-            "quorum": current.route.quorum,
-        }
-    )
-
-
-def _already(request_id: str, status: str, decided_by: str) -> web.Response:
-    return web.json_response(
-        {
-            "status": "already_processed",
-            "request_id": request_id,
-            "decision": str(status),
-            "decided_by": decided_by,
-        }
-    )
-
-
 async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
@@ -254,21 +196,3 @@ async def metrics(request: web.Request) -> web.Response:
         content_type="text/plain",
         headers={"X-Content-Type-Options": "nosniff"},
     )
-
-
-def add_api_routes(app: web.Application, host: Host) -> None:
-    app[HOST_KEY] = host
-    app.middlewares.append(json_errors)
-    app.router.add_post("/api/v1/runs", start_run)
-    app.router.add_get("/api/v1/runs/{run_id}", run_detail)
-    app.router.add_get("/api/v1/approvals", list_approvals)
-    app.router.add_post("/api/v1/webhooks/approval-response", approval_webhook)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics)
-
-
-def create_app(host: Host) -> web.Application:
-    app = web.Application(client_max_size=host.settings.max_body_bytes)
-    add_api_routes(app, host)
-    return app

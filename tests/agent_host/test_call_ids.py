@@ -13,7 +13,7 @@ from agent_host.approvals import FixedRouter
 from agent_host.durable.crypto import KeyRing, generate_key
 from agent_host.durable.host import Host
 from agent_host.examples import ExampleEffects
-from agent_host.http.api import create_app
+from agent_host.http.app import create_app
 from agent_host.runtime.agents import AgentRegistry
 from agent_host.runtime.decisions import Approve
 from agent_host.runtime.messages import ModelResponse, ToolCall

@@ -23,7 +23,7 @@ from agent_host.durable import keys as K
 from agent_host.durable.crypto import KeyRing, generate_key
 from agent_host.durable.host import Host
 from agent_host.examples import ExampleEffects, build_registry
-from agent_host.http.api import create_app
+from agent_host.http.app import create_app
 from agent_host.settings import load_settings
 from tests.keyspace import zcard_all
 from tests.redis_fixtures import RedisServerFactory

@@ -17,7 +17,7 @@ from agent_host.approvals import ApprovalRequest, RunRecord
 from agent_host.durable.crypto import generate_key
 from agent_host.durable.host import Host
 from agent_host.examples import ExampleEffects
-from agent_host.http.api import create_app
+from agent_host.http.app import create_app
 from bot.settings import load_settings
 from bot.wiring import SlackBot, build, mount_slack
 from slack_sandbox import SlackStandIn, Workspace

@@ -22,7 +22,7 @@ from agent_host.durable.crypto import generate_key
 from agent_host.durable.redis_server import free_port
 from agent_host.errors import ConfigurationError
 from agent_host.examples import ExampleEffects
-from agent_host.http.api import create_app
+from agent_host.http.app import create_app
 from bot import blocks
 from bot.cli import _serve
 from bot.commands import help_text

@@ -1,0 +1,38 @@
+"""The HTTP API's routes, put together: the REST API, the webhook, health and metrics."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from agent_host.durable.host import Host
+from agent_host.http.api import (
+    HOST_KEY,
+    healthz,
+    json_errors,
+    list_approvals,
+    metrics,
+    readyz,
+    run_detail,
+    start_run,
+)
+from agent_host.http.webhook import approval_webhook
+
+__all__ = ["add_api_routes", "create_app"]
+
+
+def add_api_routes(app: web.Application, host: Host) -> None:
+    app[HOST_KEY] = host
+    app.middlewares.append(json_errors)
+    app.router.add_post("/api/v1/runs", start_run)
+    app.router.add_get("/api/v1/runs/{run_id}", run_detail)
+    app.router.add_get("/api/v1/approvals", list_approvals)
+    app.router.add_post("/api/v1/webhooks/approval-response", approval_webhook)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+
+
+def create_app(host: Host) -> web.Application:
+    app = web.Application(client_max_size=host.settings.max_body_bytes)
+    add_api_routes(app, host)
+    return app

@@ -1,0 +1,84 @@
+"""The approval webhook (seed 003's wire format, docs/ORIGINS.md): a decision signed with
+HMAC-SHA256 of the raw body, decided through the one approval service as the identity
+`webhook`."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from aiohttp import web
+
+from agent_host.approvals import decision_for
+from agent_host.http.api import HOST_KEY, error, json_object, same_secret
+
+__all__ = ["WEBHOOK_DECISIONS", "approval_webhook"]
+
+WEBHOOK_DECISIONS = ("approved", "rejected", "request_changes")
+
+
+async def approval_webhook(request: web.Request) -> web.Response:
+    host = request.app[HOST_KEY]
+    secret = host.settings.webhook_secret
+    if not secret:
+        return error(503, "the approval webhook is disabled: set COUNTERSIGN_WEBHOOK_SECRET")
+    raw = await request.read()
+    given = request.headers.get("X-Webhook-Signature", "")
+    expected = "sha256=" + hmac.new(secret.encode(), raw, hashlib.sha256).hexdigest()
+    if not given or not same_secret(given, expected):
+        return error(
+            401, "missing or wrong X-Webhook-Signature (sha256=<hex HMAC of the raw body>)"
+        )
+    body = await json_object(request)
+    if isinstance(body, web.Response):
+        return body
+    request_id, verdict = body.get("requestId"), body.get("decision")
+    feedback = body.get("feedback") or ""
+    if not isinstance(request_id, str) or verdict not in WEBHOOK_DECISIONS:
+        return error(
+            400, 'expected {"requestId": str, "decision": "approved"|"rejected"|"request_changes"}'
+        )
+    if not isinstance(feedback, str):
+        return error(400, "feedback must be a string")
+    claimed = body.get("decidedBy")
+    if claimed is not None and not isinstance(claimed, str):
+        return error(400, "decidedBy must be a string")
+    approval = await host.approvals.load(request_id)
+    if approval is None:
+        return error(404, f"no approval request {request_id!r}")
+    if approval.kind == "question" and verdict == "approved" and not feedback.strip():
+        return error(400, "this request is a question: its answer is the feedback; send one")
+    decision = decision_for(verdict, approval, feedback, claimed or "")
+    result = await host.approvals.decide(request_id, decision, via="webhook", current=approval)
+    current = result.request
+    if result.outcome in ("already_decided", "duplicate_vote") and current is not None:
+        return _already(request_id, current.status, current.decided_by)
+    if result.outcome == "not_found" or current is None:
+        return error(404, f"no approval request {request_id!r}")
+    if result.outcome == "past_deadline":
+        return error(409, f"approval request {request_id!r} is past its deadline; it expires")
+    if result.outcome == "hash_mismatch":
+        return error(409, f"approval request {request_id!r} changed; nothing was decided")
+    if result.outcome in ("wrong_kind", "refused"):
+        return error(409, f"approval request {request_id!r}: {result.reason}; nothing was decided")
+    return web.json_response(
+        {
+            "status": "processed" if result.outcome == "decided" else "recorded",
+            "request_id": request_id,
+            "decision": str(current.status),
+            "decided_by": current.decided_by or None,
+            "approvals": len(current.approvals),
+            "quorum": current.route.quorum,
+        }
+    )
+
+
+def _already(request_id: str, status: str, decided_by: str) -> web.Response:
+    return web.json_response(
+        {
+            "status": "already_processed",
+            "request_id": request_id,
+            "decision": str(status),
+            "decided_by": decided_by,
+        }
+    )
