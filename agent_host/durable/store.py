@@ -17,13 +17,20 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from agent_host.approvals import ApprovalRequest, DecideResult, RequestStatus, Router, RunRecord
+from agent_host.approvals import (
+    ApprovalRequest,
+    DecideResult,
+    RequestStatus,
+    Route,
+    Router,
+    RunRecord,
+)
 from agent_host.durable import keys as K
 from agent_host.durable.connections import as_text, unavailable_on_redis_errors
 from agent_host.durable.crypto import KeyRing
 from agent_host.durable.scripts import CREATE, DECIDE, FINISH, PAUSE
 from agent_host.errors import DeliveryFailed, StoreError
-from agent_host.runtime.checkpoint import RunState
+from agent_host.runtime.checkpoint import CallRecord, RunState
 from agent_host.runtime.decisions import Approve, Decision, decision_adapter
 from agent_host.runtime.policy import Severity
 from agent_host.runtime.runner import Failed, Paused, RunOutcome
@@ -142,24 +149,7 @@ class RunStore:
         requests = []
         for number, record in enumerate(outcome.pending, start=last - len(outcome.pending) + 1):
             route = await self.router.route(state.agent, record.tool, record.severity)
-            request = ApprovalRequest(
-                request_id=K.request_id(run_id, number),
-                run_id=run_id,
-                call_id=record.call_id,
-                agent=state.agent,
-                tool=record.tool,
-                arguments=record.arguments,
-                call_hash=record.call_hash,
-                kind="question" if record.gate == "question" else "approval",
-                reason=record.reason,
-                severity=record.severity,
-                requested_by=state.requested_by or "",
-                created_at=now,
-                expires_at=now + route.expiry_seconds,
-                route=route,
-                allow_always=record.allow_always and route.allows_standing_approval,
-                question=record.question or "",
-            )
+            request = _new_request(state, record, K.request_id(run_id, number), route, now)
             _apply_standing_approval(request, state.standing.get(record.tool), now)
             requests.append(request)
         pause_id = requests[0].request_id
@@ -405,6 +395,31 @@ class RunStore:
                 )
             pipe.hincrby(k.shard.metrics, f"{DELIVERED}{delivery_result(failure.code)}", 1)
             await pipe.execute()
+
+
+def _new_request(
+    state: RunState, record: CallRecord, request_id: str, route: Route, now: float
+) -> ApprovalRequest:
+    """The request that asks about one gated call (its deadline is set again by PAUSE, from
+    Redis's clock)."""
+    return ApprovalRequest(
+        request_id=request_id,
+        run_id=state.run_id,
+        call_id=record.call_id,
+        agent=state.agent,
+        tool=record.tool,
+        arguments=record.arguments,
+        call_hash=record.call_hash,
+        kind="question" if record.gate == "question" else "approval",
+        reason=record.reason,
+        severity=record.severity,
+        requested_by=state.requested_by or "",
+        created_at=now,
+        expires_at=now + route.expiry_seconds,
+        route=route,
+        allow_always=record.allow_always and route.allows_standing_approval,
+        question=record.question or "",
+    )
 
 
 def _apply_standing_approval(
