@@ -23,6 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from agent_host.approvals import ApprovalRequest
+from tests.support.stack import (
+    SECRET,
+    bare_server,
+    decided_count,
+    prepare_clicks,
+    resume_streams,
+    serve_process,
+    standin,
+    wait_streams_drained,
+)
 
 from . import loadgen
 from .common import (
@@ -33,16 +43,6 @@ from .common import (
     percentile,
     refund_paused,
     summary,
-)
-from .stack import (
-    SECRET,
-    bare_server,
-    decided_count,
-    prepare_clicks,
-    resume_streams,
-    serve_process,
-    standin,
-    wait_streams_drained,
 )
 
 __all__ = ["click_to_resume", "gc_summary", "load_details", "run"]

@@ -27,9 +27,7 @@ from typing import Any
 
 from agent_host.approvals import Route
 from slack_sandbox import SlackStandIn
-
-from .common import Figure, clone_paused, dedicated_redis, refund_paused
-from .stack import (
+from tests.support.stack import (
     group_backlog,
     outbox_streams,
     persist_pauses,
@@ -37,6 +35,8 @@ from .stack import (
     standin,
     wait_streams_drained,
 )
+
+from .common import Figure, clone_paused, dedicated_redis, refund_paused
 
 __all__ = ["run"]
 

@@ -14,11 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import loadgen
-from .ack import click_to_resume, gc_summary, load_details
-from .common import Figure, clone_paused, dedicated_redis, ms, percentile, refund_paused, summary
-from .resume import handoff_latencies
-from .stack import (
+from tests.support.stack import (
     SECRET,
     prepare_clicks,
     resume_streams,
@@ -26,6 +22,11 @@ from .stack import (
     standin,
     wait_streams_drained,
 )
+
+from . import loadgen
+from .ack import click_to_resume, gc_summary, load_details
+from .common import Figure, clone_paused, dedicated_redis, ms, percentile, refund_paused, summary
+from .resume import handoff_latencies
 
 __all__ = ["run"]
 

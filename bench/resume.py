@@ -27,6 +27,7 @@ from agent_host.examples import build_registry
 from agent_host.runtime.decisions import Approve
 from agent_host.runtime.runner import RunOutcome
 from agent_host.settings import load_settings
+from tests.support.stack import persist_pauses, resume_streams, wait_streams_drained
 
 from .common import (
     KEYRING,
@@ -38,7 +39,6 @@ from .common import (
     refund_paused,
     summary,
 )
-from .stack import persist_pauses, resume_streams, wait_streams_drained
 
 __all__ = ["handoff_latencies", "run"]
 

@@ -4,6 +4,6 @@ from __future__ import annotations
 
 from agent_host.runtime.models import set_allow_model_requests
 
-pytest_plugins = ["tests.redis_fixtures"]
+pytest_plugins = ["tests.support.redis_fixtures"]
 
 set_allow_model_requests(False)
