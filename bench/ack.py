@@ -23,16 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from agent_host.approvals import ApprovalRequest
-from tests.support.stack import (
-    SECRET,
-    bare_server,
-    decided_count,
-    prepare_clicks,
-    resume_streams,
-    serve_process,
-    standin,
-    wait_streams_drained,
-)
 
 from . import loadgen
 from .common import (
@@ -43,6 +33,16 @@ from .common import (
     percentile,
     refund_paused,
     summary,
+)
+from .stack import (
+    SECRET,
+    bare_server,
+    decided_count,
+    prepare_clicks,
+    resume_streams,
+    serve_process,
+    standin,
+    wait_streams_drained,
 )
 
 __all__ = ["click_to_resume", "gc_summary", "load_details", "run"]

@@ -27,7 +27,9 @@ from typing import Any
 
 from agent_host.approvals import Route
 from slack_sandbox import SlackStandIn
-from tests.support.stack import (
+
+from .common import Figure, clone_paused, dedicated_redis, refund_paused
+from .stack import (
     group_backlog,
     outbox_streams,
     persist_pauses,
@@ -35,8 +37,6 @@ from tests.support.stack import (
     standin,
     wait_streams_drained,
 )
-
-from .common import Figure, clone_paused, dedicated_redis, refund_paused
 
 __all__ = ["run"]
 

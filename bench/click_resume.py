@@ -14,7 +14,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support.stack import (
+from . import loadgen
+from .ack import click_to_resume, gc_summary, load_details
+from .common import Figure, clone_paused, dedicated_redis, ms, percentile, refund_paused, summary
+from .resume import handoff_latencies
+from .stack import (
     SECRET,
     prepare_clicks,
     resume_streams,
@@ -22,11 +26,6 @@ from tests.support.stack import (
     standin,
     wait_streams_drained,
 )
-
-from . import loadgen
-from .ack import click_to_resume, gc_summary, load_details
-from .common import Figure, clone_paused, dedicated_redis, ms, percentile, refund_paused, summary
-from .resume import handoff_latencies
 
 __all__ = ["run"]
 

@@ -27,18 +27,18 @@ from agent_host.examples import build_registry
 from agent_host.runtime.decisions import Approve
 from agent_host.runtime.runner import RunOutcome
 from agent_host.settings import load_settings
-from tests.support.stack import persist_pauses, resume_streams, wait_streams_drained
+from tests.support.routers import StaticRouter
 
 from .common import (
     KEYRING,
     Figure,
-    StaticRouter,
     clone_paused,
     dedicated_redis,
     percentile,
     refund_paused,
     summary,
 )
+from .stack import persist_pauses, resume_streams, wait_streams_drained
 
 __all__ = ["handoff_latencies", "run"]
 

@@ -29,6 +29,7 @@ import aiohttp
 from redis.asyncio import Redis
 
 from agent_host.approvals import ApprovalRequest, Route, Router
+from agent_host.durable.connections import as_text
 from agent_host.durable.keys import OUTBOX_GROUP, RESUME_GROUP, Keys, shards
 from agent_host.durable.redis_server import free_port
 from agent_host.durable.store import RunStore
@@ -40,9 +41,10 @@ from slack_sandbox.methods_chat import post_message
 from slack_sandbox.payloads import block_actions_payload, button_action, payload_body
 from slack_sandbox.shapes import message_json
 from slack_sandbox.workspace import Channel, Message
+from tests.support.routers import StaticRouter
 
 from .agents import PROBE_ENV
-from .common import KEY_TEXT, KEYRING, StaticRouter
+from .common import KEY_TEXT, KEYRING
 
 __all__ = [
     "CHANNEL",
@@ -367,7 +369,7 @@ async def group_backlog(redis: Redis, streams: Iterable[tuple[str, str]]) -> int
     total = 0
     for stream, group in streams:
         groups: Any = await redis.xinfo_groups(stream) if await redis.exists(stream) else []
-        info = next((g for g in groups if _text(g["name"]) == group), None)
+        info = next((g for g in groups if as_text(g["name"]) == group), None)
         if info is None:
             return None
         total += int(info["pending"]) + int(info.get("lag") or 0)
@@ -394,12 +396,8 @@ async def decided_count(redis: Redis, requests: Sequence[ApprovalRequest]) -> in
         for request in requests:
             pipe.hget(_request_key(request.request_id), "status")
         statuses = await pipe.execute()
-    return sum(1 for s in statuses if s is not None and _text(s) != "pending")
+    return sum(1 for s in statuses if s is not None and as_text(s) != "pending")
 
 
 def _request_key(request_id: str) -> str:
     return Keys(request_id).request(request_id)
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

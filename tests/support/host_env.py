@@ -3,17 +3,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from redis.asyncio import Redis
 
-from agent_host.approvals import ApprovalRequest, FixedRouter, Route, Router, RunRecord
+from agent_host.approvals import ApprovalRequest, FixedRouter, Router, RunRecord
 from agent_host.durable import keys as K
+from agent_host.durable.connections import as_text
 from agent_host.durable.crypto import KeyRing, generate_key
 from agent_host.durable.ledger import RedisLedger
 from agent_host.durable.store import RunStore
@@ -27,12 +27,9 @@ from tests.support.keyspace import xrange_all
 __all__ = [
     "Env",
     "FakeClock",
-    "QuorumRouter",
-    "eventually",
     "make_env",
     "resume_entries",
     "scan_keys",
-    "text",
 ]
 
 # Near the real time: deadlines are checked against Redis's clock (TIME), so requests
@@ -53,16 +50,6 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
-
-
-class QuorumRouter:
-    """Every request needs `quorum` distinct approvals."""
-
-    def __init__(self, quorum: int, expiry_seconds: int = 3600) -> None:
-        self._route = Route(route_id="quorum", quorum=quorum, expiry_seconds=expiry_seconds)
-
-    async def route(self, agent: str, tool: str, severity: str) -> Route:
-        return self._route
 
 
 @dataclass
@@ -119,7 +106,7 @@ class Env:
         for shard in K.shards():
             due: Any = await self.store.redis.zrange(shard.deadlines, 0, -1, withscores=True)
             for member, score in due:
-                rid = text(member)
+                rid = as_text(member)
                 await self.store.redis.zadd(shard.deadlines, {rid: score - seconds * 1000})
                 await self.store.redis.hincrbyfloat(
                     K.Keys(rid).request(rid), "expires_at", -seconds
@@ -162,28 +149,11 @@ async def resume_entries(redis: Redis, run_id: str | None = None) -> list[dict[s
     entries: Any = await xrange_all(redis, "resume")
     out = []
     for _, fields in entries:
-        decoded = {text(k): text(v) for k, v in fields.items()}
+        decoded = {as_text(k): as_text(v) for k, v in fields.items()}
         if decoded.get("type") == "resume" and run_id in (None, decoded.get("run_id")):
             out.append(decoded)
     return out
 
 
 async def scan_keys(redis: Redis, match: str = "*") -> set[str]:
-    return {text(k) async for k in redis.scan_iter(match=match, count=1000)}
-
-
-def text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-async def eventually(
-    check: Callable[[], Awaitable[bool]], within: float = 20.0, interval: float = 0.05
-) -> None:
-    """Poll `check` until it holds (bounded)."""
-    deadline = time.monotonic() + within
-    while True:
-        if await check():
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {within}s")
-        await asyncio.sleep(interval)
+    return {as_text(k) async for k in redis.scan_iter(match=match, count=1000)}

@@ -3,9 +3,7 @@ stand-in, the aiohttp server with Bolt and the HTTP API, workers, sweeper and ou
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +19,7 @@ from agent_host.http.api import create_app
 from agent_host.settings import load_settings
 from bot.wiring import SlackBot, build, mount_slack
 from slack_sandbox import SlackStandIn, Workspace
+from tests.support.waiting import eventually
 
 T = TypeVar("T")
 
@@ -146,17 +145,6 @@ class Stack:
             for m in state["messages"]
             if m["channel"] == channel and m.get("thread_ts") in (None, m["ts"])
         ]
-
-
-async def eventually(check: Callable[[], Awaitable[T | None]], within: float = 10.0) -> T:
-    deadline = time.monotonic() + within
-    while True:
-        value = await check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
 
 
 @asynccontextmanager

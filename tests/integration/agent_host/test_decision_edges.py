@@ -4,8 +4,6 @@ lagging replica, and an empty answer from the webhook."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import time
 from pathlib import Path
@@ -25,6 +23,7 @@ from agent_host.runtime.tools import tool
 from tests.integration.agent_host.test_http_api import SECRET, make_host
 from tests.support.agents import Recorder, registry_of, scripted, tc
 from tests.support.host_env import Env, make_env
+from tests.support.signing import webhook_signature
 
 
 class OneOpenRoute:
@@ -132,7 +131,7 @@ async def test_the_webhook_cannot_answer_a_question_with_nothing(
     assert question.kind == "question"
     async with TestClient(TestServer(create_app(host), host="127.0.0.1")) as client:
         raw = json.dumps({"requestId": question.request_id, "decision": "approved"}).encode()
-        sig = "sha256=" + hmac.new(SECRET.encode(), raw, hashlib.sha256).hexdigest()
+        sig = webhook_signature(raw, SECRET)
         resp = await client.post(
             "/api/v1/webhooks/approval-response",
             data=raw,

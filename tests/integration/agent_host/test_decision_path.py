@@ -19,6 +19,7 @@ from agent_host.runtime.tools import tool
 from tests.support.agents import Recorder, registry_of, scripted, tc
 from tests.support.host_env import make_env
 from tests.support.keyspace import pass_deadline
+from tests.support.routers import TwoRoutes
 
 
 def approve_then_ask_registry(rec: Recorder) -> AgentRegistry:
@@ -136,15 +137,6 @@ async def test_deadlines_use_redis_time_not_the_callers_clock(redis: Redis) -> N
     assert await Sweeper(ahead.store).sweep() == 1
     current = await ahead.store.get_request(fresh.request_id)
     assert current is not None and current.status == "pending"
-
-
-class TwoRoutes:
-    """Low and medium severity to an open channel; high and above to two named reviewers."""
-
-    async def route(self, agent: str, tool: str, severity: str) -> Route:
-        if Severity(severity).rank >= Severity.HIGH.rank:
-            return Route(route_id="r-critical", destination="C-SEC", reviewers=("U8", "U9"))
-        return Route(route_id="r-open", destination="C-OPS")
 
 
 def refunds_registry(rec: Recorder, *amounts: int) -> AgentRegistry:

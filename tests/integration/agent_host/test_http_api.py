@@ -28,6 +28,7 @@ from agent_host.settings import load_settings
 from tests.support.host_env import Env, FakeClock
 from tests.support.keyspace import zcard_all
 from tests.support.redis_fixtures import RedisServerFactory
+from tests.support.signing import webhook_signature
 
 TOKEN = "test-api-token"
 SECRET = "test-webhook-secret"
@@ -76,7 +77,7 @@ class Api:
 
     async def webhook(self, body: dict[str, Any] | bytes, secret: str = SECRET) -> ClientResponse:
         raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-        sig = "sha256=" + hmac.new(secret.encode(), raw, hashlib.sha256).hexdigest()
+        sig = webhook_signature(raw, secret)
         return await self.client.post(
             "/api/v1/webhooks/approval-response",
             data=raw,
@@ -322,7 +323,7 @@ async def test_webhook_rejects_bad_signatures_and_ids(api: Api) -> None:
     await assert_error(resp, 401)
     # signed over different bytes than sent (same JSON, other spacing)
     signed = json.dumps(body, separators=(",", ":")).encode()
-    sig = "sha256=" + hmac.new(SECRET.encode(), signed, hashlib.sha256).hexdigest()
+    sig = webhook_signature(signed, SECRET)
     resp = await api.client.post(url, data=raw, headers={"X-Webhook-Signature": sig})
     await assert_error(resp, 401)
 

@@ -8,8 +8,9 @@ from redis.asyncio import Redis
 
 from agent_host.durable import keys as K
 from agent_host.runtime.decisions import Approve, Reject, RequestChanges
-from tests.support.host_env import QuorumRouter, make_env, resume_entries
+from tests.support.host_env import make_env, resume_entries
 from tests.support.keyspace import metric, xlen_all
+from tests.support.routers import QuorumRouter
 
 
 async def test_same_approval_delivered_20_times_decides_once_and_runs_once(redis: Redis) -> None:

@@ -8,10 +8,11 @@ from redis.crc import key_slot
 
 from agent_host.approvals import DEFAULT_EXPIRY_SECONDS, FixedRouter
 from agent_host.durable import keys as K
+from agent_host.durable.connections import as_text
 from agent_host.durable.crypto import kid_of
 from agent_host.runtime.decisions import Approve
 from agent_host.runtime.runner import Paused
-from tests.support.host_env import FakeClock, make_env, scan_keys, text
+from tests.support.host_env import FakeClock, make_env, scan_keys
 from tests.support.keyspace import xlen_all, xrange_all, zcard_all, zrange_all
 
 
@@ -26,24 +27,24 @@ async def test_pause_writes_checkpoint_requests_indexes_and_outbox_together(redi
     assert await env.store.redis.hget(K.Keys(run_id).run, "undecided") == b"2"
     assert ids == [K.request_id(run_id, 1), K.request_id(run_id, 2)]
     assert info.pause_id == ids[0]
-    assert [text(i) for i in await redis.lrange(k.requests, 0, -1)] == ids
+    assert [as_text(i) for i in await redis.lrange(k.requests, 0, -1)] == ids
 
     state = await env.store.load_checkpoint(run_id, info.pause_id)
     assert state.status == "paused" and len(state.pending) == 2
     assert {c.call_id for c in state.pending} == {r.call_id for r in await env.requests(run_id)}
 
     pending = await zrange_all(redis, "pending")
-    by_dest = {text(m) for m in await redis.zrange(k.shard.pending_in("C-ops"), 0, -1)}
+    by_dest = {as_text(m) for m in await redis.zrange(k.shard.pending_in("C-ops"), 0, -1)}
     deadlines = await zrange_all(redis, "deadlines")
     outbox = [
-        {text(a): text(b) for a, b in fields.items()}
+        {as_text(a): as_text(b) for a, b in fields.items()}
         for _, fields in await xrange_all(redis, "outbox")
     ]
     assert set(pending) == set(ids) == by_dest == set(deadlines)
     assert [e["request_id"] for e in outbox if e["type"] == "request_posted"] == ids
 
     for rid in ids:
-        raw = {text(a): text(b) for a, b in (await redis.hgetall(k.request(rid))).items()}
+        raw = {as_text(a): as_text(b) for a, b in (await redis.hgetall(k.request(rid))).items()}
         assert raw["status"] == "pending"
         assert raw["pause_id"] == info.pause_id
         assert raw["run_id"] == run_id and raw["tool"] == "delete_file"

@@ -10,8 +10,9 @@ from agent_host.approvals import DEFAULT_EXPIRY_SECONDS, FixedRouter
 from agent_host.durable import keys as K
 from agent_host.durable.sweeper import EXPIRED_BY, Sweeper
 from agent_host.runtime.decisions import DEFAULT_EXPIRED_MESSAGE, Approve
-from tests.support.host_env import FakeClock, QuorumRouter, make_env, resume_entries
+from tests.support.host_env import FakeClock, make_env, resume_entries
 from tests.support.keyspace import metric, zcard_all
+from tests.support.routers import QuorumRouter
 
 
 async def test_nothing_expires_before_its_deadline(redis: Redis) -> None:

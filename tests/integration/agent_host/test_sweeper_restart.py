@@ -18,8 +18,9 @@ from agent_host.durable.crypto import KeyRing, generate_key
 from agent_host.durable.sweeper import Sweeper
 from agent_host.durable.worker import ResumeWorker
 from agent_host.runtime.decisions import Approve
-from tests.support.host_env import FakeClock, eventually, make_env
+from tests.support.host_env import FakeClock, make_env
 from tests.support.redis_fixtures import RedisServerFactory
+from tests.support.waiting import eventually
 
 
 class RestartedWorker(Redis):

@@ -16,7 +16,8 @@ from agent_host.runtime.models.scripted import Conversation, ScriptedModel, call
 from agent_host.runtime.policy import Permission
 from agent_host.runtime.runner import UNKNOWN_OUTCOME
 from agent_host.runtime.tools import ToolContext, tool
-from tests.support.host_env import Env, eventually, make_env, resume_entries
+from tests.support.host_env import Env, make_env, resume_entries
+from tests.support.waiting import eventually
 
 
 async def approved_refund(env: Env, order: str = "123") -> str:

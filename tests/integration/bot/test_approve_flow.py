@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from bot import blocks
-from tests.support.stack import CHANNEL, OUTSIDER, REQUESTER, REVIEWER, eventually, running_stack
+from tests.support.stack import CHANNEL, OUTSIDER, REQUESTER, REVIEWER, running_stack
+from tests.support.waiting import eventually
 
 
 async def test_approve_updates_message_resumes_run_and_posts_outcome(

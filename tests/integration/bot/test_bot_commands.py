@@ -28,9 +28,9 @@ from tests.support.stack import (
     REQUESTER,
     REVIEWER,
     Stack,
-    eventually,
     running_stack,
 )
+from tests.support.waiting import eventually
 
 API_KEY = "sk-live-4242-very-secret"
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from bot import blocks
-from tests.support.stack import CHANNEL, REVIEWER, REVIEWER2, eventually, running_stack
+from tests.support.stack import CHANNEL, REVIEWER, REVIEWER2, running_stack
+from tests.support.waiting import eventually
 
 
 async def test_reject_with_reason_via_modal_reaches_the_model_and_the_message(

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from bot import blocks
-from tests.support.stack import CHANNEL, REVIEWER, eventually, running_stack
+from tests.support.stack import CHANNEL, REVIEWER, running_stack
+from tests.support.waiting import eventually
 
 
 def top_level_posts(calls: list[dict]) -> list[dict]:

@@ -19,9 +19,9 @@ from tests.support.stack import (
     REVIEWER,
     REVIEWER2,
     Stack,
-    eventually,
     running_stack,
 )
+from tests.support.waiting import eventually
 
 
 async def _route(stack: Stack, spec: str) -> None:

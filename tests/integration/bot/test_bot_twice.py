@@ -15,7 +15,8 @@ from agent_host.runtime.policy import Permission
 from agent_host.runtime.tools import ToolContext, tool
 from bot import blocks
 from tests.support import stack as stack_module
-from tests.support.stack import CHANNEL, REVIEWER, REVIEWER2, eventually, running_stack
+from tests.support.stack import CHANNEL, REVIEWER, REVIEWER2, running_stack
+from tests.support.waiting import eventually
 
 AGENTS = "tests.integration.bot.test_bot_twice:registry"
 

@@ -5,8 +5,6 @@ dead-lettered and acknowledged, the admins get a DM, and /metrics counts the err
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 from pathlib import Path
 from typing import Any
@@ -17,15 +15,9 @@ from agent_host.durable import keys as K
 from agent_host.durable.route_book import parse_spec
 from bot import blocks
 from slack_sandbox.workspace import Channel
-from tests.support.stack import (
-    ADMIN,
-    API_TOKEN,
-    CHANNEL,
-    REVIEWER,
-    Stack,
-    eventually,
-    running_stack,
-)
+from tests.support.signing import webhook_signature
+from tests.support.stack import ADMIN, API_TOKEN, CHANNEL, REVIEWER, Stack, running_stack
+from tests.support.waiting import eventually
 
 from .test_bot_commands import approvals
 
@@ -60,7 +52,7 @@ async def get(stack: Stack, path: str) -> Any:
 
 async def webhook_approve(stack: Stack, request_id: str) -> None:
     raw = json.dumps({"requestId": request_id, "decision": "approved"}).encode()
-    signature = "sha256=" + hmac.new(WEBHOOK_SECRET.encode(), raw, hashlib.sha256).hexdigest()
+    signature = webhook_signature(raw, WEBHOOK_SECRET)
     headers = {"X-Webhook-Signature": signature, "Content-Type": "application/json"}
     url = f"{stack.url}/api/v1/webhooks/approval-response"
     async with (

@@ -13,7 +13,8 @@ from bot import blocks
 from bot.installation import foreign_request
 from slack_sandbox.payloads import payload_body
 from slack_sandbox.signing import sign_request
-from tests.support.stack import CHANNEL, REVIEWER, SECRET, eventually, running_stack
+from tests.support.stack import CHANNEL, REVIEWER, SECRET, running_stack
+from tests.support.waiting import eventually
 
 from .test_bot_signing import click_body, post
 

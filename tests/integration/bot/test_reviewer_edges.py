@@ -13,7 +13,8 @@ from agent_host.durable.route_book import parse_spec
 from bot import blocks
 from bot.installation import foreign_request
 from bot.reviewers import ReviewerRules
-from tests.support.stack import ADMIN, CHANNEL, REVIEWER2, eventually, running_stack
+from tests.support.stack import ADMIN, CHANNEL, REVIEWER2, running_stack
+from tests.support.waiting import eventually
 
 
 async def test_a_member_removed_from_the_reviewer_group_cannot_decide_while_slack_fails(

@@ -31,16 +31,8 @@ from bot.socket_mode import start_socket_mode
 from bot.wiring import build
 from slack_sandbox import AppUnreachable, SlackStandIn, Workspace
 from tests.support import stack as stack_module
-from tests.support.stack import (
-    ADMIN,
-    API_TOKEN,
-    CHANNEL,
-    REVIEWER,
-    SECRET,
-    TOKEN,
-    Stack,
-    eventually,
-)
+from tests.support.stack import ADMIN, API_TOKEN, CHANNEL, REVIEWER, SECRET, TOKEN, Stack
+from tests.support.waiting import eventually
 
 APP_TOKEN = "xapp-1-A0SANDBOX-1-socket-mode-test"
 

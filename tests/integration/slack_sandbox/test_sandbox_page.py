@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slack_sandbox import SlackStandIn, Workspace
 from slack_sandbox import page as page_module
 from slack_sandbox.page_runs import RUNS_FILE
+from tests.support.waiting import eventually
 
 TOKEN = "xoxb-sandbox-page-token"
 SECRET = "sandbox-page-signing-secret"
@@ -62,13 +62,6 @@ async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     host, port = runner.addresses[0][:2]
     return runner, f"http://{host}:{port}"
-
-
-async def eventually(check: Callable[[], bool], within: float = 5.0) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.02)
 
 
 @pytest.fixture

@@ -78,9 +78,9 @@ from tests.support.stack import (
     REVIEWER,
     SECRET,
     TOKEN,
-    eventually,
     running_stack,
 )
+from tests.support.waiting import eventually
 
 # -- a sample of the bot suite ------------------------------------------------------------
 

@@ -10,14 +10,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import hashlib
-import hmac
 import json
-import os
 import re
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import (
@@ -41,13 +35,15 @@ from redis.asyncio import Redis
 
 from agent_host.approvals import TERMINAL, ApprovalRequest, FixedRouter, RunRecord
 from agent_host.durable import keys as K
+from agent_host.durable.connections import as_text
 from agent_host.durable.crypto import KeyRing, generate_key
 from agent_host.durable.redis_server import AppendFsync, RedisServer, free_port
 from agent_host.durable.store import RunStore
 from bot import blocks
 from slack_sandbox import AppReply, SlackStandIn, Workspace
 from slack_sandbox.seed import ADMIN, APPROVALS, OPS, OUTSIDER, REQUESTER, REVIEWER, REVIEWER2
-from tests.support.paths import PROJECT_ROOT
+from tests.support.processes import CLI, SPAWN_LOCK, Proc, inherited_env, until
+from tests.support.signing import webhook_signature
 
 T = TypeVar("T")
 
@@ -76,108 +72,12 @@ __all__ = [
     "write_file",
 ]
 
-ROOT = PROJECT_ROOT
-CLI: tuple[str, ...] = (sys.executable, "-m", "bot.cli")
-# The real CLI with the worker/outbox crash points wired (see crashing_cli.py).
 
 SLACK_TOKEN = "xoxb-faults-token"
 SIGNING_SECRET = "faults-signing-secret"
-# Scenarios run in threads; spawning children from several threads at once once failed
-# with `OSError: [Errno 14] Bad address` from exec, so every spawn here takes this lock.
-SPAWN_LOCK = threading.Lock()
 API_TOKEN = "faults-api-token"
 WEBHOOK_SECRET = "faults-webhook-secret"
 AUTH = {"Authorization": f"Bearer {API_TOKEN}"}
-
-
-class Proc:
-    """One `countersign` child process (serve or worker), its output in `log`."""
-
-    def __init__(
-        self, name: str, args: Sequence[str], env: dict[str, str], log: Path, port: int | None
-    ) -> None:
-        self.name, self.log, self.port = name, log, port
-        self.url = f"http://127.0.0.1:{port}" if port else ""
-        self.crash_at = env.get("COUNTERSIGN_CRASH_AT", "")
-        with log.open("ab") as out:
-            out.write(f"\n===== {name}: {' '.join(args)} crash_at={self.crash_at!r}\n".encode())
-            out.flush()
-            with SPAWN_LOCK:
-                self.proc = subprocess.Popen(
-                    list(args),
-                    env=env,
-                    cwd=ROOT,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                )
-
-    @property
-    def events_url(self) -> str:
-        return f"{self.url}/slack/events"
-
-    @property
-    def returncode(self) -> int | None:
-        return self.proc.poll()
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def kill(self) -> None:
-        if self.alive():
-            self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.alive():
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self.proc.wait(10)
-
-    async def exited(self, within: float) -> int | None:
-        """The exit code once the process exits, or None if it still runs after `within` s."""
-        deadline = time.monotonic() + within
-        while True:
-            code = self.proc.poll()
-            if code is not None or time.monotonic() >= deadline:
-                return code
-            await asyncio.sleep(0.02)
-
-    def tail(self, lines: int = 40) -> str:
-        text = self.log.read_text(errors="replace") if self.log.exists() else ""
-        return f"--- {self.name} ({self.log}) ---\n" + "\n".join(text.splitlines()[-lines:])
-
-
-async def until(
-    what: str,
-    check: Callable[[], Awaitable[T | None]],
-    *,
-    within: float = 20.0,
-    watch: Sequence[Proc] = (),
-    interval: float = 0.05,
-) -> T:
-    """Poll `check()` until truthy; fail after `within` s or as soon as a watched process dies."""
-    deadline = time.monotonic() + within
-    while True:
-        for proc in watch:
-            if not proc.alive():
-                raise AssertionError(
-                    f"{proc.name} exited (code {proc.returncode}) while waiting for {what}\n"
-                    + proc.tail()
-                )
-        try:
-            value = await check()
-        except (TimeoutError, aiohttp.ClientError, OSError):
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            logs = "\n".join(p.tail() for p in watch)
-            raise AssertionError(f"timed out after {within:g}s waiting for {what}\n{logs}")
-        await asyncio.sleep(interval)
 
 
 @dataclass
@@ -274,7 +174,7 @@ class World:
         raw = json.dumps(
             {"requestId": request_id, "decision": decision, "decidedBy": decided_by}
         ).encode()
-        signature = "sha256=" + hmac.new(WEBHOOK_SECRET.encode(), raw, hashlib.sha256).hexdigest()
+        signature = webhook_signature(raw, WEBHOOK_SECRET)
         headers = {"X-Webhook-Signature": signature, "Content-Type": "application/json"}
         url = f"{via.url}/api/v1/webhooks/approval-response"
         async with self.http.post(url, data=raw, headers=headers) as resp:
@@ -400,7 +300,7 @@ class World:
         entries: Any = await self.redis.xrange(K.Keys(run_id).shard.resume)
         out = []
         for _, raw in entries:
-            fields = {_text(k): _text(v) for k, v in raw.items()}
+            fields = {as_text(k): as_text(v) for k, v in raw.items()}
             if fields.get("type") == "resume" and fields.get("run_id") == run_id:
                 out.append(fields)
         return out
@@ -416,10 +316,6 @@ class World:
 
     def tails(self) -> str:
         return "\n".join(p.tail() for p in self.procs)
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def make_dir(path: Path) -> Path:
@@ -465,11 +361,7 @@ async def world(
         await standin.start()
         keys = generate_key("faults")
         journal = tmp / "effects.jsonl"
-        base = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("SLACK_", "COUNTERSIGN_", "REDIS_", "PYTEST_"))
-        }
+        base = inherited_env()
         base |= {
             "PYTHONUNBUFFERED": "1",
             "REDIS_URL": server.url,

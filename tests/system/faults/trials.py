@@ -25,6 +25,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 
 from agent_host.approvals import TERMINAL, ApprovalRequest, DecideResult, Route
 from agent_host.durable import keys as K
+from agent_host.durable.connections import as_text
 from agent_host.durable.crypto import KeyRing, generate_key
 from agent_host.durable.ledger import RedisLedger
 from agent_host.durable.store import RunStore
@@ -38,6 +39,7 @@ from agent_host.runtime.models.scripted import Conversation, ScriptedModel, call
 from agent_host.runtime.policy import Permission
 from agent_host.runtime.runner import Paused, Runner
 from agent_host.runtime.tools import ToolContext, tool
+from tests.support.routers import RouterByAgent
 
 __all__ = ["TrialStats", "run_trials"]
 
@@ -51,11 +53,6 @@ ROUTES = {
     "t-q1-due": Route(route_id="q1d", destination="C1", quorum=1, expiry_seconds=1),
     "t-q2-due": Route(route_id="q2d", destination="C2", quorum=2, expiry_seconds=1),
 }
-
-
-class AgentRouter:
-    async def route(self, agent: str, tool: str, severity: str) -> Route:
-        return ROUTES[agent]
 
 
 def registry(executions: Counter[tuple[str, str]]) -> AgentRegistry:
@@ -119,7 +116,9 @@ class Replica:
         # a bounded pool: thousands of concurrent calls share a few dozen connections
         pool = BlockingConnectionPool.from_url(url, max_connections=32, timeout=30)
         self.redis = Redis(connection_pool=pool)
-        self.store = RunStore(self.redis, keyring, AgentRouter(), clock=lambda: time.time() + shift)
+        self.store = RunStore(
+            self.redis, keyring, RouterByAgent(ROUTES), clock=lambda: time.time() + shift
+        )
         self.worker = ResumeWorker(self.store, Runner(reg, RedisLedger(self.redis)), name)
 
     async def close(self) -> None:
@@ -228,7 +227,7 @@ async def _resume_all(
         for stream, rows in zip(list(last), await pipe.execute(), strict=True):
             entries += rows
             if rows:
-                last = {**last, stream: _text(rows[-1][0])}
+                last = {**last, stream: as_text(rows[-1][0])}
     jobs: list[Awaitable[None]] = []
 
     async def twice_in_a_row(entry_id: str, fields: dict[str, str]) -> None:
@@ -236,8 +235,8 @@ async def _resume_all(
         await b.worker.handle(entry_id, fields)
 
     for raw_id, raw in entries:
-        entry_id = _text(raw_id)
-        fields = {_text(k): _text(v) for k, v in raw.items()}
+        entry_id = as_text(raw_id)
+        fields = {as_text(k): as_text(v) for k, v in raw.items()}
         if fields.get("type") != "resume":
             continue  # the runs' start entries: these runs were paused by `_pause` already
         stats.resumes[fields["run_id"]] += 1
@@ -269,13 +268,13 @@ async def _check(
                 pipe.hgetall(k.request(t.request.request_id))
         rows = iter(await pipe.execute())
     for run in runs:
-        events = [{_text(k): _text(v) for k, v in f.items()} for _, f in next(rows)]
-        info = {_text(k): _text(v) for k, v in next(rows).items()}
+        events = [{as_text(k): as_text(v) for k, v in f.items()} for _, f in next(rows)]
+        info = {as_text(k): as_text(v) for k, v in next(rows).items()}
         resumes = stats.resumes.pop(run.run_id, 0)
         statuses = []
         for trial in run.trials:
             raw = next(rows)
-            request = ApprovalRequest.from_hash({_text(k): _text(v) for k, v in raw.items()})
+            request = ApprovalRequest.from_hash({as_text(k): as_text(v) for k, v in raw.items()})
             statuses.append(request.status)
             _check_request(trial, request, events, stats)
         where = f"run {run.run_id} ({run.agent}): {statuses}, {info.get('status')}"
@@ -319,7 +318,3 @@ def _check_request(
     if request.status == "approved":
         assert len(set(request.approvals)) == len(request.approvals) >= trial.quorum, where
         assert request.decided_by == request.approvals[-1], where
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

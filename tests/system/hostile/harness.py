@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import hmac
 import json
 import os
 import socket
@@ -45,7 +43,8 @@ from agent_host.approvals import ApprovalRequest
 from agent_host.durable.route_book import parse_spec
 from agent_host.runtime.decisions import Approve
 from bot import blocks
-from slack_sandbox.signing import sign_request
+from tests.support import signing
+from tests.support.signing import FORM, Header
 from tests.support.stack import (
     ADMIN,
     API_TOKEN,
@@ -57,9 +56,9 @@ from tests.support.stack import (
     REVIEWER2,
     SECRET,
     Stack,
-    eventually,
     running_stack,
 )
+from tests.support.waiting import eventually
 
 __all__ = [
     "ADMIN",
@@ -90,7 +89,6 @@ TEAM = "T0SANDBOX"  # the stand-in's team (slack_sandbox/seed.py)
 GENERAL = "C0GENERAL"
 REDIS_DB = 7  # the hostile stacks' own database: the shared fixtures flush database 0
 BUTTONS = (blocks.APPROVE, blocks.APPROVE_ALWAYS, blocks.REJECT, blocks.ANSWER)
-FORM = "application/x-www-form-urlencoded"
 
 
 def fuzz_settings(max_examples: int) -> settings:
@@ -113,8 +111,6 @@ def fuzz_settings(max_examples: int) -> settings:
 
 
 # -- raw HTTP ------------------------------------------------------------------------------
-
-Header = tuple[str | bytes, str | bytes]
 
 
 @dataclass
@@ -214,19 +210,21 @@ def _parse_reply(data: bytes) -> Reply:
 # -- signing -------------------------------------------------------------------------------
 
 
+# The shared signing helpers (tests/support/signing.py) with this stack's secrets by default.
+
+
 def slack_headers(
     body: bytes, *, at: int | None = None, secret: str = SECRET, content_type: str = FORM
 ) -> list[Header]:
-    signed = sign_request(secret, int(time.time()) if at is None else at, body)
-    return [("Content-Type", content_type), *signed.items()]
+    return signing.slack_headers(body, secret, at=at, content_type=content_type)
 
 
 def webhook_signature(body: bytes, secret: str = WEBHOOK_SECRET) -> str:
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return signing.webhook_signature(body, secret)
 
 
 def bearer(token: str = API_TOKEN) -> Header:
-    return ("Authorization", f"Bearer {token}")
+    return signing.bearer(token)
 
 
 # -- Slack request bodies (the shapes Slack documents; see slack_sandbox/payloads.py) --------

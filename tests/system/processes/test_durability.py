@@ -3,15 +3,7 @@ and a SIGKILLed Redis (AOF replay), and the approved tool runs exactly once afte
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import hmac
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,95 +13,49 @@ import pytest
 
 from agent_host.durable.crypto import generate_key
 from agent_host.durable.redis_server import free_port
+from tests.support.processes import CLI, Proc, inherited_env, until
 from tests.support.redis_fixtures import RedisServerFactory
+from tests.support.signing import webhook_signature
 
 TOKEN = "durability-token"
 SECRET = "durability-secret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 DEADLINE = 20.0
-COMMAND = [sys.executable, "-m", "bot.cli"]  # bot/cli.py has an `if __name__ == "__main__"` guard
 
 
-class Serve:
-    """One `countersign serve` child process."""
-
-    def __init__(self, env: dict[str, str], log: Path, cwd: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = log
-        with log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [*COMMAND, "serve", "--host", "127.0.0.1", "--port", str(self.port)],
-                env=env,
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def kill(self) -> None:
-        if self.alive():
-            self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.alive():
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def log_tail(self) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
+def serve(env: dict[str, str], log: Path, number: int) -> Proc:
+    """One `countersign serve` child process on a free port."""
+    port = free_port()
+    args = [*CLI, "serve", "--host", "127.0.0.1", "--port", str(port)]
+    return Proc(f"serve-{number}", args, env, log, port)
 
 
 @pytest.fixture
-def serves() -> Iterator[list[Serve]]:
-    started: list[Serve] = []
+def serves() -> Iterator[list[Proc]]:
+    started: list[Proc] = []
     yield started
-    for serve in started:
-        serve.stop()
+    for proc in started:
+        proc.stop()
 
 
-async def wait_for(what: str, serve: Serve, check: Any) -> Any:
-    """Poll `check()` until it returns a truthy value, at most DEADLINE seconds."""
-    deadline = time.monotonic() + DEADLINE
-    while True:
-        assert serve.alive(), (
-            f"countersign serve exited while waiting for {what}:\n{serve.log_tail()}"
-        )
-        try:
-            value = await check()
-        except (aiohttp.ClientError, OSError):
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}:\n{serve.log_tail()}")
-        await asyncio.sleep(0.1)
-
-
-async def wait_healthy(session: aiohttp.ClientSession, serve: Serve) -> None:
+async def wait_healthy(session: aiohttp.ClientSession, serve: Proc) -> None:
     async def healthy() -> bool:
         async with session.get(f"{serve.url}/readyz") as resp:
             return resp.status == 200
 
-    await wait_for("readiness", serve, healthy)
+    await until("readiness", healthy, within=DEADLINE, watch=[serve], interval=0.1)
 
 
 async def run_status(
-    session: aiohttp.ClientSession, serve: Serve, run_id: str, status: str
+    session: aiohttp.ClientSession, serve: Proc, run_id: str, status: str
 ) -> dict[str, Any]:
     async def detail() -> dict[str, Any] | None:
         async with session.get(f"{serve.url}/api/v1/runs/{run_id}", headers=AUTH) as resp:
             body = await resp.json()
             return body if resp.status == 200 and body["status"] == status else None
 
-    result: dict[str, Any] = await wait_for(f"run {run_id} to be {status}", serve, detail)
+    what = f"run {run_id} to be {status}"
+    result: dict[str, Any] = await until(what, detail, within=DEADLINE, watch=[serve], interval=0.1)
     return result
 
 
@@ -121,16 +67,11 @@ def refunds(journal: Path) -> list[dict[str, Any]]:
 
 
 async def test_pending_approval_survives_killed_server_and_killed_redis(
-    redis_server_factory: RedisServerFactory, tmp_path: Path, serves: list[Serve]
+    redis_server_factory: RedisServerFactory, tmp_path: Path, serves: list[Proc]
 ) -> None:
     redis = redis_server_factory(appendfsync="always")
     journal = tmp_path / "effects.jsonl"
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("SLACK_", "COUNTERSIGN_", "REDIS_"))
-    }
-    env |= {
+    env = inherited_env() | {
         "REDIS_URL": redis.url,
         "COUNTERSIGN_API_TOKEN": TOKEN,
         "COUNTERSIGN_WEBHOOK_SECRET": SECRET,
@@ -148,7 +89,7 @@ async def test_pending_approval_survives_killed_server_and_killed_redis(
     log = tmp_path / "serve.log"
 
     async with aiohttp.ClientSession() as session:
-        first = Serve(env, log, tmp_path)
+        first = serve(env, log, 1)
         serves.append(first)
         await wait_healthy(session, first)
         async with session.post(
@@ -168,7 +109,7 @@ async def test_pending_approval_survives_killed_server_and_killed_redis(
         redis.restart()
         assert refunds(journal) == []
 
-        second = Serve(env, log, tmp_path)
+        second = serve(env, log, 2)
         serves.append(second)
         await wait_healthy(session, second)
         still = await run_status(session, second, run_id, "waiting")
@@ -177,7 +118,7 @@ async def test_pending_approval_survives_killed_server_and_killed_redis(
         raw = json.dumps(
             {"requestId": request_id, "decision": "approved", "decidedBy": "U-approver"}
         ).encode()
-        signature = "sha256=" + hmac.new(SECRET.encode(), raw, hashlib.sha256).hexdigest()
+        signature = webhook_signature(raw, SECRET)
         url = f"{second.url}/api/v1/webhooks/approval-response"
         headers = {"X-Webhook-Signature": signature, "Content-Type": "application/json"}
         async with session.post(url, data=raw, headers=headers) as resp:
