@@ -5,6 +5,10 @@
 - ``redis``: a ``redis.asyncio.Redis`` client on that fresh database, closed after the test.
 - ``redis_server_factory``: dedicated servers (kill/restart durability tests), all stopped
   at teardown. ``redis_server_factory(appendfsync="always")`` returns a started server.
+- ``cluster``: a three-master `LocalRedisCluster` per test module (bounded start, stopped at
+  teardown).
+- ``flushed_cluster_url``: that cluster emptied (FLUSHALL on every master) before the test,
+  for tests that expect a fresh database the way ``redis_url`` gives one.
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ import redis as redis_sync
 import redis.asyncio as aioredis
 
 from agent_host.durable.redis_server import RedisServer
+from tests.support.redis_cluster import START_WITHIN, LocalRedisCluster
 
 RedisServerFactory = Callable[..., RedisServer]
+CLUSTER_MASTERS = 3
 
 __all__ = ["RedisServerFactory"]
 
@@ -66,3 +72,22 @@ def redis_server_factory(tmp_path: Path) -> Iterator[RedisServerFactory]:
     yield start
     for server in servers:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedisCluster]:
+    started = LocalRedisCluster(tmp_path_factory.mktemp("cluster"), masters=CLUSTER_MASTERS)
+    started.start(timeout=START_WITHIN)
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.fixture
+def flushed_cluster_url(cluster: LocalRedisCluster) -> str:
+    """A node URL of the module's cluster, every master emptied first."""
+    for url in cluster.urls:
+        with redis_sync.Redis.from_url(url, socket_timeout=2) as node:
+            node.flushall()
+    return cluster.url

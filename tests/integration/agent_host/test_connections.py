@@ -8,9 +8,9 @@ import pytest
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from agent_host.durable.connections import open_redis
-from agent_host.durable.redis_server import RedisCluster
 from agent_host.errors import ConfigurationError
 from agent_host.settings import load_settings
+from tests.support.redis_cluster import LocalRedisCluster
 
 
 async def test_a_plain_url_connects(redis_url: str, tmp_path: Path) -> None:
@@ -42,7 +42,7 @@ async def test_a_malformed_sentinel_url_names_the_variable(tmp_path: Path) -> No
 
 
 async def test_a_cluster_node_url_gives_a_cluster_client(tmp_path: Path) -> None:
-    with RedisCluster(tmp_path / "cluster", masters=3) as cluster:
+    with LocalRedisCluster(tmp_path / "cluster", masters=3) as cluster:
         client, embedded = await open_redis(load_settings({"REDIS_URL": cluster.url}))
         try:
             assert embedded is None

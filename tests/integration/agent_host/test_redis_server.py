@@ -10,8 +10,9 @@ import pytest
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
-from agent_host.durable.redis_server import RedisCluster, RedisServer
+from agent_host.durable.redis_server import RedisServer
 from agent_host.errors import ConfigurationError, StoreError
+from tests.support.redis_cluster import LocalRedisCluster
 from tests.support.redis_fixtures import RedisServerFactory
 
 
@@ -95,7 +96,7 @@ async def test_fresh_database_again(redis: aioredis.Redis) -> None:
 
 @pytest.mark.timeout(15)
 async def test_three_master_cluster(tmp_path: Path) -> None:
-    with RedisCluster(tmp_path / "cluster", masters=3) as cluster:
+    with LocalRedisCluster(tmp_path / "cluster", masters=3) as cluster:
         client = AsyncRedisCluster.from_url(cluster.url)
         try:
             keys = [f"key-{i}" for i in range(30)]

@@ -2,28 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 
-import pytest
 import pytest_asyncio
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from agent_host.durable import keys as K
-from agent_host.durable.redis_server import RedisCluster
 from agent_host.runtime.decisions import Approve
 from agent_host.runtime.runner import Paused
 from tests.support.host_env import make_env
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
-    with RedisCluster(Path(tmp_path_factory.mktemp("cluster"))) as started:
-        yield started
+from tests.support.redis_cluster import LocalRedisCluster
 
 
 @pytest_asyncio.fixture
-async def client(cluster: RedisCluster) -> AsyncIterator[AsyncRedisCluster]:
+async def client(cluster: LocalRedisCluster) -> AsyncIterator[AsyncRedisCluster]:
     redis = AsyncRedisCluster.from_url(cluster.url)
     try:
         yield redis

@@ -31,10 +31,10 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from agent_host.approvals import ApprovalRequest, FixedRouter
 from agent_host.durable import keys as K
 from agent_host.durable.crypto import KeyRing
-from agent_host.durable.redis_server import RedisCluster
 from agent_host.durable.store import RunStore
 from agent_host.durable.sweeper import EXPIRED_BY
 from bot import blocks
+from tests.support.redis_cluster import LocalRedisCluster
 from tests.system.faults.harness import (
     ADMIN,
     APPROVALS,
@@ -310,7 +310,7 @@ async def worker_killed_mid_run(
     return {"exit": code, "seconds": round(time.monotonic() - clicked, 1)}
 
 
-async def deployment(tmp: Path, cluster: RedisCluster) -> dict[str, Any]:
+async def deployment(tmp: Path, cluster: LocalRedisCluster) -> dict[str, Any]:
     """Start everything, run the steps in order; each step's result or its exception."""
     results: dict[str, Any] = {}
     began = time.monotonic()
@@ -367,7 +367,7 @@ async def deployment(tmp: Path, cluster: RedisCluster) -> dict[str, Any]:
 def scenarios(
     request: pytest.FixtureRequest,
     tmp_path_factory: pytest.TempPathFactory,
-    cluster: RedisCluster,
+    cluster: LocalRedisCluster,
 ) -> Iterator[dict[str, concurrent.futures.Future[Any]]]:
     async def scenario(tmp: Path) -> dict[str, Any]:
         return await deployment(tmp, cluster)
