@@ -14,9 +14,10 @@ from aiohttp import web
 from agent_host.approvals import ApprovalRequest, RunRecord
 from agent_host.durable.crypto import generate_key
 from agent_host.durable.host import Host
-from agent_host.examples import ExampleEffects
+from agent_host.examples import ExampleEffects, build_registry
 from agent_host.http.api import create_app
-from agent_host.settings import load_settings
+from agent_host.runtime.agents import AgentRegistry
+from agent_host.settings import Settings, load_settings
 from bot.wiring import SlackBot, build, mount_slack
 from slack_sandbox import SlackStandIn, Workspace
 from tests.support.waiting import eventually
@@ -147,19 +148,11 @@ class Stack:
         ]
 
 
-@asynccontextmanager
-async def running_stack(
-    redis_url: str, tmp_path: Path, *, rate_limit: float | None = None, **env: str
-) -> AsyncIterator[Stack]:
-    journal = tmp_path / "effects.jsonl"
-    standin = SlackStandIn(
-        Workspace.load_or_create(tmp_path / "slack"),
-        token=TOKEN,
-        signing_secret=SECRET,
-        rate_limit_per_channel=rate_limit,
-    )
-    await standin.start()
-    settings = load_settings(
+def stack_settings(standin: SlackStandIn, redis_url: str, tmp_path: Path, **env: str) -> Settings:
+    """The settings of a test stack talking to `standin`, with the example agents journalling
+    their effects to `tmp_path/effects.jsonl`; `env` adds or overrides variables."""
+    use_journal(tmp_path / "effects.jsonl")
+    return load_settings(
         {
             "SLACK_BOT_TOKEN": TOKEN,
             "SLACK_SIGNING_SECRET": SECRET,
@@ -174,21 +167,45 @@ async def running_stack(
             **env,
         }
     )
-    _JOURNAL[0] = journal
-    host, bot = await build(settings)
+
+
+def quicken(host: Host) -> None:
+    """Background timings short enough for tests: reclaim after 200 ms, sweep every 100 ms."""
     host.retry_idle_ms, host.sweep_interval = 200, 0.1
-    app = create_app(host)
-    mount_slack(app, bot)
+
+
+async def serve_app(app: web.Application) -> tuple[web.AppRunner, str]:
+    """`app` served on a free loopback port; its runner (to clean up) and base URL."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    url = f"http://127.0.0.1:{port}"
+    return runner, f"http://127.0.0.1:{port}"
+
+
+@asynccontextmanager
+async def running_stack(
+    redis_url: str, tmp_path: Path, *, rate_limit: float | None = None, **env: str
+) -> AsyncIterator[Stack]:
+    """The whole stack, Slack's requests over HTTP (`/slack/events`), one worker in process."""
+    standin = SlackStandIn(
+        Workspace.load_or_create(tmp_path / "slack"),
+        token=TOKEN,
+        signing_secret=SECRET,
+        rate_limit_per_channel=rate_limit,
+    )
+    await standin.start()
+    settings = stack_settings(standin, redis_url, tmp_path, **env)
+    host, bot = await build(settings)
+    quicken(host)
+    app = create_app(host)
+    mount_slack(app, bot)
+    runner, url = await serve_app(app)
     standin.events_url = f"{url}/slack/events"
     host.start_background(1)
     try:
-        yield Stack(standin, host, bot, url, ExampleEffects(journal))
+        yield Stack(standin, host, bot, url, ExampleEffects(current_journal()))
     finally:
         await runner.cleanup()
         await bot.close()
@@ -196,10 +213,19 @@ async def running_stack(
         await standin.stop()
 
 
+# The stack loads its agents by name (COUNTERSIGN_AGENTS), so the journal of the stack being
+# built is handed to `registry_with_journal` here; stacks in one process are built one by one.
 _JOURNAL: list[Path | None] = [None]
 
 
-def registry_with_journal() -> Any:
-    from agent_host.examples import build_registry
+def use_journal(path: Path | None) -> None:
+    _JOURNAL[0] = path
 
-    return build_registry(ExampleEffects(_JOURNAL[0]))
+
+def current_journal() -> Path | None:
+    """The effects journal of the stack built last."""
+    return _JOURNAL[0]
+
+
+def registry_with_journal() -> AgentRegistry:
+    return build_registry(ExampleEffects(current_journal()))

@@ -19,7 +19,6 @@ from agent_host.runtime.policy import Permission
 from agent_host.runtime.tools import tool
 from bot import blocks
 from bot.commands import help_text
-from tests.support import stack as stack_module
 from tests.support.stack import (
     ADMIN,
     CHANNEL,
@@ -28,6 +27,7 @@ from tests.support.stack import (
     REQUESTER,
     REVIEWER,
     Stack,
+    current_journal,
     running_stack,
 )
 from tests.support.waiting import eventually
@@ -55,7 +55,7 @@ def deployer() -> Agent:
 
 
 def registry() -> AgentRegistry:
-    examples = build_registry(ExampleEffects(stack_module._JOURNAL[0]))
+    examples = build_registry(ExampleEffects(current_journal()))
     examples.register("deployer", deployer)
     return examples
 

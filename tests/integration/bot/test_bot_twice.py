@@ -14,8 +14,7 @@ from agent_host.runtime.models.scripted import Conversation, ScriptedModel, call
 from agent_host.runtime.policy import Permission
 from agent_host.runtime.tools import ToolContext, tool
 from bot import blocks
-from tests.support import stack as stack_module
-from tests.support.stack import CHANNEL, REVIEWER, REVIEWER2, running_stack
+from tests.support.stack import CHANNEL, REVIEWER, REVIEWER2, current_journal, running_stack
 from tests.support.waiting import eventually
 
 AGENTS = "tests.integration.bot.test_bot_twice:registry"
@@ -45,7 +44,7 @@ def archiver(effects: ExampleEffects) -> Agent:
 
 
 def registry() -> AgentRegistry:
-    effects = ExampleEffects(stack_module._JOURNAL[0])
+    effects = ExampleEffects(current_journal())
     examples = build_registry(effects)
     examples.register("archiver", lambda: archiver(effects))
     return examples

@@ -18,20 +18,28 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from agent_host.durable.crypto import generate_key
 from agent_host.durable.redis_server import free_port
 from agent_host.errors import ConfigurationError
 from agent_host.examples import ExampleEffects
 from agent_host.http.api import create_app
-from agent_host.settings import Settings, load_settings
+from agent_host.settings import Settings
 from bot import blocks
 from bot.cli import _serve
 from bot.commands import help_text
 from bot.socket_mode import start_socket_mode
 from bot.wiring import build
 from slack_sandbox import AppUnreachable, SlackStandIn, Workspace
-from tests.support import stack as stack_module
-from tests.support.stack import ADMIN, API_TOKEN, CHANNEL, REVIEWER, SECRET, TOKEN, Stack
+from tests.support.stack import (
+    CHANNEL,
+    REVIEWER,
+    SECRET,
+    TOKEN,
+    Stack,
+    current_journal,
+    quicken,
+    serve_app,
+    stack_settings,
+)
 from tests.support.waiting import eventually
 
 APP_TOKEN = "xapp-1-A0SANDBOX-1-socket-mode-test"
@@ -48,22 +56,7 @@ def _standin(tmp_path: Path, **options: Any) -> SlackStandIn:
 
 
 def _settings(standin: SlackStandIn, redis_url: str, tmp_path: Path, app_token: str) -> Settings:
-    stack_module._JOURNAL[0] = tmp_path / "effects.jsonl"
-    return load_settings(
-        {
-            "SLACK_BOT_TOKEN": TOKEN,
-            "SLACK_SIGNING_SECRET": SECRET,
-            "SLACK_APP_TOKEN": app_token,
-            "SLACK_API_URL": standin.url,
-            "REDIS_URL": redis_url,
-            "COUNTERSIGN_DATA_DIR": str(tmp_path / "data"),
-            "COUNTERSIGN_ENCRYPTION_KEYS": generate_key("test"),
-            "COUNTERSIGN_API_TOKEN": API_TOKEN,
-            "COUNTERSIGN_DEFAULT_CHANNEL": CHANNEL,
-            "COUNTERSIGN_ADMINS": ADMIN,
-            "COUNTERSIGN_AGENTS": "tests.support.stack:registry_with_journal",
-        }
-    )
+    return stack_settings(standin, redis_url, tmp_path, SLACK_APP_TOKEN=app_token)
 
 
 @asynccontextmanager
@@ -73,7 +66,7 @@ async def socket_stack(redis_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
         assert standin.events_url is None
         settings = _settings(standin, redis_url, tmp_path, APP_TOKEN)
         host, bot = await build(settings)
-        host.retry_idle_ms, host.sweep_interval = 200, 0.1
+        quicken(host)
         runner: web.AppRunner | None = None
         socket = None
         try:
@@ -81,14 +74,9 @@ async def socket_stack(redis_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
             socket = await start_socket_mode(
                 bot.bolt, app_token=settings.slack_app_token, api_url=settings.slack_api_url
             )
-            runner = web.AppRunner(create_app(host), access_log=None)  # no /slack/events
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            runner, url = await serve_app(create_app(host))  # no /slack/events
             host.start_background(1)
-            effects = ExampleEffects(stack_module._JOURNAL[0])
-            yield Stack(standin, host, bot, f"http://127.0.0.1:{port}", effects)
+            yield Stack(standin, host, bot, url, ExampleEffects(current_journal()))
         finally:
             if socket is not None:
                 await socket.stop()

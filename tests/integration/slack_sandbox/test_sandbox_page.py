@@ -18,6 +18,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slack_sandbox import SlackStandIn, Workspace
 from slack_sandbox import page as page_module
 from slack_sandbox.page_runs import RUNS_FILE
+from tests.support.stack import serve_app
 from tests.support.waiting import eventually
 
 TOKEN = "xoxb-sandbox-page-token"
@@ -56,14 +57,6 @@ MODAL: dict[str, Any] = {
 }
 
 
-async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    host, port = runner.addresses[0][:2]
-    return runner, f"http://{host}:{port}"
-
-
 @pytest.fixture
 async def standin(tmp_path: Path) -> AsyncIterator[SlackStandIn]:
     stand_in = SlackStandIn(Workspace.load_or_create(tmp_path), token=TOKEN, signing_secret=SECRET)
@@ -98,7 +91,7 @@ async def bot(standin: SlackStandIn) -> AsyncIterator[FakeBot]:
     fake = FakeBot()
     app = web.Application()
     app.router.add_post("/slack/events", fake.handle)
-    runner, url = await serve(app)
+    runner, url = await serve_app(app)
     standin.events_url = f"{url}/slack/events"
     yield fake
     await runner.cleanup()
@@ -314,7 +307,7 @@ async def fake_api() -> AsyncIterator[tuple[FakeApi, str]]:
     app = web.Application()
     app.router.add_post("/api/v1/runs", api.start)
     app.router.add_get("/api/v1/runs/{run_id}", api.detail)
-    runner, url = await serve(app)
+    runner, url = await serve_app(app)
     yield api, url
     await runner.cleanup()
 

@@ -53,7 +53,6 @@ from agent_host.approvals import ApprovalRequest
 from agent_host.approvals.notifier import MessageRef, Notifier, RunSummary
 from agent_host.durable import keys as K
 from agent_host.durable.connections import open_redis
-from agent_host.durable.crypto import generate_key
 from agent_host.durable.outbox import Outbox
 from agent_host.durable.streams import StreamConsumer
 from agent_host.durable.worker import ResumeWorker
@@ -71,7 +70,6 @@ from tests.integration.bot import (
 )
 from tests.support.stack import (
     ADMIN,
-    API_TOKEN,
     CHANNEL,
     OPS,
     REQUESTER,
@@ -79,6 +77,7 @@ from tests.support.stack import (
     SECRET,
     TOKEN,
     running_stack,
+    stack_settings,
 )
 from tests.support.waiting import eventually
 
@@ -310,18 +309,7 @@ async def test_outcome_reaches_the_thread_when_the_run_ends_before_its_post_is_s
     workspace = Workspace.load_or_create(tmp_path / "slack")
     standin = SlackStandIn(workspace, token=TOKEN, signing_secret=SECRET)
     await standin.start()
-    settings = load_settings(
-        {
-            "SLACK_BOT_TOKEN": TOKEN,
-            "SLACK_SIGNING_SECRET": SECRET,
-            "SLACK_API_URL": standin.url,
-            "REDIS_URL": flushed_cluster_url,
-            "COUNTERSIGN_DATA_DIR": str(tmp_path / "data"),
-            "COUNTERSIGN_ENCRYPTION_KEYS": generate_key("test"),
-            "COUNTERSIGN_API_TOKEN": API_TOKEN,
-            "COUNTERSIGN_DEFAULT_CHANNEL": CHANNEL,
-        }
-    )
+    settings = stack_settings(standin, flushed_cluster_url, tmp_path)
     host, bot = await build(settings)  # nothing in the background: each step by hand
     posting: asyncio.Task[int] | None = None
     try:
