@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import sys
 import time
@@ -41,6 +40,8 @@ from slack_sandbox.methods_chat import post_message
 from slack_sandbox.payloads import block_actions_payload, button_action, payload_body
 from slack_sandbox.shapes import message_json
 from slack_sandbox.workspace import Channel, Message
+from tests.support.paths import PROJECT_ROOT
+from tests.support.processes import inherited_env
 from tests.support.routers import StaticRouter
 
 from .agents import PROBE_ENV
@@ -66,7 +67,6 @@ __all__ = [
     "wait_streams_drained",
 ]
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "xoxb-bench-token"
 SECRET = "bench-signing-secret"
 CHANNEL = "C0APPROVALS"
@@ -152,16 +152,6 @@ class ServerProcess:
             self.probe = json.loads(self.probe_path.read_text(encoding="utf-8"))
 
 
-def _inherited() -> dict[str, str]:
-    """The caller's environment without anything countersign reads (a stray SLACK_APP_TOKEN
-    would switch the server to Socket Mode, a COUNTERSIGN_ROUTES_FILE change its routes)."""
-    return {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith(("COUNTERSIGN_", "SLACK_")) and name not in ("REDIS_URL", "PORT")
-    }
-
-
 def _prepare(tmp: Path) -> int:
     """Make the server's directory; a free port for it."""
     tmp.mkdir(parents=True, exist_ok=True)
@@ -173,7 +163,7 @@ async def _spawn(args: list[str], env: dict[str, str], port: int, log: Path) -> 
         proc = await asyncio.create_subprocess_exec(
             *args,
             cwd=PROJECT_ROOT,
-            env={**_inherited(), **env},
+            env={**inherited_env(), **env},
             stdin=asyncio.subprocess.DEVNULL,
             stdout=out,
             stderr=out,

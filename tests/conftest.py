@@ -1,4 +1,4 @@
-"""Shared test set-up: no real model calls, ever; real Redis servers from tests/redis_fixtures."""
+"""Shared test set-up: no real model calls, ever; real Redis servers from tests/support."""
 
 from __future__ import annotations
 

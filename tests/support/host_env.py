@@ -15,6 +15,7 @@ from agent_host.approvals import ApprovalRequest, FixedRouter, Router, RunRecord
 from agent_host.durable import keys as K
 from agent_host.durable.connections import as_text
 from agent_host.durable.crypto import KeyRing, generate_key
+from agent_host.durable.host import Host
 from agent_host.durable.ledger import RedisLedger
 from agent_host.durable.store import RunStore
 from agent_host.durable.worker import ResumeWorker
@@ -22,12 +23,14 @@ from agent_host.examples import ExampleEffects, build_registry
 from agent_host.runtime.agents import AgentRegistry
 from agent_host.runtime.checkpoint import RunState
 from agent_host.runtime.runner import Runner
+from agent_host.settings import load_settings
 from tests.support.keyspace import xrange_all
 
 __all__ = [
     "Env",
     "FakeClock",
     "make_env",
+    "make_host",
     "resume_entries",
     "scan_keys",
 ]
@@ -157,3 +160,20 @@ async def resume_entries(redis: Redis, run_id: str | None = None) -> list[dict[s
 
 async def scan_keys(redis: Redis, match: str = "*") -> set[str]:
     return {as_text(k) async for k in redis.scan_iter(match=match, count=1000)}
+
+
+def make_host(
+    redis: Redis, tmp_path: Path, *, registry: AgentRegistry | None = None, **env: str
+) -> tuple[Host, ExampleEffects]:
+    """A `Host` (store, runner, API's dependencies) over `registry` or the example agents,
+    nothing in the background; `env` are its settings' variables."""
+    settings = load_settings({"COUNTERSIGN_DATA_DIR": str(tmp_path), **env})
+    effects = ExampleEffects()
+    host = Host(
+        settings=settings,
+        redis=redis,
+        registry=registry or build_registry(effects),
+        keyring=KeyRing.parse(generate_key("k1")),
+        router=FixedRouter("C-ops"),
+    )
+    return host, effects

@@ -32,13 +32,14 @@ CLI: tuple[str, ...] = (sys.executable, "-m", "bot.cli")
 # Scenarios run in threads; spawning children from several threads at once once failed
 # with `OSError: [Errno 14] Bad address` from exec, so every spawn here takes this lock.
 SPAWN_LOCK = threading.Lock()
-# What countersign (and pytest's own plumbing) reads from the environment.
+# What countersign (and pytest's own plumbing) reads from the environment: a stray
+# SLACK_APP_TOKEN would switch a server to Socket Mode, a COUNTERSIGN_ROUTES_FILE its routes.
 _NOT_INHERITED = ("SLACK_", "COUNTERSIGN_", "REDIS_", "PYTEST_")
 
 
 def inherited_env() -> dict[str, str]:
-    """The caller's environment without SLACK_*, COUNTERSIGN_*, REDIS_* and PYTEST_*."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(_NOT_INHERITED)}
+    """The caller's environment without SLACK_*, COUNTERSIGN_*, REDIS_*, PYTEST_* and PORT."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(_NOT_INHERITED) and k != "PORT"}
 
 
 class Proc:

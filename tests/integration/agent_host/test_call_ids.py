@@ -9,19 +9,14 @@ from pathlib import Path
 from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
-from agent_host.approvals import FixedRouter
-from agent_host.durable.crypto import KeyRing, generate_key
-from agent_host.durable.host import Host
-from agent_host.examples import ExampleEffects
 from agent_host.http.api import create_app
 from agent_host.runtime.agents import AgentRegistry
 from agent_host.runtime.decisions import Approve
 from agent_host.runtime.messages import ModelResponse, ToolCall
 from agent_host.runtime.models.scripted import reply
 from agent_host.runtime.policy import Permission
-from agent_host.settings import load_settings
 from tests.support.agents import Recorder, counting_tool, registry_of, scripted, tc
-from tests.support.host_env import Env, make_env
+from tests.support.host_env import Env, make_env, make_host
 
 
 def refunder(rec: Recorder, *turns: list[ToolCall] | ModelResponse) -> AgentRegistry:
@@ -102,12 +97,8 @@ async def test_the_runs_api_lists_each_call_under_the_runners_id(
     registry = refunder(
         rec, [tc("dup", "refund", target="order 1"), tc("dup", "refund", target="order 2")]
     )
-    settings = load_settings(
-        {"COUNTERSIGN_DATA_DIR": str(tmp_path), "COUNTERSIGN_API_TOKEN": "t0ken"}
-    )
-    keyring = KeyRing.parse(generate_key("k1"))
-    host = Host(settings, redis, registry, keyring, FixedRouter("C-ops"))
-    env = Env(redis, keyring, host.store, host.runner, ExampleEffects())
+    host, effects = make_host(redis, tmp_path, registry=registry, COUNTERSIGN_API_TOKEN="t0ken")
+    env = Env(redis, host.keyring, host.store, host.runner, effects)
     auth = {"Authorization": "Bearer t0ken"}
     async with TestClient(TestServer(create_app(host), host="127.0.0.1")) as client:
         resp = await client.post(

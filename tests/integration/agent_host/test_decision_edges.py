@@ -20,10 +20,11 @@ from agent_host.runtime.decisions import Approve
 from agent_host.runtime.models.scripted import reply
 from agent_host.runtime.policy import Severity, Verdict
 from agent_host.runtime.tools import tool
-from tests.integration.agent_host.test_http_api import SECRET, make_host
 from tests.support.agents import Recorder, registry_of, scripted, tc
-from tests.support.host_env import Env, make_env
+from tests.support.host_env import Env, make_env, make_host
 from tests.support.signing import webhook_signature
+
+SECRET = "test-webhook-secret"
 
 
 class OneOpenRoute:

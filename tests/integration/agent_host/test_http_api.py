@@ -18,13 +18,11 @@ from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
-from agent_host.approvals import FixedRouter
 from agent_host.durable import keys as K
-from agent_host.durable.crypto import KeyRing, generate_key
 from agent_host.durable.host import Host
-from agent_host.examples import ExampleEffects, build_registry
+from agent_host.examples import ExampleEffects
 from agent_host.http.api import create_app
-from agent_host.settings import load_settings
+from tests.support import host_env
 from tests.support.host_env import Env, FakeClock
 from tests.support.keyspace import zcard_all
 from tests.support.redis_fixtures import RedisServerFactory
@@ -37,22 +35,8 @@ MAX_BODY = 4096
 
 
 def make_host(redis: Redis, tmp_path: Path, **env: str) -> tuple[Host, ExampleEffects]:
-    settings = load_settings(
-        {
-            "COUNTERSIGN_DATA_DIR": str(tmp_path),
-            "COUNTERSIGN_MAX_BODY": str(MAX_BODY),
-            **env,
-        }
-    )
-    effects = ExampleEffects()
-    host = Host(
-        settings=settings,
-        redis=redis,
-        registry=build_registry(effects),
-        keyring=KeyRing.parse(generate_key("k1")),
-        router=FixedRouter("C-ops"),
-    )
-    return host, effects
+    """A host over the example agents, its request bodies capped at MAX_BODY."""
+    return host_env.make_host(redis, tmp_path, COUNTERSIGN_MAX_BODY=str(MAX_BODY), **env)
 
 
 @dataclass

@@ -17,7 +17,6 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from agent_host.durable.redis_server import free_port
 from tests.support.paths import PROJECT_ROOT
 
 ROOT = PROJECT_ROOT
@@ -53,12 +53,6 @@ expect.set_options(timeout=EXPECT_TIMEOUT_MS)
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "e2e: browser tests of `countersign demo` (Chromium)")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _children(pid: int) -> list[int]:

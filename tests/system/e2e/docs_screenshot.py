@@ -17,7 +17,9 @@ from pathlib import Path
 
 from playwright.sync_api import expect, sync_playwright
 
-from .conftest import CHROMIUM, CHROMIUM_ARGS, ROOT, VIEWPORT, Demo, free_port
+from agent_host.durable.redis_server import free_port
+
+from .conftest import CHROMIUM, CHROMIUM_ARGS, ROOT, VIEWPORT, Demo
 from .sandbox_page import REQUESTER, REVIEWER, Sandbox
 
 OUTPUT = ROOT / "docs" / "images" / "sandbox.png"
