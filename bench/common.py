@@ -14,7 +14,6 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from agent_host.approvals import Route
 from agent_host.durable.crypto import KeyRing, generate_key
 from agent_host.durable.keys import new_run_id
 from agent_host.durable.redis_server import RedisServer
@@ -26,7 +25,6 @@ __all__ = [
     "KEY_TEXT",
     "REQUESTER",
     "Figure",
-    "StaticRouter",
     "clone_paused",
     "dedicated_redis",
     "ms",
@@ -73,16 +71,6 @@ class Figure:
             "note": self.note or None,
             "details": self.details,
         }
-
-
-class StaticRouter:
-    """Every request to one route (an `agent_host.approvals.Router`)."""
-
-    def __init__(self, route: Route) -> None:
-        self.route_value = route
-
-    async def route(self, agent: str, tool: str, severity: str) -> Route:
-        return self.route_value
 
 
 @contextlib.asynccontextmanager

@@ -26,11 +26,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from slack_sandbox.signing import sign_request
+from tests.support.paths import PROJECT_ROOT
 
 USER_AGENT = "Slackbot 1.0 (+https://api.slack.com/robots)"
 START_DELAY = 0.05  # seconds between scheduling the first request and its due time
 PREOPENED = 24  # keep-alive connections opened before the clock starts
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass

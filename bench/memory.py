@@ -23,8 +23,9 @@ from agent_host.approvals import Route
 from agent_host.durable import keys as K
 from agent_host.durable.store import RunStore
 from agent_host.runtime.runner import Paused
+from tests.support.routers import StaticRouter
 
-from .common import KEYRING, Figure, StaticRouter, clone_paused, dedicated_redis, refund_paused
+from .common import KEYRING, Figure, clone_paused, dedicated_redis, refund_paused
 
 __all__ = ["run"]
 

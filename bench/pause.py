@@ -32,8 +32,9 @@ from redis.asyncio import Redis
 
 from agent_host.approvals import Route
 from agent_host.durable.store import RunStore
+from tests.support.routers import StaticRouter
 
-from .common import KEYRING, Figure, StaticRouter, clone_paused, dedicated_redis, refund_paused
+from .common import KEYRING, Figure, clone_paused, dedicated_redis, refund_paused
 
 __all__ = ["run"]
 

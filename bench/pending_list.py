@@ -28,17 +28,9 @@ from redis.asyncio import Redis
 from agent_host.approvals import Route
 from agent_host.durable import keys as K
 from agent_host.durable.store import RunStore
+from tests.support.routers import StaticRouter
 
-from .common import (
-    KEYRING,
-    Figure,
-    StaticRouter,
-    clone_paused,
-    dedicated_redis,
-    ms,
-    percentile,
-    refund_paused,
-)
+from .common import KEYRING, Figure, clone_paused, dedicated_redis, ms, percentile, refund_paused
 
 __all__ = ["run"]
 

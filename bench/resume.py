@@ -27,11 +27,11 @@ from agent_host.examples import build_registry
 from agent_host.runtime.decisions import Approve
 from agent_host.runtime.runner import RunOutcome
 from agent_host.settings import load_settings
+from tests.support.routers import StaticRouter
 
 from .common import (
     KEYRING,
     Figure,
-    StaticRouter,
     clone_paused,
     dedicated_redis,
     percentile,

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import sys
 import time
@@ -29,6 +28,7 @@ import aiohttp
 from redis.asyncio import Redis
 
 from agent_host.approvals import ApprovalRequest, Route, Router
+from agent_host.durable.connections import as_text
 from agent_host.durable.keys import OUTBOX_GROUP, RESUME_GROUP, Keys, shards
 from agent_host.durable.redis_server import free_port
 from agent_host.durable.store import RunStore
@@ -40,9 +40,12 @@ from slack_sandbox.methods_chat import post_message
 from slack_sandbox.payloads import block_actions_payload, button_action, payload_body
 from slack_sandbox.shapes import message_json
 from slack_sandbox.workspace import Channel, Message
+from tests.support.paths import PROJECT_ROOT
+from tests.support.processes import inherited_env
+from tests.support.routers import StaticRouter
 
 from .agents import PROBE_ENV
-from .common import KEY_TEXT, KEYRING, StaticRouter
+from .common import KEY_TEXT, KEYRING
 
 __all__ = [
     "CHANNEL",
@@ -64,7 +67,6 @@ __all__ = [
     "wait_streams_drained",
 ]
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "xoxb-bench-token"
 SECRET = "bench-signing-secret"
 CHANNEL = "C0APPROVALS"
@@ -150,16 +152,6 @@ class ServerProcess:
             self.probe = json.loads(self.probe_path.read_text(encoding="utf-8"))
 
 
-def _inherited() -> dict[str, str]:
-    """The caller's environment without anything countersign reads (a stray SLACK_APP_TOKEN
-    would switch the server to Socket Mode, a COUNTERSIGN_ROUTES_FILE change its routes)."""
-    return {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith(("COUNTERSIGN_", "SLACK_")) and name not in ("REDIS_URL", "PORT")
-    }
-
-
 def _prepare(tmp: Path) -> int:
     """Make the server's directory; a free port for it."""
     tmp.mkdir(parents=True, exist_ok=True)
@@ -171,7 +163,7 @@ async def _spawn(args: list[str], env: dict[str, str], port: int, log: Path) -> 
         proc = await asyncio.create_subprocess_exec(
             *args,
             cwd=PROJECT_ROOT,
-            env={**_inherited(), **env},
+            env={**inherited_env(), **env},
             stdin=asyncio.subprocess.DEVNULL,
             stdout=out,
             stderr=out,
@@ -367,7 +359,7 @@ async def group_backlog(redis: Redis, streams: Iterable[tuple[str, str]]) -> int
     total = 0
     for stream, group in streams:
         groups: Any = await redis.xinfo_groups(stream) if await redis.exists(stream) else []
-        info = next((g for g in groups if _text(g["name"]) == group), None)
+        info = next((g for g in groups if as_text(g["name"]) == group), None)
         if info is None:
             return None
         total += int(info["pending"]) + int(info.get("lag") or 0)
@@ -394,12 +386,8 @@ async def decided_count(redis: Redis, requests: Sequence[ApprovalRequest]) -> in
         for request in requests:
             pipe.hget(_request_key(request.request_id), "status")
         statuses = await pipe.execute()
-    return sum(1 for s in statuses if s is not None and _text(s) != "pending")
+    return sum(1 for s in statuses if s is not None and as_text(s) != "pending")
 
 
 def _request_key(request_id: str) -> str:
     return Keys(request_id).request(request_id)
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,147 @@
+"""Edges of the decision path, against a real Redis with the real store, runner, workers and
+approval service: a standing approval and a call its policy keeps out, deadlines set by a
+lagging replica, and an empty answer from the webhook."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from aiohttp.test_utils import TestClient, TestServer
+from redis.asyncio import Redis
+
+from agent_host.approvals import ApprovalService, Route
+from agent_host.examples import ExampleEffects
+from agent_host.http.app import create_app
+from agent_host.runtime.agents import AgentRegistry
+from agent_host.runtime.decisions import Approve
+from agent_host.runtime.models.scripted import reply
+from agent_host.runtime.policy import Severity, Verdict
+from agent_host.runtime.tools import tool
+from tests.support.agents import Recorder, registry_of, scripted, tc
+from tests.support.host_env import Env, make_env, make_host
+from tests.support.signing import webhook_signature
+
+SECRET = "test-webhook-secret"
+
+
+class OneOpenRoute:
+    """Every call to one channel where anyone may decide alone (standing approvals offered)."""
+
+    async def route(self, agent: str, tool: str, severity: str) -> Route:
+        return Route(route_id="r-open", destination="C-OPS", expiry_seconds=3600)
+
+
+def deploys_registry(rec: Recorder) -> AgentRegistry:
+    """`deploy`: every call is ASK at low severity; a deploy to production is never to be
+    approved for the whole run (the tool's own policy says so for that call)."""
+
+    def judge(arguments: dict[str, Any], context: dict[str, Any]) -> Verdict:
+        prod = "prod" in str(arguments["target"])
+        return Verdict.ask("deploys", Severity.LOW, allow_always=not prod)
+
+    @tool(permission=judge)
+    def deploy(target: str) -> str:
+        """Deploy to a target."""
+        rec.invocations.append(("deploy", "", target))
+        return f"deployed {target}"
+
+    return registry_of(
+        "deployer",
+        [deploy],
+        scripted(
+            [tc("m1", "deploy", target="staging")],
+            [tc("m2", "deploy", target="prod")],
+            reply("done"),
+        ),
+    )
+
+
+async def test_a_call_its_policy_keeps_out_of_standing_approvals_is_asked_again(
+    redis: Redis,
+) -> None:
+    """HOLE (trust): a standing approval ("approve for this run") covers a later call whose
+    own verdict says `allow_always=False` — the policy's "never approve this call for the
+    whole run" — as long as it has the same route and no higher severity. The prod deploy
+    below runs without anyone being asked. `store._apply_standing_approval` checks route and
+    severity but not `request.allow_always` (the per-call verdict)."""
+    rec = Recorder()
+    env = make_env(redis, router=OneOpenRoute(), registry=deploys_registry(rec))
+    service = ApprovalService(env.store)
+    run_id = await env.start("deployer", "deploy staging then prod")
+    (staging,) = await env.requests(run_id)
+    assert staging.allow_always
+    given = await service.decide(
+        staging.request_id,
+        Approve(decided_by="U1", call_hash=staging.call_hash, always=True),
+        via="slack",
+    )
+    assert given.outcome == "decided"
+    await env.drain()
+
+    requests = await env.requests(run_id)
+    assert len(requests) == 2
+    prod = requests[1]
+    assert prod.arguments == {"target": "prod"} and not prod.allow_always
+    # The policy kept this call out of any approval for the whole run: it must be asked.
+    assert prod.status == "pending", (
+        f"the prod deploy was {prod.status} by {prod.decided_by}'s standing approval"
+    )
+    assert rec.targets("deploy") == ["staging"]
+
+
+async def test_a_replica_whose_clock_lags_posts_requests_that_can_still_be_decided(
+    redis: Redis,
+) -> None:
+    """HOLE (robustness; deadlines with skewed clocks): DECIDE and the sweeper read Redis's
+    clock, but a request's deadline is computed by the pausing worker from its own clock
+    (`RunStore._save_pause`: `expires_at = self.clock() + route.expiry_seconds`). A worker
+    whose clock lags by more than the route's expiry posts requests that are past their
+    deadline from birth: the first click is refused and the call expires unasked. (A worker
+    whose clock runs ahead posts requests that stay approvable long past the route's
+    expiry.) The deadline should be Redis TIME + expiry, taken inside the PAUSE script."""
+    lagging = make_env(redis, router=OneOpenRoute(), clock=lambda: time.time() - 2 * 3600)
+    run_id = await lagging.start("refund-agent", "refund order 123")
+    (request,) = await lagging.requests(run_id)
+    seconds, micros = await redis.time()
+    redis_now = int(seconds) + int(micros) / 1e6
+    left = request.expires_at - redis_now
+    result = await ApprovalService(lagging.store).decide(
+        request.request_id, Approve(decided_by="U1", call_hash=request.call_hash), via="slack"
+    )
+    assert result.outcome == "decided", (
+        f"a request posted a moment ago with a 1 h route expiry was {result.outcome} "
+        f"({left:.0f} s left by Redis's clock)"
+    )
+
+
+async def test_the_webhook_cannot_answer_a_question_with_nothing(
+    redis: Redis, tmp_path: Path
+) -> None:
+    """HOLE (robustness): seed 003's `approved` on a question becomes an Answer with the
+    feedback as its text (`approvals.service.decision_for`), but a missing or blank
+    feedback is accepted, so the question is "answered" with an empty string and the model
+    reads "" as the operator's answer. The Slack form refuses a blank answer ("Write an
+    answer to send."); the webhook should too (400, nothing decided)."""
+    host, _ = make_host(redis, tmp_path, COUNTERSIGN_WEBHOOK_SECRET=SECRET)
+    env = Env(redis, host.keyring, host.store, host.runner, ExampleEffects())
+    run_id = await env.start("support-agent", "where is my parcel?")
+    (question,) = await env.requests(run_id)
+    assert question.kind == "question"
+    async with TestClient(TestServer(create_app(host), host="127.0.0.1")) as client:
+        raw = json.dumps({"requestId": question.request_id, "decision": "approved"}).encode()
+        sig = webhook_signature(raw, SECRET)
+        resp = await client.post(
+            "/api/v1/webhooks/approval-response",
+            data=raw,
+            headers={"X-Webhook-Signature": sig, "Content-Type": "application/json"},
+        )
+        body = await resp.json()
+    current = await env.store.get_request(question.request_id)
+    assert current is not None
+    assert resp.status == 400 and current.status == "pending", (
+        f"a blank answer was accepted: HTTP {resp.status} {body}, question {current.status} "
+        f"with {current.decision!r}"
+    )

@@ -1,0 +1,460 @@
+"""The HTTP API over a real Redis on loopback: bad input is a 4xx JSON answer, never a 5xx;
+pagination, the signed approval webhook, health, readiness and metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from aiohttp import ClientResponse
+from aiohttp.test_utils import TestClient, TestServer
+from redis.asyncio import Redis
+
+from agent_host.durable import keys as K
+from agent_host.durable.host import Host
+from agent_host.examples import ExampleEffects
+from agent_host.http.app import create_app
+from tests.support import host_env
+from tests.support.host_env import Env, FakeClock
+from tests.support.keyspace import zcard_all
+from tests.support.redis_fixtures import RedisServerFactory
+from tests.support.signing import webhook_signature
+
+TOKEN = "test-api-token"
+SECRET = "test-webhook-secret"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+MAX_BODY = 4096
+
+
+def make_host(redis: Redis, tmp_path: Path, **env: str) -> tuple[Host, ExampleEffects]:
+    """A host over the example agents, its request bodies capped at MAX_BODY."""
+    return host_env.make_host(redis, tmp_path, COUNTERSIGN_MAX_BODY=str(MAX_BODY), **env)
+
+
+@dataclass
+class Api:
+    client: TestClient[Any, Any]
+    host: Host
+    env: Env
+
+    async def start_run(self, agent: str, text: str) -> str:
+        resp = await self.client.post(
+            "/api/v1/runs", json={"agent": agent, "input": text}, headers=AUTH
+        )
+        assert resp.status == 202, await resp.text()
+        body = await resp.json()
+        assert body["status"] == "running"
+        return str(body["run_id"])
+
+    async def run(self, run_id: str) -> dict[str, Any]:
+        resp = await self.client.get(f"/api/v1/runs/{run_id}", headers=AUTH)
+        assert resp.status == 200, await resp.text()
+        return dict(await resp.json())
+
+    async def webhook(self, body: dict[str, Any] | bytes, secret: str = SECRET) -> ClientResponse:
+        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+        sig = webhook_signature(raw, secret)
+        return await self.client.post(
+            "/api/v1/webhooks/approval-response",
+            data=raw,
+            headers={"X-Webhook-Signature": sig, "Content-Type": "application/json"},
+        )
+
+
+@pytest_asyncio.fixture
+async def api(redis: Redis, tmp_path: Path) -> AsyncIterator[Api]:
+    host, effects = make_host(
+        redis,
+        tmp_path,
+        COUNTERSIGN_API_TOKEN=TOKEN,
+        COUNTERSIGN_WEBHOOK_SECRET=SECRET,
+    )
+    host.store.clock = FakeClock()  # distinct, ordered creation scores
+    env = Env(redis, host.keyring, host.store, host.runner, effects)
+    async with TestClient(TestServer(create_app(host), host="127.0.0.1")) as client:
+        yield Api(client, host, env)
+
+
+async def assert_error(resp: ClientResponse, status: int, *words: str) -> dict[str, Any]:
+    assert resp.status == status, await resp.text()
+    assert resp.content_type == "application/json"
+    body = await resp.json()
+    assert isinstance(body.get("error"), str) and body["error"]
+    for word in words:
+        assert word in body["error"]
+    return dict(body)
+
+
+# -- auth -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": "Bearer wrong"},
+        {"Authorization": f"Basic {TOKEN}"},
+        {"Authorization": TOKEN},
+        {"Authorization": f"Bearer {TOKEN}x"},
+    ],
+)
+async def test_missing_or_wrong_bearer_token_is_401(api: Api, headers: dict[str, str]) -> None:
+    c = api.client
+    for resp in (
+        await c.post("/api/v1/runs", json={"agent": "refund-agent", "input": "x"}, headers=headers),
+        await c.get("/api/v1/runs/run_0123456789abcdef", headers=headers),
+        await c.get("/api/v1/approvals", headers=headers),
+    ):
+        await assert_error(resp, 401, "bearer")
+    assert await zcard_all(api.env.redis, "runs") == 0
+
+
+async def test_api_disabled_without_token_is_503(redis: Redis, tmp_path: Path) -> None:
+    host, _ = make_host(redis, tmp_path)
+    async with TestClient(TestServer(create_app(host), host="127.0.0.1")) as c:
+        await assert_error(
+            await c.post(
+                "/api/v1/runs", json={"agent": "refund-agent", "input": "x"}, headers=AUTH
+            ),
+            503,
+            "COUNTERSIGN_API_TOKEN",
+        )
+        await assert_error(await c.get("/api/v1/approvals", headers=AUTH), 503)
+        await assert_error(
+            await c.post("/api/v1/webhooks/approval-response", data=b"{}"),
+            503,
+            "COUNTERSIGN_WEBHOOK_SECRET",
+        )
+        assert (await c.get("/healthz")).status == 200
+
+
+# -- starting runs ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        (b"{not json", ("JSON",)),
+        (b'{"agent": "refund-agent", "input": ', ("JSON",)),
+        (b"\xff\xfe\x00garbage", ("JSON",)),
+        (b"[1, 2, 3]", ("object",)),
+        (b'"refund order 123"', ("object",)),
+        (b"42", ("object",)),
+        (b"null", ("object",)),
+        (b"", ("object",)),
+        (b'{"agent": "refund-agent"}', ("agent",)),
+        (b'{"agent": 7, "input": "refund order 123"}', ("agent",)),
+        (b'{"agent": "refund-agent", "input": ["x"]}', ("input",)),
+        (b'{"agent": "refund-agent", "input": "x", "requested_by": 5}', ("requested_by",)),
+        (b'{"agent": "no-such-agent", "input": "x"}', ("no-such-agent",)),
+    ],
+)
+async def test_bad_run_bodies_are_400(api: Api, body: bytes, words: tuple[str, ...]) -> None:
+    resp = await api.client.post(
+        "/api/v1/runs", data=body, headers={**AUTH, "Content-Type": "application/json"}
+    )
+    await assert_error(resp, 400, *words)
+    assert await zcard_all(api.env.redis, "runs") == 0
+
+
+async def test_oversized_bodies_are_413_json(api: Api) -> None:
+    big = json.dumps({"agent": "refund-agent", "input": "x" * (MAX_BODY + 100)}).encode()
+    resp = await api.client.post("/api/v1/runs", data=big, headers=AUTH)
+    await assert_error(resp, 413, "too large")
+    resp = await api.webhook(b'{"requestId": "' + b"x" * (MAX_BODY + 100) + b'"}')
+    await assert_error(resp, 413, "too large")
+    assert await zcard_all(api.env.redis, "runs") == 0
+
+
+async def test_deeply_nested_json_is_400_not_500(api: Api) -> None:
+    body = b"[" * 2000 + b"]" * 2000  # valid JSON, under the body limit
+    assert len(body) < MAX_BODY
+    resp = await api.client.post(
+        "/api/v1/runs", data=body, headers={**AUTH, "Content-Type": "application/json"}
+    )
+    await assert_error(resp, 400)
+    resp = await api.webhook(body)
+    await assert_error(resp, 400)
+
+
+async def test_run_lifecycle_through_the_api(api: Api) -> None:
+    run_id = await api.start_run("refund-agent", "refund order 123")
+    assert K.token_of(run_id)
+    detail = await api.run(run_id)
+    assert detail["status"] == "running" and detail["approvals"] == []
+    await api.env.drain()
+    detail = await api.run(run_id)
+    assert detail["status"] == "waiting"
+    (approval,) = detail["approvals"]
+    assert approval["tool"] == "issue_refund" and approval["status"] == "pending"
+    assert approval["arguments"] == {"order_id": "123", "amount": 42.5}
+    assert [c["tool"] for c in detail["tool_calls"]] == ["lookup_order", "issue_refund"]
+    assert [a["event"] for a in detail["audit"]] == ["started", "paused"]
+
+
+@pytest.mark.parametrize(
+    "run_id",
+    ["run_0123456789abcdef0123", "run_zz", "nonsense", "req_0123456789abcdef_1", "..%2F..%2Fetc"],
+)
+async def test_unknown_or_malformed_run_is_404(api: Api, run_id: str) -> None:
+    resp = await api.client.get(f"/api/v1/runs/{run_id}", headers=AUTH)
+    await assert_error(resp, 404)
+
+
+# -- approvals --------------------------------------------------------------------------------
+
+
+async def test_approvals_paginate_newest_first_by_cursor(api: Api) -> None:
+    created = []
+    for n in range(25):
+        created.append(
+            await api.start_run("refund-agent", f"refund order {(123, 124, 200)[n % 3]}")
+        )
+    await api.env.drain()
+    requests = [r for run_id in created for r in await api.env.requests(run_id)]
+    # newest pause first (workers may start queued runs in any order); ties by id, descending
+    requests.sort(key=lambda r: (int(r.created_at * 1000), r.request_id), reverse=True)
+    expected = [r.request_id for r in requests]
+
+    seen: list[str] = []
+    cursor: str | None = None
+    pages = 0
+    while True:
+        query = {"limit": "10", **({"cursor": cursor} if cursor else {})}
+        resp = await api.client.get("/api/v1/approvals", params=query, headers=AUTH)
+        assert resp.status == 200, await resp.text()
+        body = await resp.json()
+        pages += 1
+        seen += [a["request_id"] for a in body["approvals"]]
+        assert len(body["approvals"]) <= 10
+        cursor = body["next_cursor"]
+        if cursor is None or pages > 5:
+            break
+    assert pages == 3
+    assert len(seen) == len(set(seen)) == 25
+    assert seen == expected  # newest first
+
+    resp = await api.client.get("/api/v1/approvals", params={"channel": "C-ops"}, headers=AUTH)
+    assert len((await resp.json())["approvals"]) == 25
+    resp = await api.client.get("/api/v1/approvals", params={"channel": "C-other"}, headers=AUTH)
+    assert (await resp.json())["approvals"] == []
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"cursor": "abc"},
+        {"cursor": "12"},
+        {"cursor": "x:req_0123456789abcdef_1"},
+        {"cursor": "-5:req_0123456789abcdef_1"},
+        {"limit": "0"},
+        {"limit": "501"},
+        {"limit": "ten"},
+        {"status": "approved"},
+    ],
+)
+async def test_bad_approval_queries_are_400(api: Api, params: dict[str, str]) -> None:
+    resp = await api.client.get("/api/v1/approvals", params=params, headers=AUTH)
+    await assert_error(resp, 400)
+
+
+async def test_pagination_lists_every_request_of_a_large_paused_turn(api: Api) -> None:
+    paths = " ".join(f"/tmp/f{n}" for n in range(61))
+    run_id = await api.start_run("cleanup-agent", f"remove {paths}")
+    await api.env.drain()
+    assert len(await api.env.requests(run_id)) == 61
+    seen: list[str] = []
+    cursor: str | None = None
+    for _ in range(20):
+        query = {"limit": "10", **({"cursor": cursor} if cursor else {})}
+        body = await (await api.client.get("/api/v1/approvals", params=query, headers=AUTH)).json()
+        seen += [a["request_id"] for a in body["approvals"]]
+        cursor = body["next_cursor"]
+        if cursor is None:
+            break
+    assert len(seen) == len(set(seen))
+    assert len(seen) == 61
+
+
+# -- the approval webhook ---------------------------------------------------------------------
+
+
+async def paused_refund(api: Api, order: str = "123") -> tuple[str, str]:
+    run_id = await api.start_run("refund-agent", f"refund order {order}")
+    await api.env.drain()
+    (request,) = await api.env.requests(run_id)
+    return run_id, request.request_id
+
+
+async def test_webhook_rejects_bad_signatures_and_ids(api: Api) -> None:
+    _, rid = await paused_refund(api)
+    body = {"requestId": rid, "decision": "approved"}
+    url = "/api/v1/webhooks/approval-response"
+    raw = json.dumps(body).encode()
+
+    await assert_error(await api.client.post(url, data=raw), 401, "X-Webhook-Signature")
+    await assert_error(await api.webhook(body, secret="not-the-secret"), 401)
+    wrong_scheme = "sha1=" + hmac.new(SECRET.encode(), raw, hashlib.sha256).hexdigest()
+    resp = await api.client.post(url, data=raw, headers={"X-Webhook-Signature": wrong_scheme})
+    await assert_error(resp, 401)
+    # signed over different bytes than sent (same JSON, other spacing)
+    signed = json.dumps(body, separators=(",", ":")).encode()
+    sig = webhook_signature(signed, SECRET)
+    resp = await api.client.post(url, data=raw, headers={"X-Webhook-Signature": sig})
+    await assert_error(resp, 401)
+
+    await assert_error(
+        await api.webhook({"requestId": "req_0123456789abcdef_1", "decision": "approved"}), 404
+    )
+    await assert_error(await api.webhook({"requestId": "../../etc", "decision": "approved"}), 404)
+    await assert_error(await api.webhook({"requestId": rid, "decision": "maybe"}), 400)
+    await assert_error(await api.webhook({"requestId": 5, "decision": "approved"}), 400)
+    await assert_error(
+        await api.webhook({"requestId": rid, "decision": "rejected", "feedback": ["x"]}), 400
+    )
+    await assert_error(await api.webhook(b"[1]"), 400, "object")
+    await assert_error(await api.webhook(b"{oops"), 400, "JSON")
+
+    request = await api.env.store.get_request(rid)
+    assert request is not None and request.status == "pending"
+    assert api.env.effects.count("refund") == 0
+
+
+async def test_webhook_approves_once_and_later_calls_learn_who_decided(api: Api) -> None:
+    run_id, rid = await paused_refund(api)
+    body = {"requestId": rid, "decision": "approved", "decidedBy": "U-bob"}
+    resp = await api.webhook(body)
+    assert resp.status == 200, await resp.text()
+    # The webhook is one identity whatever name its caller claims; the claim is a note.
+    assert await resp.json() == {
+        "status": "processed",
+        "request_id": rid,
+        "decision": "approved",
+        "decided_by": "webhook",
+        "approvals": 1,
+        "quorum": 1,
+    }
+    again = await api.webhook({"requestId": rid, "decision": "rejected", "decidedBy": "U-eve"})
+    assert again.status == 200
+    assert await again.json() == {
+        "status": "already_processed",
+        "request_id": rid,
+        "decision": "approved",
+        "decided_by": "webhook",
+    }
+    decided = await api.env.store.get_request(rid)
+    assert decided is not None and decided.decision is not None
+    assert decided.decision.note == "U-bob" and decided.decision.via == "webhook"
+    await api.env.drain()
+    detail = await api.run(run_id)
+    assert detail["status"] == "succeeded" and "Refund issued" in detail["output"]
+    assert api.env.effects.count("refund") == 1
+
+
+async def test_concurrent_webhook_deliveries_process_once(api: Api) -> None:
+    _, rid = await paused_refund(api)
+    responses = await asyncio.gather(
+        *(
+            api.webhook({"requestId": rid, "decision": "approved", "decidedBy": f"U{n}"})
+            for n in range(10)
+        )
+    )
+    bodies = [await r.json() for r in responses]
+    assert all(r.status == 200 for r in responses)
+    assert [b["status"] for b in bodies].count("processed") == 1
+    winner = next(b for b in bodies if b["status"] == "processed")
+    decided_by = (await api.env.store.get_request(rid)).decided_by  # type: ignore[union-attr]
+    assert all(b["decided_by"] == decided_by for b in bodies if b["status"] == "already_processed")
+    assert winner["decision"] == "approved"
+    await api.env.drain()
+    assert api.env.effects.count("refund") == 1
+
+
+async def test_webhook_request_changes_feedback_reaches_the_model(api: Api) -> None:
+    run_id, rid = await paused_refund(api)
+    feedback = "refund only half, the customer kept one item"
+    resp = await api.webhook(
+        {"requestId": rid, "decision": "request_changes", "feedback": feedback}
+    )
+    assert resp.status == 200 and (await resp.json())["decision"] == "changes_requested"
+    await api.env.drain()
+
+    assert api.env.effects.count("refund") == 0
+    state = await api.env.final_state(run_id)
+    tool_messages = [m.content for m in state.transcript if m.role == "tool"]
+    assert any(feedback in m for m in tool_messages), tool_messages
+    detail = await api.run(run_id)
+    assert detail["status"] == "succeeded" and feedback in detail["output"]
+    refund = next(c for c in detail["tool_calls"] if c["tool"] == "issue_refund")
+    assert refund["outcome"] == "rejected"
+
+
+# -- health, readiness, metrics -------------------------------------------------------------
+
+
+async def test_health_readiness_and_metrics(api: Api) -> None:
+    assert (await api.client.get("/healthz")).status == 200
+    ready = await api.client.get("/readyz")
+    assert ready.status == 200 and (await ready.json())["status"] == "ready"
+
+    rids = [(await paused_refund(api, order))[1] for order in ("123", "124", "200")]
+    text = await (await api.client.get("/metrics")).text()
+    assert "countersign_pending_requests 3\n" in text
+    assert 'countersign_decisions_total{status="approved"} 0' in text
+
+    await api.webhook({"requestId": rids[0], "decision": "approved"})
+    await api.webhook({"requestId": rids[1], "decision": "rejected"})
+    metrics = await api.client.get("/metrics")
+    assert metrics.status == 200 and metrics.content_type == "text/plain"
+    text = await metrics.text()
+    assert "countersign_pending_requests 1\n" in text
+    assert 'countersign_decisions_total{status="approved"} 1' in text
+    assert 'countersign_decisions_total{status="rejected"} 1' in text
+    assert "countersign_resume_backlog 2\n" in text
+
+
+async def test_readyz_is_503_when_redis_is_down(
+    redis_server_factory: RedisServerFactory, tmp_path: Path
+) -> None:
+    server = redis_server_factory()
+    client = Redis.from_url(server.url, socket_timeout=1, socket_connect_timeout=1)
+    host, _ = make_host(client, tmp_path, COUNTERSIGN_API_TOKEN=TOKEN)
+    try:
+        async with TestClient(TestServer(create_app(host), host="127.0.0.1")) as c:
+            assert (await c.get("/readyz")).status == 200
+            server.stop()
+            await assert_error(await c.get("/readyz"), 503, "Redis")
+            assert (await c.get("/healthz")).status == 200
+            server.start()
+            assert (await c.get("/readyz")).status == 200
+    finally:
+        await client.aclose()
+
+
+async def test_detail_of_a_run_failed_at_resume_has_no_checkpoint_error(api: Api) -> None:
+    run_id, rid = await paused_refund(api)
+    await api.webhook({"requestId": rid, "decision": "approved"})
+    registry = api.host.runner.registry
+    original = registry.build
+
+    def changed(name: str) -> Any:
+        agent = original(name)
+        agent.tools = [t for t in agent.tools if t.name != "lookup_order"]
+        return agent
+
+    registry.build = changed  # type: ignore[method-assign]
+    api.host.runner.reload_agents()  # as a redeploy with the changed agent would
+    await api.env.drain()
+    detail = await api.run(run_id)
+    assert detail["status"] == "failed" and "changed" in detail["error"]
+    assert api.env.effects.count("refund") == 0
+    assert "checkpoint_error" not in detail, detail["checkpoint_error"]
+    assert [c["tool"] for c in detail["tool_calls"]] == ["lookup_order", "issue_refund"]

@@ -1,0 +1,401 @@
+"""OpenAIChatModel against a real local aiohttp server speaking the Chat Completions format."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from agent_host.errors import ModelError
+from agent_host.llm.openai_compat import DEFAULT_BASE_URL, OpenAIChatModel, model_from_env
+from agent_host.runtime import strict_json
+from agent_host.runtime.messages import Message, ToolCall, ToolSpec
+from agent_host.runtime.models.base import allow_model_requests
+from agent_host.runtime.policy import Permission
+from agent_host.runtime.runner import Runner, Succeeded
+from agent_host.runtime.tools import tool
+from tests.support.agents import registry_of
+
+Handler = Callable[[web.Request, int], Awaitable[web.StreamResponse]]
+
+
+class FakeEndpoint:
+    """A /v1/chat/completions server whose behaviour per attempt is set by each test."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.handler: Handler = lambda request, attempt: _ok(text_reply("hi"))
+        self.release = asyncio.Event()
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.bodies.append(await request.json())
+        self.headers.append(dict(request.headers))
+        return await self.handler(request, len(self.bodies))
+
+    @property
+    def attempts(self) -> int:
+        return len(self.bodies)
+
+
+async def _ok(payload: dict[str, Any]) -> web.StreamResponse:
+    return web.json_response(payload)
+
+
+def text_reply(text: str) -> dict[str, Any]:
+    return {"choices": [{"message": {"role": "assistant", "content": text}}]}
+
+
+@pytest.fixture
+async def endpoint() -> AsyncIterator[tuple[FakeEndpoint, str]]:
+    fake = FakeEndpoint()
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", fake.handle)
+    server = TestServer(app, host="127.0.0.1", port=0)
+    await server.start_server()
+    try:
+        yield fake, str(server.make_url("/v1"))
+    finally:
+        fake.release.set()
+        await server.close()
+
+
+@pytest.fixture
+async def make_model() -> AsyncIterator[Callable[..., OpenAIChatModel]]:
+    models: list[OpenAIChatModel] = []
+
+    def make(base_url: str, **kwargs: Any) -> OpenAIChatModel:
+        kwargs = {"timeout": 2.0, "max_retries": 2, "backoff": 0.001, **kwargs}
+        model = OpenAIChatModel("test-model", base_url, "sk-test", **kwargs)
+        models.append(model)
+        return model
+
+    yield make
+    for model in models:
+        await model.close()
+
+
+HELLO = [Message(role="user", content="hello")]
+
+
+class _AnyJsonString:
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and isinstance(json.loads(other), dict)
+
+
+ANY_JSON: Any = _AnyJsonString()
+
+
+async def test_tool_call_reply_is_parsed_and_request_has_wire_shape(
+    endpoint: tuple[FakeEndpoint, str], make_model: Callable[..., OpenAIChatModel]
+) -> None:
+    fake, url = endpoint
+    reply = {
+        "choices": [
+            {
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "lookup", "arguments": '{"q": "x"}'},
+                        },
+                        {
+                            "id": "call_2",
+                            "type": "function",
+                            "function": {"name": "send", "arguments": "{not json"},
+                        },
+                    ],
+                }
+            }
+        ]
+    }
+    fake.handler = lambda request, attempt: _ok(reply)
+    messages = [
+        Message(role="system", content="be careful"),
+        Message(role="user", content="find x"),
+        Message(
+            role="assistant",
+            tool_calls=[ToolCall(id="call_0", name="lookup", arguments={"q": "y"})],
+        ),
+        Message(role="tool", content="y found", tool_call_id="call_0", name="lookup"),
+    ]
+    tools = [
+        ToolSpec(
+            name="lookup",
+            description="Look a thing up.",
+            parameters={"type": "object", "properties": {"q": {"type": "string"}}},
+        )
+    ]
+    with allow_model_requests(True):
+        response = await make_model(url).respond(messages, tools)
+
+    assert response.text == ""
+    assert [(c.id, c.name, c.arguments) for c in response.tool_calls] == [
+        ("call_1", "lookup", '{"q": "x"}'),
+        ("call_2", "send", "{not json"),  # left raw: the runner validates
+    ]
+    assert fake.attempts == 1
+    assert fake.headers[0]["Authorization"] == "Bearer sk-test"
+    body = fake.bodies[0]
+    assert body["model"] == "test-model"
+    assert body["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "lookup",
+                "description": "Look a thing up.",
+                "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+            },
+        }
+    ]
+    wire = body["messages"]
+    assert wire[0] == {"role": "system", "content": "be careful"}
+    assert wire[1] == {"role": "user", "content": "find x"}
+    assert wire[2]["role"] == "assistant"
+    assert wire[2]["tool_calls"] == [
+        {"id": "call_0", "type": "function", "function": {"name": "lookup", "arguments": ANY_JSON}}
+    ]
+    assert json.loads(wire[2]["tool_calls"][0]["function"]["arguments"]) == {"q": "y"}
+    assert wire[3] == {"role": "tool", "content": "y found", "tool_call_id": "call_0"}
+
+
+async def test_plain_text_reply(
+    endpoint: tuple[FakeEndpoint, str], make_model: Callable[..., OpenAIChatModel]
+) -> None:
+    fake, url = endpoint
+    fake.handler = lambda request, attempt: _ok(text_reply("all done"))
+    with allow_model_requests(True):
+        response = await make_model(url).respond(HELLO, [])
+    assert response.text == "all done"
+    assert response.tool_calls == []
+    assert "tools" not in fake.bodies[0]
+
+
+async def test_429_honours_retry_after_then_succeeds(
+    endpoint: tuple[FakeEndpoint, str], make_model: Callable[..., OpenAIChatModel]
+) -> None:
+    fake, url = endpoint
+
+    async def handler(request: web.Request, attempt: int) -> web.StreamResponse:
+        if attempt == 1:
+            return web.Response(status=429, text="slow down", headers={"Retry-After": "0.2"})
+        return web.json_response(text_reply("ok"))
+
+    fake.handler = handler
+    started = time.monotonic()
+    with allow_model_requests(True):
+        response = await make_model(url, backoff=0.001).respond(HELLO, [])
+    assert response.text == "ok"
+    assert fake.attempts == 2
+    assert time.monotonic() - started >= 0.2  # waited Retry-After, not the tiny backoff
+
+
+async def test_retry_after_is_capped(
+    endpoint: tuple[FakeEndpoint, str], make_model: Callable[..., OpenAIChatModel]
+) -> None:
+    fake, url = endpoint
+
+    async def handler(request: web.Request, attempt: int) -> web.StreamResponse:
+        if attempt == 1:
+            return web.Response(status=429, headers={"Retry-After": "3600"})
+        return web.json_response(text_reply("ok"))
+
+    fake.handler = handler
+    model = make_model(url)
+    model.max_retry_after = 0.01
+    with allow_model_requests(True):
+        assert (await model.respond(HELLO, [])).text == "ok"
+    assert fake.attempts == 2
+
+
+async def test_500_then_success(
+    endpoint: tuple[FakeEndpoint, str], make_model: Callable[..., OpenAIChatModel]
+) -> None:
+    fake, url = endpoint
+
+    async def handler(request: web.Request, attempt: int) -> web.StreamResponse:
+        if attempt == 1:
+            return web.Response(status=500, text="boom")
+        return web.json_response(text_reply("recovered"))
+
+    fake.handler = handler
+    with allow_model_requests(True):
+        response = await make_model(url).respond(HELLO, [])
+    assert response.text == "recovered"
+    assert fake.attempts == 2
+
+
+async def test_persistent_500_gives_up_with_status_and_excerpt(
+    endpoint: tuple[FakeEndpoint, str], make_model: Callable[..., OpenAIChatModel]
+) -> None:
+    fake, url = endpoint
+
+    async def handler(request: web.Request, attempt: int) -> web.StreamResponse:
+        return web.Response(status=503, text="upstream overloaded")
+
+    fake.handler = handler
+    with allow_model_requests(True), pytest.raises(ModelError) as info:
+        await make_model(url, max_retries=2).respond(HELLO, [])
+    assert fake.attempts == 3
+    assert "503" in str(info.value)
+    assert "upstream overloaded" in str(info.value)
+
+
+async def test_timeout_retries_then_fails(
+    endpoint: tuple[FakeEndpoint, str], make_model: Callable[..., OpenAIChatModel]
+) -> None:
+    fake, url = endpoint
+
+    async def handler(request: web.Request, attempt: int) -> web.StreamResponse:
+        await asyncio.wait_for(fake.release.wait(), timeout=2)
+        return web.json_response(text_reply("too late"))
+
+    fake.handler = handler
+    with allow_model_requests(True), pytest.raises(ModelError, match=r"timed out after 0\.1s"):
+        await make_model(url, timeout=0.1, max_retries=1).respond(HELLO, [])
+    assert fake.attempts == 2
+
+
+@pytest.mark.parametrize(
+    "body",
+    ["this is not json", json.dumps({"id": "x", "object": "chat.completion"})],
+    ids=["not-json", "no-choices"],
+)
+async def test_malformed_reply(
+    endpoint: tuple[FakeEndpoint, str], make_model: Callable[..., OpenAIChatModel], body: str
+) -> None:
+    fake, url = endpoint
+
+    async def handler(request: web.Request, attempt: int) -> web.StreamResponse:
+        return web.Response(status=200, text=body, content_type="application/json")
+
+    fake.handler = handler
+    with allow_model_requests(True), pytest.raises(ModelError, match="malformed"):
+        await make_model(url).respond(HELLO, [])
+    assert fake.attempts == 1
+
+
+async def test_bad_tool_calls_shape_is_malformed(
+    endpoint: tuple[FakeEndpoint, str], make_model: Callable[..., OpenAIChatModel]
+) -> None:
+    fake, url = endpoint
+    reply = {"choices": [{"message": {"content": None, "tool_calls": [{"id": "c1"}]}}]}
+    fake.handler = lambda request, attempt: _ok(reply)
+    with allow_model_requests(True), pytest.raises(ModelError, match="malformed"):
+        await make_model(url).respond(HELLO, [])
+
+
+async def test_401_fails_at_once(
+    endpoint: tuple[FakeEndpoint, str], make_model: Callable[..., OpenAIChatModel]
+) -> None:
+    fake, url = endpoint
+
+    async def handler(request: web.Request, attempt: int) -> web.StreamResponse:
+        return web.Response(status=401, text='{"error": "invalid api key"}')
+
+    fake.handler = handler
+    with allow_model_requests(True), pytest.raises(ModelError) as info:
+        await make_model(url, max_retries=3).respond(HELLO, [])
+    assert fake.attempts == 1
+    assert "401" in str(info.value)
+    assert "OPENAI_API_KEY" in str(info.value)
+
+
+async def test_forbidden_requests_never_reach_the_server(
+    endpoint: tuple[FakeEndpoint, str], make_model: Callable[..., OpenAIChatModel]
+) -> None:
+    fake, url = endpoint
+    with allow_model_requests(False), pytest.raises(ModelError, match="disabled"):
+        await make_model(url).respond(HELLO, [])
+    assert fake.attempts == 0
+
+
+async def test_connection_refused_retries_then_fails(
+    make_model: Callable[..., OpenAIChatModel],
+) -> None:
+    server = TestServer(web.Application(), host="127.0.0.1", port=0)
+    await server.start_server()
+    url = str(server.make_url("/v1"))
+    await server.close()  # nothing listens there any more
+    with allow_model_requests(True), pytest.raises(ModelError, match="connection failed"):
+        await make_model(url, max_retries=1).respond(HELLO, [])
+
+
+def test_model_from_env() -> None:
+    assert model_from_env({}) is None
+    assert model_from_env({"OPENAI_API_KEY": "sk"}) is None
+    model = model_from_env({"COUNTERSIGN_MODEL": "gpt-x", "OPENAI_API_KEY": "sk"})
+    assert model is not None
+    assert model.name == "gpt-x"
+    assert model.url == DEFAULT_BASE_URL + "/chat/completions"
+    local = model_from_env(
+        {"COUNTERSIGN_MODEL": "llama", "OPENAI_BASE_URL": "http://127.0.0.1:11434/v1/"}
+    )
+    assert local is not None
+    assert local.url == "http://127.0.0.1:11434/v1/chat/completions"
+
+
+# A reply whose refund amount is NaN or ±Infinity: as a JSON text in `arguments` (what
+# OpenAI-compatible servers send) or bare in the reply body (what json.dumps writes).
+NON_FINITE_REPLIES = {
+    "nan-in-arguments-text": '"{\\"amount\\": NaN}"',
+    "infinity-in-arguments-text": '"{\\"amount\\": Infinity}"',
+    "minus-infinity-in-arguments-text": '"{\\"amount\\": -Infinity}"',
+    "overflow-in-arguments-text": '"{\\"amount\\": 1e999}"',
+    "string-nan-in-arguments-text": '"{\\"amount\\": \\"nan\\"}"',
+    "bare-nan-in-reply": '{"amount": NaN}',
+    "bare-infinity-in-reply": '{"amount": Infinity}',
+}
+
+
+@pytest.mark.parametrize(
+    "arguments", list(NON_FINITE_REPLIES.values()), ids=list(NON_FINITE_REPLIES)
+)
+async def test_nan_or_infinity_arguments_are_invalid_never_gated_or_run(
+    endpoint: tuple[FakeEndpoint, str],
+    make_model: Callable[..., OpenAIChatModel],
+    arguments: str,
+) -> None:
+    fake, url = endpoint
+    refunds: list[float] = []
+
+    def refund(amount: float) -> str:
+        """Refund an amount."""
+        refunds.append(amount)
+        return f"refunded {amount}"
+
+    # the policy a limit sets: NaN compares false with it, so it would ALLOW
+    limited = tool(permission=lambda args, ctx: Permission.ASK if args["amount"] > 100 else True)
+    sent: list[str] = []
+
+    async def handler(request: web.Request, attempt: int) -> web.StreamResponse:
+        sent.append(await request.text())
+        if attempt > 1:
+            return await _ok(text_reply("gave up"))
+        call = '{"id": "c1", "type": "function", "function": {"name": "refund", "arguments": %s}}'
+        body = '{"choices": [{"message": {"role": "assistant", "tool_calls": [%s]}}]}'
+        return web.Response(text=body % (call % arguments), content_type="application/json")
+
+    fake.handler = handler
+    registry = registry_of("payer", [limited(refund)], make_model(url))
+    with allow_model_requests(True):
+        outcome = await Runner(registry).run("payer", "refund order 123")
+
+    assert isinstance(outcome, Succeeded), outcome  # never paused for a reviewer
+    (record,) = outcome.state.calls
+    assert (record.gate, record.outcome) == ("invalid", "invalid")
+    assert record.result is not None and "finite number" in record.result
+    assert refunds == []
+    # the model was told, in a request that is JSON any parser reads
+    assert len(sent) == 2
+    told = strict_json.loads(sent[1])
+    assert any(m.get("content") == record.result for m in told["messages"])

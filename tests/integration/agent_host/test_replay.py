@@ -1,0 +1,249 @@
+"""A model's response is saved before any of its calls runs; a worker that takes a run over
+after a crash replays it and never asks the model again (issue 9, defect 4).
+
+The model here answers every request with fresh call ids (as hosted models do), so the
+execution ledger alone could not tell a repeated request's calls from new ones. A "crash" is
+a BaseException escaping the worker mid-turn, which leaves the stream entry pending exactly
+as a killed process does; tests/system/faults/test_replayed_turns.py kills real processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from agent_host.durable import keys as K
+from agent_host.durable.crypto import KeyRing, generate_key
+from agent_host.runtime.agents import Agent, AgentRegistry
+from agent_host.runtime.decisions import Approve
+from agent_host.runtime.messages import Message, ModelResponse, ToolSpec
+from agent_host.runtime.models.scripted import Conversation, ScriptedModel, call, reply
+from agent_host.runtime.policy import Permission
+from agent_host.runtime.runner import UNKNOWN_OUTCOME
+from agent_host.runtime.tools import ToolContext, tool
+from tests.support.host_env import Env, make_env
+
+
+class Crash(BaseException):
+    """The worker process dying here (nothing in the host catches a BaseException)."""
+
+
+class FreshIdsModel:
+    """A scripted model that gives every call a new random id and counts its requests per
+    turn; `crash_at_turn` makes the first request of that turn kill the "process"."""
+
+    name = "fresh-ids"
+
+    def __init__(self, inner: ScriptedModel) -> None:
+        self.inner = inner
+        self.requests: Counter[int] = Counter()
+        self.crash_at_turn: int | None = None
+        self.barrier: asyncio.Barrier | None = None  # makes concurrent requests meet
+
+    async def respond(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec]
+    ) -> ModelResponse:
+        turn = sum(1 for m in messages if m.role == "assistant")
+        self.requests[turn] += 1
+        if turn == self.crash_at_turn:
+            self.crash_at_turn = None
+            raise Crash
+        if self.barrier is not None:
+            await self.barrier.wait()
+        response = await self.inner.respond(messages, tools)
+        calls = [
+            c.model_copy(update={"id": f"call_{uuid.uuid4().hex}"}) for c in response.tool_calls
+        ]
+        return response.model_copy(update={"tool_calls": calls})
+
+
+class Shop:
+    """An agent whose ALLOW tool `notify` and ASK tool `refund` leave countable marks."""
+
+    def __init__(self, *turns: Any) -> None:
+        self.notified: list[str] = []
+        self.refunded: list[str] = []
+        self.crash_in_notify = False
+        self.model = FreshIdsModel(ScriptedModel(self._script(turns)))
+
+    @staticmethod
+    def _script(turns: tuple[Any, ...]) -> Any:
+        def script(c: Conversation) -> ModelResponse:
+            turn = turns[min(c.turn, len(turns) - 1)]
+            return turn if isinstance(turn, ModelResponse) else ModelResponse(tool_calls=turn)
+
+        return script
+
+    def registry(self) -> AgentRegistry:
+        @tool
+        def notify(target: str, ctx: ToolContext) -> str:
+            """Tell the customer."""
+            self.notified.append(target)
+            if self.crash_in_notify:
+                self.crash_in_notify = False
+                raise Crash
+            return f"notified {target}"
+
+        @tool(permission=Permission.ASK, reason="moves money")
+        def refund(target: str, ctx: ToolContext) -> str:
+            """Refund an order."""
+            self.refunded.append(target)
+            return f"refunded {target}"
+
+        def build() -> Agent:
+            return Agent(
+                name="shop",
+                instructions="You run a shop.",
+                tools=[notify, refund],
+                model=self.model,
+            )
+
+        return AgentRegistry({"shop": build})
+
+
+async def start_entry(env: Env, run_id: str) -> dict[str, str]:
+    entries: Any = await env.redis.xrange(K.Keys(run_id).shard.resume)
+    for _, raw in entries:
+        fields = {k.decode(): v.decode() for k, v in raw.items()}
+        if fields["run_id"] == run_id:
+            return fields
+    raise AssertionError(f"no start entry for {run_id}")
+
+
+@pytest.mark.parametrize("where", ["in_the_tool", "at_the_next_model_request"])
+async def test_a_start_entry_redelivered_after_a_crash_replays_the_saved_turn(
+    redis: Redis, where: str
+) -> None:
+    shop = Shop([call("notify", target="order 7")], reply("told them"))
+    env = make_env(redis, registry=shop.registry())
+    run_id = await env.store.create_run("shop", "tell order 7", "alice")
+    entry = await start_entry(env, run_id)
+    if where == "in_the_tool":
+        shop.crash_in_notify = True  # after its side effect, before the ledger records it
+    else:
+        shop.model.crash_at_turn = 1  # the ALLOW call ran and was recorded
+
+    with pytest.raises(Crash):
+        await env.worker("dies").handle("1-0", entry)
+    assert shop.notified == ["order 7"]
+    assert await env.status(run_id) == "running"
+
+    await env.worker("takes-over").handle("1-0", entry)  # the redelivered entry
+
+    assert shop.notified == ["order 7"], "the ALLOW tool ran once"
+    assert shop.model.requests[0] == 1, "the model was asked once for the first turn"
+    assert await env.status(run_id) == "succeeded"
+    [notify] = (await env.final_state(run_id)).calls
+    if where == "in_the_tool":
+        assert (notify.outcome, notify.result) == ("unknown_outcome", UNKNOWN_OUTCOME)
+    else:
+        assert (notify.outcome, notify.result) == ("executed", "notified order 7")
+    assert not await redis.exists(K.Keys(run_id).progress), "progress is dropped when saved"
+
+
+async def test_a_resume_entry_redelivered_after_a_crash_replays_the_saved_turn(
+    redis: Redis,
+) -> None:
+    shop = Shop(
+        [call("refund", target="order 7")],
+        [call("notify", target="order 7")],
+        reply("refunded and told them"),
+    )
+    env = make_env(redis, registry=shop.registry())
+    run_id = await env.start("shop", "refund order 7")
+    (request,) = await env.requests(run_id)
+    assert (await env.store.decide(request.request_id, Approve(decided_by="bob"))).resume_queued
+    entries: Any = await redis.xrange(K.Keys(run_id).shard.resume)
+    entry = {k.decode(): v.decode() for k, v in entries[-1][1].items()}
+    assert entry["type"] == "resume"
+    shop.model.crash_at_turn = 2  # after notify (ALLOW, turn 1) ran and was recorded
+
+    with pytest.raises(Crash):
+        await env.worker("dies").handle("2-0", entry)
+    await env.worker("takes-over").handle("2-0", entry)
+
+    assert await env.status(run_id) == "succeeded"
+    assert shop.refunded == ["order 7"] and shop.notified == ["order 7"]
+    assert shop.model.requests[1] == 1, "the model was asked once for the turn after the pause"
+    outcomes = [c.outcome for c in (await env.final_state(run_id)).calls]
+    assert outcomes == ["executed", "executed"]
+
+
+async def test_two_workers_on_one_entry_settle_on_the_response_saved_first(
+    redis: Redis,
+) -> None:
+    # Each model request proposes a different call; both workers ask at once.
+    asked: list[int] = []
+
+    def script(c: Conversation) -> ModelResponse:
+        if c.turn == 0:
+            asked.append(len(asked))
+            return ModelResponse(tool_calls=[call("notify", target=f"answer {len(asked)}")])
+        return reply("done")
+
+    shop = Shop()
+    shop.model.inner = ScriptedModel(script)
+    env = make_env(redis, registry=shop.registry())
+    run_id = await env.store.create_run("shop", "tell someone", "alice")
+    entry = await start_entry(env, run_id)
+    shop.model.barrier = asyncio.Barrier(2)
+
+    await asyncio.gather(env.worker("a").handle("1-0", entry), env.worker("b").handle("1-0", entry))
+
+    assert shop.model.requests[0] == 2 and len(asked) == 2
+    assert len(shop.notified) == 1, f"one response's calls ran, not both: {shop.notified}"
+    assert await env.status(run_id) == "succeeded"
+    [notify] = (await env.final_state(run_id)).calls
+    assert notify.arguments == {"target": shop.notified[0]}
+
+
+async def test_damaged_progress_fails_the_run_closed_and_runs_nothing_again(redis: Redis) -> None:
+    shop = Shop([call("notify", target="order 7")], reply("told them"))
+    env = make_env(redis, registry=shop.registry())
+    run_id = await env.store.create_run("shop", "tell order 7", "alice")
+    entry = await start_entry(env, run_id)
+    shop.model.crash_at_turn = 1
+    with pytest.raises(Crash):
+        await env.worker("dies").handle("1-0", entry)
+    progress = K.Keys(run_id).progress
+
+    # progress sealed by another key ring (or to another run or pause) does not open
+    other = KeyRing.parse(generate_key("k2"))
+    assert await redis.hget(progress, "pause_id") == b""
+    await redis.hset(progress, "blob", other.encrypt(b"{}", run_id=run_id, request_id="x"))
+
+    await env.worker("takes-over").handle("1-0", entry)
+
+    info = await env.info(run_id)
+    assert info.status == "failed"
+    assert "saved progress could not be decrypted or verified" in info.error
+    assert shop.notified == ["order 7"], "nothing ran again"
+
+
+async def test_a_final_answer_saved_before_a_crash_is_not_asked_for_again(redis: Redis) -> None:
+    shop = Shop([call("notify", target="order 7")], reply("told them"))
+    env = make_env(redis, registry=shop.registry())
+    run_id = await env.store.create_run("shop", "tell order 7", "alice")
+    entry = await start_entry(env, run_id)
+    real_finish = env.store.finish
+
+    async def dies_before_saving(*args: Any, **kwargs: Any) -> bool:
+        env.store.finish = real_finish  # type: ignore[method-assign]
+        raise Crash
+
+    env.store.finish = dies_before_saving  # type: ignore[method-assign]
+    with pytest.raises(Crash):
+        await env.worker("dies").handle("1-0", entry)
+    assert shop.model.requests == Counter({0: 1, 1: 1})
+
+    await env.worker("takes-over").handle("1-0", entry)
+
+    assert shop.model.requests == Counter({0: 1, 1: 1}), "no turn was asked twice"
+    assert (await env.info(run_id)).output == "told them"
+    assert shop.notified == ["order 7"]

@@ -1,0 +1,149 @@
+"""Key rotation: `rotate_checkpoints` re-encrypts every stored checkpoint under the new key,
+resumably, without clobbering a run that moves on meanwhile; rotated checkpoints resume."""
+
+from __future__ import annotations
+
+import pytest
+import redis as redis_sync
+from redis.asyncio import Redis
+
+from agent_host.durable import keys as K
+from agent_host.durable.crypto import KeyRing, generate_key, kid_of
+from agent_host.durable.rotation import rotate_checkpoints
+from agent_host.examples import ExampleEffects, refund_agent
+from agent_host.runtime.agents import Agent, AgentRegistry
+from agent_host.runtime.decisions import Approve
+from tests.support.host_env import Env, make_env
+
+KEY_A = generate_key("kA")
+KEY_B = generate_key("kB")
+
+
+async def checkpoint_kids(redis: Redis, runs: list[str]) -> list[str | None]:
+    kids = []
+    for run_id in runs:
+        blob = await redis.get(K.Keys(run_id).checkpoint)
+        kids.append(None if blob is None else kid_of(blob))
+    return kids
+
+
+async def approve_all(env: Env, run_id: str) -> None:
+    for request in await env.pending_requests(run_id):
+        assert (await env.store.decide(request.request_id, Approve(decided_by="bob"))).accepted
+
+
+async def test_rotation_reencrypts_every_checkpoint_and_they_still_resume(redis: Redis) -> None:
+    env_a = make_env(redis, keyring=KeyRing.parse(KEY_A))
+    paused = [await env_a.start("refund-agent", f"refund order {n}") for n in ("123", "124")]
+    paused.append(await env_a.start("cleanup-agent", "remove /tmp/x /tmp/y"))
+    finished = await env_a.start("refund-agent", "refund order 200")
+    await approve_all(env_a, finished)
+    await env_a.drain()
+    assert await env_a.status(finished) == "succeeded"
+    not_started = await env_a.store.create_run("refund-agent", "refund order 123", "x")
+    runs = [*paused, finished]
+    assert await checkpoint_kids(redis, runs) == ["kA"] * 4
+    before = {r: await redis.get(K.Keys(r).checkpoint) for r in runs}
+
+    ring_b = KeyRing.parse(f"{KEY_B},{KEY_A}")
+    report = await rotate_checkpoints(redis, ring_b, batch=2)
+
+    assert (report.examined, report.rotated, report.skipped) == (5, 4, 1)
+    assert await checkpoint_kids(redis, runs) == ["kB"] * 4
+    assert await redis.get(K.Keys(not_started).checkpoint) is None
+    assert not await redis.exists(K.ROTATION)
+    for run_id in runs:
+        info = await env_a.info(run_id)
+        fresh = await redis.get(K.Keys(run_id).checkpoint)
+        assert fresh is not None and fresh != before[run_id]
+        same = ring_b.decrypt(fresh, run_id=run_id, request_id=info.pause_id)
+        old = KeyRing.parse(KEY_A).decrypt(before[run_id], run_id=run_id, request_id=info.pause_id)
+        assert same == old
+
+    again = await rotate_checkpoints(redis, ring_b)
+    assert (again.examined, again.rotated) == (5, 0)
+
+    # the old key can now be dropped: a ring of B alone resumes every rotated checkpoint
+    env_b = make_env(redis, keyring=KeyRing.parse(KEY_B))
+    env_b.runner, env_b.effects = env_a.runner, env_a.effects  # same tools, same effects
+    for run_id in paused:
+        await approve_all(env_b, run_id)
+    await env_b.drain()
+    for run_id in paused:
+        assert await env_b.status(run_id) == "succeeded", await env_b.info(run_id)
+    assert env_a.effects.count("refund") == 3
+    assert env_a.effects.count("delete_file") == 2
+    assert (await env_b.final_state(finished)).status == "succeeded"
+
+
+async def test_rotation_does_not_clobber_a_checkpoint_written_meanwhile(
+    redis: Redis, redis_url: str
+) -> None:
+    env = make_env(redis, keyring=KeyRing.parse(KEY_A))
+    run_id = await env.start("refund-agent", "refund order 123")
+    pause_id = (await env.info(run_id)).pause_id
+    ring_b = KeyRing.parse(f"{KEY_B},{KEY_A}")
+    moved_on = ring_b.encrypt(b'{"moved": "on"}', run_id=run_id, request_id=pause_id)
+
+    class Racing(KeyRing):
+        def reencrypt(self, blob: bytes, *, run_id: str, request_id: str) -> bytes:
+            fresh = super().reencrypt(blob, run_id=run_id, request_id=request_id)
+            with redis_sync.Redis.from_url(redis_url) as other:  # the run moves on right now
+                other.set(K.Keys(run_id).checkpoint, moved_on)
+            return fresh
+
+    racing = Racing.parse(f"{KEY_B},{KEY_A}")
+    report = await rotate_checkpoints(redis, racing)
+    assert (report.rotated, report.skipped) == (0, 1)
+    assert await redis.get(K.Keys(run_id).checkpoint) == moved_on
+
+
+async def test_interrupted_rotation_resumes_from_its_cursor(redis: Redis) -> None:
+    env = make_env(redis, keyring=KeyRing.parse(KEY_A))
+    runs = [await env.start("refund-agent", "refund order 123") for _ in range(5)]
+    seen: list[str] = []
+
+    class Crashing(KeyRing):
+        def reencrypt(self, blob: bytes, *, run_id: str, request_id: str) -> bytes:
+            if len(seen) == 3:
+                raise RuntimeError("killed mid-rotation")
+            seen.append(run_id)
+            return super().reencrypt(blob, run_id=run_id, request_id=request_id)
+
+    with pytest.raises(RuntimeError):
+        await rotate_checkpoints(redis, Crashing.parse(f"{KEY_B},{KEY_A}"), batch=2)
+    assert await redis.exists(K.ROTATION)  # the batches done before the crash are remembered
+
+    resumed = await rotate_checkpoints(redis, KeyRing.parse(f"{KEY_B},{KEY_A}"), batch=2)
+    assert resumed.rotated == 2  # three were rotated before the crash
+    assert resumed.examined < 5  # and the remembered batches are not walked again
+    assert await checkpoint_kids(redis, runs) == ["kB"] * 5
+    assert not await redis.exists(K.ROTATION)
+
+
+def changed_refund_registry(effects: ExampleEffects) -> AgentRegistry:
+    def build() -> Agent:
+        agent = refund_agent(effects)
+        # the agent definition changed while runs waited: a tool was removed
+        agent.tools = [t for t in agent.tools if t.name != "lookup_order"]
+        return agent
+
+    return AgentRegistry({"refund-agent": build})
+
+
+async def test_rotation_survives_a_run_that_failed_at_resume(redis: Redis) -> None:
+    env = make_env(redis, keyring=KeyRing.parse(KEY_A))
+    failed = await env.start("refund-agent", "refund order 123")
+    healthy = await env.start("refund-agent", "refund order 124")
+    await approve_all(env, failed)
+    env.runner.registry = changed_refund_registry(env.effects)
+    env.runner.reload_agents()  # as a redeploy with the changed agent would
+    await env.drain()
+    info = await env.info(failed)
+    assert info.status == "failed" and "changed" in info.error
+    assert env.effects.count("refund") == 0
+
+    report = await rotate_checkpoints(redis, KeyRing.parse(f"{KEY_B},{KEY_A}"))
+
+    assert report.examined == 2
+    assert (await checkpoint_kids(redis, [healthy]))[0] == "kB"

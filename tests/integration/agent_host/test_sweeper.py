@@ -1,0 +1,163 @@
+"""The expiry sweeper: deadlines from a sorted set, decided through the same compare-and-set."""
+
+from __future__ import annotations
+
+import asyncio
+
+from redis.asyncio import Redis
+
+from agent_host.approvals import DEFAULT_EXPIRY_SECONDS, FixedRouter
+from agent_host.durable import keys as K
+from agent_host.durable.sweeper import EXPIRED_BY, Sweeper
+from agent_host.runtime.decisions import DEFAULT_EXPIRED_MESSAGE, Approve
+from tests.support.host_env import FakeClock, make_env, resume_entries
+from tests.support.keyspace import metric, zcard_all
+from tests.support.routers import QuorumRouter
+
+
+async def test_nothing_expires_before_its_deadline(redis: Redis) -> None:
+    clock = FakeClock()
+    env = make_env(redis, clock=clock, router=FixedRouter())
+    run_id = await env.start("refund-agent", "refund order 123")
+    await env.age(DEFAULT_EXPIRY_SECONDS - 5)
+    assert await Sweeper(env.store).sweep() == 0
+    (request,) = await env.requests(run_id)
+    assert request.status == "pending" and await zcard_all(redis, "deadlines") == 1
+
+
+async def test_two_sweepers_expire_once_and_the_run_resumes_rejected(redis: Redis) -> None:
+    clock = FakeClock()
+    env = make_env(redis, clock=clock, router=FixedRouter())
+    run_id = await env.start("refund-agent", "refund order 123")
+    (request,) = await env.requests(run_id)
+    # The deadline is set by Redis's clock, the creation time by the pausing process's.
+    assert abs(request.expires_at - request.created_at - DEFAULT_EXPIRY_SECONDS) < 2
+    await env.age(DEFAULT_EXPIRY_SECONDS + 1)
+
+    one, two = Sweeper(env.store), Sweeper(env.store)
+    counts = await asyncio.gather(one.sweep(), two.sweep(), one.sweep(), two.sweep())
+    assert sum(counts) == 1
+
+    expired = await env.store.get_request(request.request_id)
+    assert expired is not None
+    assert expired.status == "expired" and expired.decided_by == EXPIRED_BY
+    assert await zcard_all(redis, "deadlines") == 0 and await zcard_all(redis, "pending") == 0
+    assert len(await resume_entries(redis, run_id)) == 1
+    assert int(await metric(redis, "decisions_expired")) == 1
+
+    late = await env.store.decide(request.request_id, Approve(decided_by="bob"))
+    assert late.outcome == "already_decided"
+    assert late.request is not None and late.request.decided_by == EXPIRED_BY
+
+    await env.drain()
+    info = await env.info(run_id)
+    assert info.status == "succeeded"
+    assert "not approved" in info.output and "expired" in info.output
+    assert env.effects.count("refund") == 0
+    refund = (await env.final_state(run_id)).call(request.call_id)
+    assert refund is not None
+    assert refund.outcome == "expired" and refund.result == DEFAULT_EXPIRED_MESSAGE
+
+
+async def test_click_racing_the_sweeper_gives_one_terminal_outcome(redis: Redis) -> None:
+    env = make_env(redis, clock=FakeClock())
+    sweeper = Sweeper(env.store)
+    runs, winners = [], {"click": 0, "sweeper": 0}
+    for n in range(8):
+        run_id = await env.start("refund-agent", "refund order 123")
+        runs.append(run_id)
+        (request,) = await env.requests(run_id)
+        # Every other request is just past its deadline (by Redis's clock): the sweeper
+        # must win it and the click be refused; the others the click must win.
+        due = n % 2 == 0
+        await env.age(DEFAULT_EXPIRY_SECONDS + (0.01 if due else -30))
+        swept, click = await asyncio.gather(
+            sweeper.sweep(), env.store.decide(request.request_id, Approve(decided_by="bob"))
+        )
+        final = await env.store.get_request(request.request_id)
+        assert final is not None and final.status == ("expired" if due else "approved")
+        assert (click.outcome == "decided") + swept == 1  # exactly one of them decided
+        assert click.outcome == ("past_deadline" if due else "decided")
+        assert len(await resume_entries(redis, run_id)) == 1
+        winners["click" if swept == 0 else "sweeper"] += 1
+
+    await env.drain()
+    assert env.effects.count("refund") == winners["click"] == 4
+    for run_id in runs:
+        assert await env.status(run_id) == "succeeded"
+    assert await zcard_all(redis, "deadlines") == 0 and await zcard_all(redis, "pending") == 0
+
+
+async def test_a_click_after_the_deadline_is_refused_even_before_the_sweep(
+    redis: Redis,
+) -> None:
+    clock = FakeClock()
+    env = make_env(redis, clock=clock)
+    run_id = await env.start("refund-agent", "refund order 123")
+    (request,) = await env.requests(run_id)
+    await env.age(DEFAULT_EXPIRY_SECONDS + 1)
+    late = await env.store.decide(request.request_id, Approve(decided_by="bob"))
+    assert late.outcome == "past_deadline"
+    current = await env.store.get_request(request.request_id)
+    assert current is not None and current.status == "pending"  # the sweeper's to expire
+    assert await Sweeper(env.store).sweep() == 1
+    await env.drain()
+    assert env.effects.count("refund") == 0
+
+
+async def test_many_sweepers_share_the_work_without_double_expiry(redis: Redis) -> None:
+    clock = FakeClock()
+    env = make_env(redis, clock=clock)
+    run_id = await env.start("cleanup-agent", " ".join(f"/tmp/f{n}" for n in range(12)))
+    assert len(await env.requests(run_id)) == 12
+    await env.age(DEFAULT_EXPIRY_SECONDS + 1)
+    sweepers = [Sweeper(env.store, batch=5) for _ in range(4)]
+    total = 0
+    for _ in range(4):
+        total += sum(await asyncio.gather(*(s.sweep() for s in sweepers)))
+    assert total == 12
+    assert len(await resume_entries(redis, run_id)) == 1
+    await env.drain()
+    assert env.effects.count("delete_file") == 0
+    assert await env.status(run_id) == "succeeded"
+
+
+async def test_quorum_in_progress_still_expires(redis: Redis) -> None:
+    clock = FakeClock()
+    env = make_env(redis, clock=clock, router=QuorumRouter(2, expiry_seconds=60))
+    run_id = await env.start("refund-agent", "refund order 123")
+    (request,) = await env.requests(run_id)
+    assert (await env.store.decide(request.request_id, Approve(decided_by="a"))).outcome == (
+        "progress"
+    )
+    await env.age(61)
+    assert await Sweeper(env.store).sweep() == 1
+    after = await env.store.decide(request.request_id, Approve(decided_by="b"))
+    assert after.outcome == "already_decided"
+    await env.drain()
+    assert env.effects.count("refund") == 0
+
+
+async def test_deadline_of_a_vanished_request_is_dropped(redis: Redis) -> None:
+    env = make_env(redis)
+    ghost = "req_0123456789abcdef_1"
+    await redis.zadd(K.Keys(ghost).shard.deadlines, {ghost: 1})
+    assert await Sweeper(env.store).sweep() == 0
+    assert await zcard_all(redis, "deadlines") == 0
+
+
+async def test_sweeper_run_loop_expires_and_stops(redis: Redis) -> None:
+    clock = FakeClock()
+    env = make_env(redis, clock=clock, router=FixedRouter(expiry_seconds=10))
+    run_id = await env.start("refund-agent", "refund order 123")
+    await env.age(11)
+    stop = asyncio.Event()
+    task = asyncio.create_task(Sweeper(env.store, interval=0.01).run(stop))
+    for _ in range(200):
+        (request,) = await env.requests(run_id)
+        if request.status == "expired":
+            break
+        await asyncio.sleep(0.01)
+    stop.set()
+    await asyncio.wait_for(task, 2)
+    assert request.status == "expired"

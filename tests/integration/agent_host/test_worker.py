@@ -1,0 +1,262 @@
+"""Resume workers: at most once per call across concurrent workers, crashed workers,
+redelivered entries and failed handlers; tampered checkpoints fail closed."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from redis.asyncio import Redis
+
+from agent_host.durable import keys as K
+from agent_host.runtime.agents import Agent, AgentRegistry
+from agent_host.runtime.decisions import Approve
+from agent_host.runtime.messages import ModelResponse
+from agent_host.runtime.models.scripted import Conversation, ScriptedModel, call, reply
+from agent_host.runtime.policy import Permission
+from agent_host.runtime.runner import UNKNOWN_OUTCOME
+from agent_host.runtime.tools import ToolContext, tool
+from tests.support.host_env import Env, make_env, resume_entries
+from tests.support.waiting import eventually
+
+
+async def approved_refund(env: Env, order: str = "123") -> str:
+    run_id = await env.start("refund-agent", f"refund order {order}")
+    (request,) = await env.requests(run_id)
+    assert (await env.store.decide(request.request_id, Approve(decided_by="bob"))).resume_queued
+    return run_id
+
+
+async def pending_count(redis: Redis) -> int:
+    total = 0
+    for shard in K.shards():
+        if await redis.exists(shard.resume):
+            total += int((await redis.xpending(shard.resume, K.RESUME_GROUP))["pending"])
+    return total
+
+
+async def test_two_workers_polling_concurrently_run_each_tool_once(redis: Redis) -> None:
+    env = make_env(redis)
+    runs = [
+        await env.start("refund-agent", f"refund order {n}") for n in ("123", "124", "200", "123")
+    ]
+    for run_id in runs:
+        (request,) = await env.requests(run_id)
+        await env.store.decide(request.request_id, Approve(decided_by="bob"))
+    w1, w2 = env.worker("w1"), env.worker("w2")
+    await asyncio.gather(w1.consumer.ensure_groups(), w2.consumer.ensure_groups())
+    handled = await asyncio.gather(*(w.consumer.poll(block_ms=5) for w in (w1, w2, w1, w2)))
+    assert sum(handled) == len(runs)
+    assert await pending_count(redis) == 0
+    for run_id in runs:
+        assert await env.status(run_id) == "succeeded"
+    assert env.effects.count("refund") == len(runs)
+    keys = [e["key"] for e in env.effects.all_events()]
+    assert len(set(keys)) == len(runs)  # one idempotency key per call
+
+
+async def test_same_entry_handled_by_two_workers_at_once_runs_the_tool_once(redis: Redis) -> None:
+    env = make_env(redis)
+    for _ in range(5):
+        run_id = await approved_refund(env)
+        (entry,) = await resume_entries(redis, run_id)
+        w1, w2 = env.worker("a"), env.worker("b")
+        await asyncio.gather(w1.handle("1-0", entry), w2.handle("1-0", entry))
+        assert await env.status(run_id) == "succeeded"
+    assert env.effects.count("refund") == 5
+
+
+async def test_worker_died_after_the_tool_ran_reclaimed_run_succeeds_tool_ran_once(
+    redis: Redis,
+) -> None:
+    env = make_env(redis)
+    run_id = await approved_refund(env)
+
+    # the "dead" worker: takes the entry, resumes (the refund runs, the ledger marks it done),
+    # then dies before saving the outcome or acknowledging the entry
+    stream = K.Keys(run_id).shard.resume
+    reply_: Any = await redis.xreadgroup(K.RESUME_GROUP, "dead", {stream: ">"}, count=10)
+    ((_, entries),) = reply_
+    assert len(entries) == 1
+    info = await env.info(run_id)
+    state = await env.store.load_checkpoint(run_id, info.pause_id)
+    decisions = await env.store.decisions_for(run_id, info.pause_id)
+    outcome = await env.runner.resume(state, decisions)
+    assert outcome.kind == "succeeded"
+    assert env.effects.count("refund") == 1
+    assert await env.status(run_id) == "resuming"
+    assert await pending_count(redis) == 1
+
+    survivor = env.worker("survivor", idle_ms=50)
+    await asyncio.sleep(0.08)
+    assert await survivor.consumer.poll(block_ms=1) == 1
+
+    assert await env.status(run_id) == "succeeded"
+    assert env.effects.count("refund") == 1
+    output = (await env.info(run_id)).output
+    assert output.startswith("Done. Refund issued: $42.50 to order 123")
+    calls = (await env.final_state(run_id)).calls
+    assert [c.outcome for c in calls] == ["executed", "executed"]
+    assert await pending_count(redis) == 0
+
+
+async def test_call_started_but_unfinished_is_reported_not_rerun(redis: Redis) -> None:
+    env = make_env(redis)
+    run_id = await approved_refund(env)
+    (request,) = await env.requests(run_id)
+    await redis.hset(K.Keys(run_id).ledger, request.call_id, "started")
+
+    await env.drain()
+
+    assert env.effects.count("refund") == 0
+    state = await env.final_state(run_id)
+    refund = state.call(request.call_id)
+    assert refund is not None
+    assert refund.outcome == "unknown_outcome" and refund.result == UNKNOWN_OUTCOME
+    assert "unknown" in (await env.info(run_id)).output
+    assert await redis.hget(K.Keys(run_id).ledger, request.call_id) == b"started"
+
+
+async def test_tampered_checkpoint_fails_the_run_and_never_runs_the_tool(redis: Redis) -> None:
+    env = make_env(redis)
+    run_id = await approved_refund(env)
+    key = K.Keys(run_id).checkpoint
+    blob = bytearray(await redis.get(key) or b"")
+    blob[-20] ^= 0x01
+    await redis.set(key, bytes(blob))
+
+    await env.drain()
+
+    info = await env.info(run_id)
+    assert info.status == "failed"
+    assert "decrypt" in info.error and "verif" in info.error
+    assert env.effects.count("refund") == 0
+    assert await pending_count(redis) == 0
+    (request,) = await env.requests(run_id)
+    assert not await redis.hexists(K.Keys(run_id).ledger, request.call_id)
+
+
+async def test_checkpoint_copied_from_another_run_fails_closed(redis: Redis) -> None:
+    env = make_env(redis)
+    donor = await env.start("refund-agent", "refund order 123")
+    victim = await approved_refund(env, "124")
+    await redis.set(K.Keys(victim).checkpoint, await redis.get(K.Keys(donor).checkpoint) or b"")
+
+    await env.drain()
+
+    info = await env.info(victim)
+    assert info.status == "failed" and "decrypt" in info.error
+    assert env.effects.count("refund") == 0
+
+
+async def test_redelivered_resume_entry_after_success_changes_nothing(redis: Redis) -> None:
+    env = make_env(redis)
+    run_id = await approved_refund(env)
+    (entry,) = await resume_entries(redis, run_id)
+    await env.drain()
+    assert env.effects.count("refund") == 1
+    before = await env.info(run_id)
+
+    await redis.xadd(K.Keys(run_id).shard.resume, entry)  # a duplicate of the same resume
+    assert await env.drain() == 1
+    await env.worker("other").handle("9-9", entry)
+    assert env.effects.count("refund") == 1
+    assert await env.info(run_id) == before
+
+
+async def test_failed_handler_leaves_the_entry_pending_and_it_is_retried(redis: Redis) -> None:
+    env = make_env(redis)
+    run_id = await approved_refund(env)
+    worker = env.worker("flaky", idle_ms=30)
+    real_load = env.store.load_checkpoint
+    calls = 0
+
+    async def flaky_load(run_id: str, pause_id: str) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise ConnectionError("redis went away")
+        return await real_load(run_id, pause_id)
+
+    env.store.load_checkpoint = flaky_load  # type: ignore[method-assign]
+    assert await worker.consumer.poll(block_ms=1) == 0
+    assert await pending_count(redis) == 1
+    assert await env.status(run_id) == "resuming"
+
+    async def done() -> bool:
+        await worker.consumer.poll(block_ms=1)
+        return await env.status(run_id) == "succeeded"
+
+    await eventually(done, within=5)
+    assert calls == 2 and env.effects.count("refund") == 1
+    assert await pending_count(redis) == 0
+
+
+def slow_registry(entered: asyncio.Event, release: asyncio.Event, runs: list[str]) -> AgentRegistry:
+    @tool(permission=Permission.ASK, reason="slow payment")
+    async def slow_pay(order_id: str, ctx: ToolContext) -> str:
+        """Pay, slowly."""
+        runs.append(ctx.call_id)
+        if len(runs) == 1:  # only the first execution is slow (a second one would be a bug)
+            entered.set()
+            await release.wait()
+        return f"paid {order_id}"
+
+    def script(c: Conversation) -> ModelResponse:
+        if c.turn == 0:
+            return ModelResponse(tool_calls=[call("slow_pay", order_id="7")])
+        return reply(f"result: {c.result('slow_pay')}")
+
+    def build() -> Agent:
+        return Agent(
+            name="slow-agent",
+            instructions="Pay slowly.",
+            tools=[slow_pay],
+            model=ScriptedModel(script, name="slow"),
+        )
+
+    return AgentRegistry({"slow-agent": build})
+
+
+async def test_slow_tool_outliving_idle_ms_is_not_run_twice(redis: Redis) -> None:
+    entered, release, runs = asyncio.Event(), asyncio.Event(), []
+    env = make_env(redis, registry=slow_registry(entered, release, runs))
+    run_id = await env.start("slow-agent", "pay")
+    (request,) = await env.requests(run_id)
+    await env.store.decide(request.request_id, Approve(decided_by="bob"))
+
+    slow, other = env.worker("slow", idle_ms=50), env.worker("other", idle_ms=50)
+    first = asyncio.create_task(slow.consumer.poll(block_ms=5))
+    await asyncio.wait_for(entered.wait(), 5)
+    await asyncio.sleep(0.08)  # longer than idle_ms: the entry looks abandoned
+    await other.consumer.poll(block_ms=1)
+    release.set()
+    await first
+    await env.drain(other)
+
+    assert len(runs) == 1  # invariant 1 holds either way
+    assert await env.status(run_id) == "succeeded"
+
+
+async def test_slow_tool_reclaimed_while_running_is_reported_truthfully(redis: Redis) -> None:
+    entered, release, runs = asyncio.Event(), asyncio.Event(), []
+    env = make_env(redis, registry=slow_registry(entered, release, runs))
+    run_id = await env.start("slow-agent", "pay")
+    (request,) = await env.requests(run_id)
+    await env.store.decide(request.request_id, Approve(decided_by="bob"))
+
+    slow, other = env.worker("slow", idle_ms=50), env.worker("other", idle_ms=50)
+    first = asyncio.create_task(slow.consumer.poll(block_ms=5))
+    await asyncio.wait_for(entered.wait(), 5)
+    await asyncio.sleep(0.08)
+    await other.consumer.poll(block_ms=1)  # the slow worker is alive, only slow
+    release.set()
+    await first
+    await env.drain(other)
+
+    assert len(runs) == 1
+    state = await env.final_state(run_id)
+    call_record = state.call(request.call_id)
+    assert call_record is not None
+    assert call_record.outcome == "executed", call_record.result
+    assert (await env.info(run_id)).output == "result: paid 7"

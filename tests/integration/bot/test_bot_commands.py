@@ -1,0 +1,342 @@
+"""`/approvals` and each of its subcommands, over the signed slash-command path."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_host.durable import keys
+from agent_host.examples import ExampleEffects, build_registry
+from agent_host.runtime.agents import Agent, AgentRegistry
+from agent_host.runtime.decisions import Approve
+from agent_host.runtime.messages import ModelResponse
+from agent_host.runtime.models.scripted import Conversation, ScriptedModel, call, reply
+from agent_host.runtime.policy import Permission
+from agent_host.runtime.tools import tool
+from agent_host.settings import Settings
+from bot import blocks
+from bot.commands import help_text
+from tests.support.stack import (
+    ADMIN,
+    CHANNEL,
+    OPS,
+    OUTSIDER,
+    REQUESTER,
+    REVIEWER,
+    Stack,
+    running_stack,
+)
+from tests.support.waiting import eventually
+
+API_KEY = "sk-live-4242-very-secret"
+
+
+def deployer() -> Agent:
+    @tool(permission=Permission.ASK, reason="deploys to production", severity="high")
+    def deploy(service: str, api_key: str) -> str:
+        """Deploy a service with a credential."""
+        return f"Deployed {service}"
+
+    def script(c: Conversation) -> ModelResponse:
+        if c.turn == 0:
+            return ModelResponse(tool_calls=[call("deploy", service="billing", api_key=API_KEY)])
+        return reply(c.result("deploy") or "")
+
+    return Agent(
+        name="deployer",
+        instructions="Deploy.",
+        tools=[deploy],
+        model=ScriptedModel(script, name="scripted-deployer"),
+    )
+
+
+def registry(settings: Settings) -> AgentRegistry:
+    examples = build_registry(ExampleEffects(settings.example_journal))
+    examples.register("deployer", deployer)
+    return examples
+
+
+async def approvals(stack: Stack, user: str, text: str, channel: str = CHANNEL) -> str:
+    """Run `/approvals text`; check the reply is an ephemeral JSON answer and return its text."""
+    reply = await stack.standin.slash(user, channel, "/approvals", text)
+    assert reply.status == 200, reply.body
+    body: Any = json.loads(reply.body)
+    assert body["response_type"] == "ephemeral"
+    assert isinstance(body["text"], str) and body["text"]
+    return body["text"]
+
+
+async def waiting_requests(stack: Stack, run_id: str, count: int) -> list[Any]:
+    """The run's requests once it waits with `count` of them (posted to Slack or not)."""
+
+    async def paused() -> list[Any] | None:
+        info = await stack.host.store.run_info(run_id)
+        if not info or info.status != "waiting":
+            return None
+        requests = await stack.host.store.run_requests(run_id)
+        return requests if len(requests) == count else None
+
+    return await eventually(paused)
+
+
+def listed_ids(text: str) -> list[str]:
+    return re.findall(r"^• `([^`]+)`", text, flags=re.M)
+
+
+def next_cursor(text: str) -> str | None:
+    match = re.search(r"next:(\S+?)`", text)
+    return match.group(1) if match else None
+
+
+async def test_pending_lists_this_channel_and_pending_all_lists_every_channel(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async with running_stack(redis_url, tmp_path) as stack:
+        assert "Nothing is waiting" in await approvals(stack, REVIEWER, "pending")
+        await approvals(stack, ADMIN, f"route add agent=cleanup-agent channel={OPS}")
+        refund_run = await stack.start_run("refund-agent", "refund order 123")
+        cleanup_run = await stack.start_run("cleanup-agent", "delete /tmp/x.txt")
+        [refund] = await waiting_requests(stack, refund_run, 1)
+        [cleanup] = await waiting_requests(stack, cleanup_run, 1)
+        assert refund.route.destination == CHANNEL and cleanup.route.destination == OPS
+
+        here = await approvals(stack, REVIEWER, "pending")
+        assert listed_ids(here) == [refund.request_id]
+        assert "issue_refund" in here and "refund-agent" in here
+        assert f"<@{REQUESTER}>" in here
+        ops = await approvals(stack, REVIEWER, "pending", channel=OPS)
+        assert listed_ids(ops) == [cleanup.request_id]
+        everywhere = await approvals(stack, ADMIN, "pending all")
+        assert sorted(listed_ids(everywhere)) == sorted([refund.request_id, cleanup.request_id])
+        # `all` is every channel for admins; a member is shown what they may see: both
+        # routes name no reviewers, so each request is seen from its own channel only.
+        mine = await approvals(stack, REVIEWER, "pending all")
+        assert listed_ids(mine) == [refund.request_id]
+        newest = max((refund, cleanup), key=lambda r: (int(r.created_at * 1000), r.request_id))
+        assert listed_ids(everywhere)[0] == newest.request_id  # newest first
+        assert next_cursor(everywhere) is None
+
+        general = await approvals(stack, REVIEWER, "pending", channel="C0GENERAL")
+        assert "Nothing is waiting" in general and "pending all" in general
+
+        # A decided request leaves the list.
+        [posted] = await stack.pending_requests(refund_run)
+        await stack.click(REVIEWER, posted, blocks.APPROVE)
+        await stack.run_status(refund_run, "succeeded")
+        assert listed_ids(await approvals(stack, REVIEWER, "pending")) == []
+        assert listed_ids(await approvals(stack, ADMIN, "pending all")) == [cleanup.request_id]
+        # The slash answer is shown to the caller only.
+        assert any("Waiting for a decision" in t for t in stack.ephemerals(REVIEWER))
+
+
+async def test_pending_paginates_with_a_next_cursor(redis_url: str, tmp_path: Path) -> None:
+    async with running_stack(redis_url, tmp_path) as stack:
+        paths = " ".join(f"/f{i:02d}.txt" for i in range(12))
+        run_id = await stack.start_run("cleanup-agent", f"delete {paths}")
+        requests = await waiting_requests(stack, run_id, 12)
+
+        first = await approvals(stack, REVIEWER, "pending")
+        page1 = listed_ids(first)
+        assert len(page1) == 10
+        cursor = next_cursor(first)
+        assert cursor is not None
+        assert f"`/approvals pending next:{cursor}`" in first
+
+        second = await approvals(stack, REVIEWER, f"pending next:{cursor}")
+        page2 = listed_ids(second)
+        assert len(page2) == 2
+        assert next_cursor(second) is None
+        assert sorted(page1 + page2) == sorted(r.request_id for r in requests)
+
+        every = await approvals(stack, REVIEWER, "pending all")
+        cursor_all = next_cursor(every)
+        assert len(listed_ids(every)) == 10 and cursor_all is not None
+        assert f"`/approvals pending all next:{cursor_all}`" in every
+        rest = await approvals(stack, REVIEWER, f"pending all next:{cursor_all}")
+        assert sorted(listed_ids(every) + listed_ids(rest)) == sorted(page1 + page2)
+
+
+async def test_pending_pagination_reaches_every_request_of_a_large_pause(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async with running_stack(redis_url, tmp_path) as stack:
+        paths = " ".join(f"/g{i:02d}.txt" for i in range(75))
+        run_id = await stack.start_run("cleanup-agent", f"delete {paths}")
+        requests = await waiting_requests(stack, run_id, 75)
+        seen: list[str] = []
+        text = await approvals(stack, REVIEWER, "pending all")
+        for _ in range(10):
+            seen += listed_ids(text)
+            cursor = next_cursor(text)
+            if cursor is None:
+                break
+            text = await approvals(stack, REVIEWER, f"pending all next:{cursor}")
+        assert len(seen) == len(set(seen))
+        assert sorted(seen) == sorted(r.request_id for r in requests)
+
+
+async def test_next_page_does_not_repeat_requests_when_the_cursor_request_was_decided(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async with running_stack(redis_url, tmp_path) as stack:
+        paths = " ".join(f"/h{i:02d}.txt" for i in range(12))
+        run_id = await stack.start_run("cleanup-agent", f"delete {paths}")
+        requests = {r.request_id: r for r in await waiting_requests(stack, run_id, 12)}
+        first = await approvals(stack, REVIEWER, "pending all")
+        page1 = listed_ids(first)
+        cursor = next_cursor(first)
+        assert len(page1) == 10 and cursor is not None
+
+        last = requests[page1[-1]]  # decided (here through the store) before page 2 is read
+        result = await stack.host.store.decide(
+            last.request_id, Approve(decided_by=REVIEWER, call_hash=last.call_hash)
+        )
+        assert result.outcome == "decided"
+
+        page2 = listed_ids(await approvals(stack, REVIEWER, f"pending all next:{cursor}"))
+        assert not set(page2) & set(page1), "page 2 repeats requests already listed"
+        assert sorted(page1[:-1] + page2) == sorted(set(requests) - {last.request_id})
+
+
+async def test_show_gives_details_and_history(redis_url: str, tmp_path: Path) -> None:
+    async with running_stack(redis_url, tmp_path) as stack:
+        run_id = await stack.start_run("refund-agent", "refund order 123")
+        [request] = await stack.pending_requests(run_id)
+        shown = await approvals(stack, REVIEWER, f"show {request.request_id}")
+        assert "*issue_refund*" in shown and "`refund-agent`" in shown
+        assert "*pending*" in shown
+        assert f"<@{REQUESTER}>" in shown
+        assert "moves money back to the customer" in shown
+        assert "order_id" in shown and "123" in shown
+        assert run_id in shown
+        assert "*History*" in shown and "started" in shown
+
+        await stack.click(REVIEWER, request, blocks.APPROVE)
+        await stack.run_status(run_id, "succeeded")
+        after = await approvals(stack, ADMIN, f"show {request.request_id}")
+        assert "*approved*" in after
+        assert "approved by <@U0REVIEWER>" in after
+
+
+async def test_show_of_an_unknown_or_missing_id(redis_url: str, tmp_path: Path) -> None:
+    async with running_stack(redis_url, tmp_path) as stack:
+        unknown = await approvals(stack, REVIEWER, "show req_doesnotexist")
+        assert "No request `req_doesnotexist`" in unknown
+        assert "pending all" in unknown
+        garbage = await approvals(stack, REVIEWER, "show <script>")
+        assert "No request" in garbage and "<script>" not in garbage
+        missing = await approvals(stack, REVIEWER, "show")
+        assert help_text() in missing
+
+
+async def test_routes_and_route_add_remove_by_admin(redis_url: str, tmp_path: Path) -> None:
+    async with running_stack(redis_url, tmp_path) as stack:
+        empty = await approvals(stack, REVIEWER, "routes")
+        assert "No routes" in empty and f"<#{CHANNEL}>" in empty
+
+        added = await approvals(
+            stack,
+            ADMIN,
+            "route add agent=refund-* tool=issue_refund severity=high "
+            "channel=<#C0OPS|ops-approvals> reviewers=<@U0REVIEWER> <!subteam^S0REVIEWERS|@rev> "
+            "quorum=2 expiry=2h self=no",
+        )
+        assert "Added route `r1`" in added
+        [rule] = await stack.bot.routes.rules()
+        assert rule.id == "r1" and rule.channel == OPS
+        assert rule.reviewers == ("U0REVIEWER", "S0REVIEWERS")
+        assert rule.quorum == 2 and rule.expiry_seconds == 7200
+        assert rule.min_severity.value == "high" and rule.allow_self_approval is False
+
+        listing = await approvals(stack, REVIEWER, "routes")
+        assert "*r1*" in listing and "<#C0OPS>" in listing
+        assert "quorum 2" in listing and "expires after 2h" in listing
+        assert "<@U0REVIEWER>" in listing and "<!subteam^S0REVIEWERS>" in listing
+        assert f"Anything else goes to <#{CHANNEL}>" in listing
+
+        audit = await stack.host.redis.xrange(keys.AUDIT)
+        assert [(f[b"event"], f[b"actor"]) for _, f in audit] == [(b"route.add", ADMIN.encode())]
+
+        removed = await approvals(stack, ADMIN, "route remove r1")
+        assert "Removed route `r1`" in removed
+        assert await stack.bot.routes.rules() == []
+        assert "No routes" in await approvals(stack, REVIEWER, "routes")
+        gone = await approvals(stack, ADMIN, "route remove r1")
+        assert "No route `r1`" in gone
+        which = await approvals(stack, ADMIN, "route remove")
+        assert "Say which route" in which
+
+        # Ids are never reused after a removal.
+        again = await approvals(stack, ADMIN, f"route add channel={CHANNEL}")
+        assert "Added route `r2`" in again
+
+
+async def test_route_changes_are_for_admins_only(redis_url: str, tmp_path: Path) -> None:
+    async with running_stack(redis_url, tmp_path) as stack:
+        await approvals(stack, ADMIN, f"route add channel={OPS}")
+        for user in (REVIEWER, REQUESTER):
+            refused = await approvals(stack, user, f"route add channel={CHANNEL} self=yes")
+            assert "Only admins" in refused
+            refused = await approvals(stack, user, "route remove r1")
+            assert "Only admins" in refused
+        [rule] = await stack.bot.routes.rules()
+        assert rule.id == "r1" and rule.channel == OPS
+        audit = await stack.host.redis.xrange(keys.AUDIT)
+        assert len(audit) == 1
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "tool=issue_refund",  # no channel
+        "channel=C0OPS quorum=two",
+        "channel=C0OPS colour=red",
+        "channel=#not-an-id",
+        "channel=C0OPS expiry=forever",
+        "channel=C0OPS reviewers=U0REVIEWER quorum=3",
+        "just words",
+    ],
+)
+async def test_malformed_route_spec_is_refused_with_an_example(
+    redis_url: str, tmp_path: Path, spec: str
+) -> None:
+    async with running_stack(redis_url, tmp_path) as stack:
+        answer = await approvals(stack, ADMIN, f"route add {spec}")
+        assert ":warning:" in answer
+        assert "example: route add tool=issue_refund channel=C0APPROVALS" in answer
+        assert await stack.bot.routes.rules() == []
+        assert await stack.host.redis.xrange(keys.AUDIT) == []
+
+
+async def test_help_and_unknown_subcommands_answer_with_help(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async with running_stack(redis_url, tmp_path) as stack:
+        assert await approvals(stack, OUTSIDER, "help") == help_text()
+        assert await approvals(stack, REVIEWER, "") == help_text()
+        unknown = await approvals(stack, REVIEWER, "frobnicate now")
+        assert unknown.startswith("Unknown command `frobnicate now`.")
+        assert unknown.endswith(help_text())
+        hostile = await approvals(stack, REVIEWER, "<!channel> hi")
+        assert "<!channel>" not in hostile and hostile.endswith(help_text())
+        for word in ("pending", "show", "routes", "route add", "route remove", "help"):
+            assert f"/approvals {word}" in help_text()
+
+
+async def test_show_masks_secret_arguments_like_the_message_does(
+    redis_url: str, tmp_path: Path
+) -> None:
+    agents = "tests.integration.bot.test_bot_commands:registry"
+    async with running_stack(redis_url, tmp_path, COUNTERSIGN_AGENTS=agents) as stack:
+        run_id = await stack.start_run("deployer", "deploy billing")
+        [request] = await stack.pending_requests(run_id)
+        posted = str(stack.message(CHANNEL, request.message_ts)["blocks"])
+        assert API_KEY not in posted and blocks.MASK in posted  # the message masks it
+
+        shown = await approvals(stack, OUTSIDER, f"show {request.request_id}")
+        assert "billing" in shown
+        assert API_KEY not in shown

@@ -1,0 +1,142 @@
+"""Every request to /slack/events must carry a valid, fresh Slack signature."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import aiohttp
+
+from agent_host.approvals import ApprovalRequest
+from bot import blocks
+from slack_sandbox.blockkit import find_element
+from slack_sandbox.payloads import (
+    block_actions_payload,
+    button_action,
+    form_body,
+    payload_body,
+    slash_command_fields,
+)
+from slack_sandbox.shapes import message_json
+from slack_sandbox.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign_request
+from tests.support.stack import ADMIN, CHANNEL, REVIEWER, SECRET, Stack, running_stack
+
+FORM = {"Content-Type": "application/x-www-form-urlencoded"}
+
+
+def click_body(stack: Stack, user_id: str, request: ApprovalRequest, action_id: str) -> bytes:
+    """The exact body the stand-in would send for this click."""
+    core = stack.standin.core
+    ws = core.workspace
+    user, channel = ws.user(user_id), ws.channel(request.message_channel)
+    message = ws.message(request.message_channel, request.message_ts)
+    assert user is not None and channel is not None and message is not None
+    found = find_element(message.blocks, action_id, "button")
+    assert found is not None
+    payload = block_actions_payload(
+        core,
+        user=user,
+        channel=channel,
+        message_ts=message.ts,
+        message=message_json(ws, message),
+        thread_ts=None,
+        action=button_action(*found),
+        trigger_id=core.triggers.issue(user.id),
+        response_url=core.new_response_url(channel.id, user.id, message.ts, is_ephemeral=False),
+    )
+    return payload_body(payload)
+
+
+def slash_body(stack: Stack, user_id: str, text: str) -> bytes:
+    core = stack.standin.core
+    ws = core.workspace
+    user, channel = ws.user(user_id), ws.channel(CHANNEL)
+    assert user is not None and channel is not None
+    fields = slash_command_fields(
+        core,
+        user=user,
+        channel=channel,
+        command="/approvals",
+        text=text,
+        trigger_id=core.triggers.issue(user.id),
+        response_url=core.new_response_url(channel.id, user.id, None, is_ephemeral=True),
+    )
+    return form_body(fields)
+
+
+async def post(stack: Stack, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"{stack.url}/slack/events", data=body, headers={**FORM, **headers}
+        ) as response,
+    ):
+        return response.status, await response.text()
+
+
+async def assert_untouched(stack: Stack, request: ApprovalRequest) -> None:
+    current = await stack.host.store.get_request(request.request_id)
+    assert current is not None
+    assert current.status == "pending" and current.approvals == []
+    assert stack.effects.count("refund") == 0
+    assert stack.ephemerals(REVIEWER) == []
+    assert stack.standin.calls_to("chat.update") == []
+    assert stack.standin.calls_to("chat.postEphemeral") == []
+    info = await stack.host.store.run_info(request.run_id)
+    assert info is not None and info.status == "waiting"
+
+
+async def test_forged_and_stale_clicks_get_401_and_change_nothing(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async with running_stack(redis_url, tmp_path) as stack:
+        run_id = await stack.start_run("refund-agent", "refund order 123")
+        [request] = await stack.pending_requests(run_id)
+        body = click_body(stack, REVIEWER, request, blocks.APPROVE)
+        now = int(time.time())
+
+        wrong_secret = sign_request("not-the-signing-secret", now, body)
+        assert (await post(stack, body, wrong_secret))[0] == 401
+
+        garbage = {TIMESTAMP_HEADER: str(now), SIGNATURE_HEADER: "v0=" + "0" * 64}
+        assert (await post(stack, body, garbage))[0] == 401
+
+        stale = sign_request(SECRET, now - 6 * 60, body)  # correctly signed, 6 minutes old
+        assert (await post(stack, body, stale))[0] == 401
+
+        future = sign_request(SECRET, now + 6 * 60, body)
+        assert (await post(stack, body, future))[0] == 401
+
+        tampered = body.replace(b"U0REVIEWER", b"U0ADMIN")
+        assert tampered != body
+        assert (await post(stack, tampered, sign_request(SECRET, now, body)))[0] == 401
+
+        assert (await post(stack, body, {}))[0] == 401  # no signature at all
+
+        await assert_untouched(stack, request)
+
+        # The very same body, correctly signed and fresh, is accepted: the 401s were
+        # about the signature and nothing else.
+        status, _ = await post(stack, body, sign_request(SECRET, int(time.time()), body))
+        assert status == 200
+        await stack.run_status(run_id, "succeeded")
+        decided = await stack.host.store.get_request(request.request_id)
+        assert decided is not None and decided.decided_by == REVIEWER
+        assert stack.effects.count("refund") == 1
+
+
+async def test_forged_slash_command_cannot_change_routing(redis_url: str, tmp_path: Path) -> None:
+    async with running_stack(redis_url, tmp_path) as stack:
+        body = slash_body(stack, ADMIN, f"route add channel={CHANNEL} self=yes")
+        now = int(time.time())
+        status, text = await post(stack, body, sign_request("forged", now, body))
+        assert status == 401
+        assert "Added route" not in text
+        status, _ = await post(stack, body, sign_request(SECRET, now - 6 * 60, body))
+        assert status == 401
+        assert await stack.bot.routes.rules() == []
+        assert stack.ephemerals(ADMIN) == []
+
+        status, text = await post(stack, body, sign_request(SECRET, int(time.time()), body))
+        assert status == 200 and "Added route" in text
+        assert len(await stack.bot.routes.rules()) == 1

@@ -1,0 +1,75 @@
+"""Edges of who may decide on the Slack side, shown with signed requests against the whole
+stack (real Redis, the Slack stand-in): stale reviewer-group membership while Slack fails,
+and a guest from another org clicking in an org-wide install."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+from agent_host.approvals import ApprovalRequest
+from agent_host.durable.route_book import parse_spec
+from bot import blocks
+from bot.installation import foreign_request
+from bot.reviewers import ReviewerRules
+from tests.support.stack import ADMIN, CHANNEL, REVIEWER2, running_stack
+from tests.support.waiting import eventually
+
+
+async def test_a_member_removed_from_the_reviewer_group_cannot_decide_while_slack_fails(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """HOLE (trust, narrow): `ReviewerRules.group_members` says "fail closed", but when
+    `usergroups.users.list` fails it returns the *expired* cached membership, for as long as
+    Slack keeps failing. A reviewer removed from the group (left the team, lost the right)
+    keeps deciding that group's requests through an outage. Fix: past `cache_seconds`, a
+    failed lookup gives None (unknown, nobody allowed) — or a short bounded grace."""
+    async with running_stack(redis_url, tmp_path) as stack:
+        await stack.bot.routes.add(parse_spec(f"channel={CHANNEL} reviewers=S0REVIEWERS"), ADMIN)
+        first = await stack.start_run("refund-agent", "refund order 123")
+        [request] = await stack.pending_requests(first)
+        await stack.click(REVIEWER2, request, blocks.APPROVE)  # a member: allowed, cached
+        await stack.run_status(first, "succeeded")
+
+        group = stack.standin.core.workspace.usergroup("S0REVIEWERS")
+        assert group is not None
+        group.users.remove(REVIEWER2)  # no longer a reviewer
+        directory = stack.host.approvals.directory
+        assert isinstance(directory, ReviewerRules)
+        directory.clock = lambda: time.monotonic() + 3600  # an hour later: the cache is old
+        stack.standin.inject("usergroups.users.list", status=500, times=20)
+
+        second = await stack.start_run("refund-agent", "refund order 123")
+        [request] = await stack.pending_requests(second)
+        await stack.click(REVIEWER2, request, blocks.APPROVE)
+
+        async def answered() -> ApprovalRequest | None:
+            # Either the refusal reaches the clicker, or the request is decided (no reply).
+            current = await stack.host.store.get_request(request.request_id)
+            told = stack.ephemerals(REVIEWER2)
+            return current if current is not None and (told or current.decided) else None
+
+        current = await eventually(answered)
+        assert current.status == "pending", (
+            f"a member removed from the group {current.status} the request on an hour-old "
+            "membership while Slack failed"
+        )
+
+
+def test_an_org_wide_install_refuses_a_guest_whose_own_org_is_another() -> None:
+    """HOLE (trust, narrow; issue 9 item 12): for a workspace install a Slack Connect guest
+    is refused when the user's own team differs from the installed one; for an org-wide
+    install `installation.request_origin` takes the enterprise of the *payload* and only
+    falls back to the user's own `enterprise_id`, so a guest from org E2 clicking in a
+    channel of the installed org E1 is accepted. The org check should require every
+    enterprise the payload names (payload and user) to be the installed org, as the team
+    check does for teams."""
+    org = SimpleNamespace(team_id=None, enterprise_id="E1")
+    guest_click = {
+        "type": "block_actions",
+        "team": {"id": "T1"},
+        "enterprise": {"id": "E1"},
+        "user": {"id": "U9", "team_id": "T9", "enterprise_id": "E2"},
+    }
+    assert foreign_request(guest_click, org)

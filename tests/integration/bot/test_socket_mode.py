@@ -1,0 +1,262 @@
+"""Socket Mode: with SLACK_APP_TOKEN the bot opens a websocket to the (stand-in) Slack and the
+same Bolt listeners answer clicks, modal submissions and slash commands sent as envelopes.
+
+The stand-in here has no events_url and the bot's HTTP server has no /slack/events, so every
+interaction below can only have travelled over the socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from agent_host.durable.redis_server import free_port
+from agent_host.errors import ConfigurationError
+from agent_host.examples import ExampleEffects
+from bot import blocks
+from bot.cli import _serve
+from bot.commands import help_text
+from bot.service import build_service
+from bot.settings import ServiceSettings as Settings
+from slack_sandbox import AppUnreachable, SlackStandIn, Workspace
+from tests.support.stack import (
+    CHANNEL,
+    REVIEWER,
+    SECRET,
+    TOKEN,
+    Stack,
+    quicken,
+    stack_settings,
+)
+from tests.support.waiting import eventually
+
+APP_TOKEN = "xapp-1-A0SANDBOX-1-socket-mode-test"
+
+
+def _standin(tmp_path: Path, **options: Any) -> SlackStandIn:
+    return SlackStandIn(
+        Workspace.load_or_create(tmp_path / "slack"),
+        token=TOKEN,
+        signing_secret=SECRET,
+        app_token=APP_TOKEN,
+        **options,
+    )
+
+
+def _settings(standin: SlackStandIn, redis_url: str, tmp_path: Path, app_token: str) -> Settings:
+    return stack_settings(standin, redis_url, tmp_path, SLACK_APP_TOKEN=app_token)
+
+
+@asynccontextmanager
+async def socket_stack(redis_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
+    """Like stack.running_stack, but the bot takes Slack's requests over Socket Mode."""
+    async with _standin(tmp_path) as standin:
+        assert standin.events_url is None
+        settings = _settings(standin, redis_url, tmp_path, APP_TOKEN)
+        service = await build_service(settings)  # Socket Mode: no /slack/events is mounted
+        quicken(service.host)
+        try:
+            await service.start(http=("127.0.0.1", 0), workers=1)
+            effects = ExampleEffects(settings.example_journal)
+            yield Stack(standin, service.host, service.bot, service.url, effects)
+        finally:
+            await service.stop()
+
+
+def _envelopes(standin: SlackStandIn, kind: str) -> list[dict[str, Any]]:
+    return [e for e in standin.socket_mode.envelopes if e["type"] == kind]
+
+
+async def test_approve_click_travels_over_the_socket_and_the_refund_runs_once(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async with socket_stack(redis_url, tmp_path) as stack:
+        assert stack.standin.socket_mode.connected
+        run_id = await stack.start_run("refund-agent", "refund order 123")
+        [request] = await stack.pending_requests(run_id)
+        posted = stack.message(CHANNEL, request.message_ts)
+        assert any(b["type"] == "actions" for b in posted["blocks"])
+
+        reply = await stack.click(REVIEWER, request, blocks.APPROVE)
+        assert reply.status == 200
+
+        [envelope] = _envelopes(stack.standin, "interactive")
+        assert envelope["accepts_response_payload"] is True
+        assert envelope["payload"]["type"] == "block_actions"
+        assert envelope["payload"]["actions"][0]["action_id"] == blocks.APPROVE
+        assert envelope["payload"]["user"]["id"] == REVIEWER
+        acked = [a["envelope_id"] for a in stack.standin.socket_mode.acks]
+        assert acked == [envelope["envelope_id"]]
+
+        info = await stack.run_status(run_id, "succeeded", "failed")
+        assert info.status == "succeeded"
+        assert stack.effects.count("refund") == 1
+        message = await stack.decided_message(CHANNEL, request.message_ts)
+        assert REVIEWER in str(message["blocks"])
+        [outcome] = await stack.thread_replies(CHANNEL, request.message_ts)
+        assert "Refund issued" in outcome["text"]
+
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(f"{stack.url}/slack/events", data=b"") as response,
+        ):
+            assert response.status == 404  # not served in Socket Mode
+        assert stack.effects.count("refund") == 1
+
+
+async def test_slash_command_over_the_socket_answers_ephemerally(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async with socket_stack(redis_url, tmp_path) as stack:
+        reply = await stack.standin.slash(REVIEWER, CHANNEL, "/approvals", "help")
+        assert reply.status == 200
+        assert reply.json() == {"response_type": "ephemeral", "text": help_text()}
+
+        [envelope] = _envelopes(stack.standin, "slash_commands")
+        assert envelope["payload"]["command"] == "/approvals"
+        assert envelope["payload"]["text"] == "help"
+        assert envelope["payload"]["user_id"] == REVIEWER
+        assert stack.ephemerals(REVIEWER) == [help_text()]
+        assert stack.channel_messages(CHANNEL) == []  # shown to the caller only
+
+
+async def test_reject_modal_submission_over_the_socket(redis_url: str, tmp_path: Path) -> None:
+    reason = "amount looks wrong"
+    async with socket_stack(redis_url, tmp_path) as stack:
+        run_id = await stack.start_run("refund-agent", "refund order 123")
+        [request] = await stack.pending_requests(run_id)
+
+        clicked = await stack.click(REVIEWER, request, blocks.REJECT)
+        assert clicked.status == 200
+        view = await stack.opened_view(REVIEWER, blocks.REJECT_MODAL)
+        submitted = await stack.standin.submit_view(
+            REVIEWER, view["id"], {blocks.REASON_BLOCK: {blocks.REASON_INPUT: reason}}
+        )
+        assert submitted.status == 200 and submitted.json() is None  # a bare ack
+        assert stack.view_state(view["id"])["closed"] is True
+
+        kinds = [e["payload"]["type"] for e in _envelopes(stack.standin, "interactive")]
+        assert kinds == ["block_actions", "view_submission"]
+
+        info = await stack.run_status(run_id, "succeeded", "failed")
+        assert info.status == "succeeded" and reason in info.output
+        assert stack.effects.count("refund") == 0
+        decided = await stack.decided(request.request_id)
+        assert decided.status == "rejected" and decided.decided_by == REVIEWER
+
+
+async def test_wrong_app_token_is_refused_and_serve_fails_with_a_clear_error(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async with _standin(tmp_path) as standin:
+        settings = _settings(standin, redis_url, tmp_path, "xapp-1-A0SANDBOX-1-wrong")
+        with pytest.raises(ConfigurationError) as refused:
+            await _serve(settings, "127.0.0.1", free_port(), 1)
+        text = str(refused.value)
+        assert "SLACK_APP_TOKEN was refused" in text and "'invalid_auth'" in text
+        assert len(standin.calls_to("apps.connections.open")) == 1  # no retry loop
+        assert not standin.socket_mode.connected
+
+        async with aiohttp.ClientSession() as session:
+            wrong = {"Authorization": "Bearer xapp-1-A0SANDBOX-1-wrong"}
+            async with session.post(standin.url + "apps.connections.open", headers=wrong) as r:
+                assert await r.json() == {"ok": False, "error": "invalid_auth"}
+
+        bot_token = settings.model_copy(update={"slack_app_token": TOKEN})
+        with pytest.raises(ConfigurationError, match=r"not_allowed_token_type.*xapp-"):
+            await _serve(bot_token, "127.0.0.1", free_port(), 1)
+
+
+async def test_serve_with_app_token_connects_over_socket_mode(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async with _standin(tmp_path) as standin:
+        settings = _settings(standin, redis_url, tmp_path, APP_TOKEN)
+        port = free_port()
+        serving = asyncio.create_task(_serve(settings, "127.0.0.1", port, 1))
+        try:
+
+            async def connected() -> bool:
+                assert not serving.done(), serving
+                return standin.socket_mode.connected
+
+            await eventually(connected)
+            reply = await standin.slash(REVIEWER, CHANNEL, "/approvals", "help")
+            assert reply.json() == {"response_type": "ephemeral", "text": help_text()}
+            async with aiohttp.ClientSession() as session:
+                async with session.get(f"http://127.0.0.1:{port}/healthz") as response:
+                    assert response.status == 200
+                async with session.post(f"http://127.0.0.1:{port}/slack/events") as response:
+                    assert response.status == 404
+        finally:
+            serving.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await serving
+
+        async def disconnected() -> bool:
+            return not standin.socket_mode.connected
+
+        await eventually(disconnected)
+        assert standin.events_url is None
+
+
+async def test_standin_envelopes_acks_timeouts_and_http_fallback(tmp_path: Path) -> None:
+    """The stand-in's side alone, with a bare websocket client playing the app."""
+    async with _standin(tmp_path, app_timeout=0.5) as standin, aiohttp.ClientSession() as session:
+        open_url = standin.url + "apps.connections.open"
+        for headers, error in (
+            ({}, "not_authed"),
+            ({"Authorization": f"Bearer {TOKEN}"}, "not_allowed_token_type"),
+            ({"Authorization": "Bearer xapp-other"}, "invalid_auth"),
+        ):
+            async with session.post(open_url, headers=headers) as response:
+                assert await response.json() == {"ok": False, "error": error}
+        async with session.post(open_url, headers={"Authorization": f"Bearer {APP_TOKEN}"}) as r:
+            opened = await r.json()
+        assert opened["ok"] is True
+        url = opened["url"]
+        assert url.startswith(f"ws://{standin.base_url.removeprefix('http://')}/_sandbox/socket?")
+
+        async with session.ws_connect(url) as ws:
+            hello = await ws.receive_json(timeout=2)
+            assert hello["type"] == "hello"
+            assert hello["connection_info"]["app_id"] == "A0SANDBOX"
+            assert standin.socket_mode.connected
+
+            # An ack with a payload is the response body.
+            asked = asyncio.create_task(standin.slash(REVIEWER, CHANNEL, "/approvals", "x"))
+            envelope = await ws.receive_json(timeout=2)
+            assert envelope["type"] == "slash_commands"
+            assert envelope["accepts_response_payload"] is True
+            assert envelope["payload"]["text"] == "x"
+            answer = {"response_type": "ephemeral", "text": "over the socket"}
+            await ws.send_json({"envelope_id": "not-this-one"})  # ignored
+            await ws.send_json({"envelope_id": envelope["envelope_id"], "payload": answer})
+            reply = await asked
+            assert reply.status == 200 and reply.json() == answer
+            assert standin.workspace.to_dict()["ephemerals"][-1]["text"] == "over the socket"
+
+            # No ack within the app timeout: the app could not be reached, as over HTTP.
+            unanswered = asyncio.create_task(standin.slash(REVIEWER, CHANNEL, "/approvals", "y"))
+            assert (await ws.receive_json(timeout=2))["payload"]["text"] == "y"
+            with pytest.raises(AppUnreachable):
+                await asyncio.wait_for(unanswered, 3)
+
+        # The ticket was used; and once the client left, HTTP is back (no events_url here).
+        with pytest.raises(aiohttp.WSServerHandshakeError):
+            await session.ws_connect(url)
+
+        async def left() -> bool:
+            return not standin.socket_mode.connected
+
+        await eventually(left)
+        assert standin.events_url is None
+        with pytest.raises(RuntimeError, match="events_url"):
+            await standin.slash(REVIEWER, CHANNEL, "/approvals", "z")

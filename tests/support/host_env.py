@@ -1,0 +1,179 @@
+"""Building blocks for the Redis-backed agent-host tests: a fake clock, a wired store + runner
++ workers over the example agents, and bounded helpers to drive runs to their next state."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from redis.asyncio import Redis
+
+from agent_host.approvals import ApprovalRequest, FixedRouter, Router, RunRecord
+from agent_host.durable import keys as K
+from agent_host.durable.connections import as_text
+from agent_host.durable.crypto import KeyRing, generate_key
+from agent_host.durable.host import Host
+from agent_host.durable.ledger import RedisLedger
+from agent_host.durable.store import RunStore
+from agent_host.durable.worker import ResumeWorker
+from agent_host.examples import ExampleEffects, build_registry
+from agent_host.runtime.agents import AgentRegistry
+from agent_host.runtime.checkpoint import RunState
+from agent_host.runtime.runner import Runner
+from agent_host.settings import load_settings
+from tests.support.keyspace import xrange_all
+
+__all__ = [
+    "Env",
+    "FakeClock",
+    "make_env",
+    "make_host",
+    "resume_entries",
+    "scan_keys",
+]
+
+# Near the real time: deadlines are checked against Redis's clock (TIME), so requests
+# created by a fake clock must be due when Redis says so; `Env.age` moves them closer.
+START = float(int(time.time()))
+
+
+class FakeClock:
+    """A clock the test moves by hand; each reading is strictly later than the last by 1 ms,
+    so scores in the indexes stay distinct unless `tick` is 0."""
+
+    def __init__(self, start: float | None = None, tick: float = 0.001) -> None:
+        self.now, self.tick = float(int(time.time())) if start is None else start, tick
+
+    def __call__(self) -> float:
+        self.now += self.tick
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@dataclass
+class Env:
+    redis: Redis
+    keyring: KeyRing
+    store: RunStore
+    runner: Runner
+    effects: ExampleEffects
+    workers: list[ResumeWorker] = field(default_factory=list)
+
+    def worker(self, name: str = "w1", *, idle_ms: int = 30_000) -> ResumeWorker:
+        worker = ResumeWorker(self.store, self.runner, name, idle_ms=idle_ms)
+        self.workers.append(worker)
+        return worker
+
+    async def drain(self, worker: ResumeWorker | None = None, rounds: int = 50) -> int:
+        """Poll until the resume stream has nothing new and nothing pending; returns handled."""
+        worker = worker or (self.workers[0] if self.workers else self.worker())
+        await worker.consumer.ensure_groups()
+        handled = 0
+        for _ in range(rounds):
+            n = await worker.consumer.poll(block_ms=1)
+            handled += n
+            if n == 0 and not await _pending(self.redis):
+                return handled
+        raise AssertionError(f"resume stream not drained after {rounds} polls")
+
+    async def start(self, agent: str, text_input: str, requested_by: str = "alice") -> str:
+        """Create a run and let a worker take it to its first pause (or its end)."""
+        run_id = await self.store.create_run(agent, text_input, requested_by)
+        await self.drain()
+        return run_id
+
+    async def requests(self, run_id: str) -> list[ApprovalRequest]:
+        return await self.store.run_requests(run_id)
+
+    async def pending_requests(self, run_id: str) -> list[ApprovalRequest]:
+        return [r for r in await self.store.run_requests(run_id) if r.status == "pending"]
+
+    async def status(self, run_id: str) -> str:
+        info = await self.store.run_info(run_id)
+        assert info is not None, f"run {run_id} does not exist"
+        return info.status
+
+    async def info(self, run_id: str) -> RunRecord:
+        info = await self.store.run_info(run_id)
+        assert info is not None, f"run {run_id} does not exist"
+        return info
+
+    async def age(self, seconds: float) -> None:
+        """Let `seconds` pass for every pending deadline: Redis's clock, which decides what
+        is due, cannot be moved, so the deadlines move back instead."""
+        for shard in K.shards():
+            due: Any = await self.store.redis.zrange(shard.deadlines, 0, -1, withscores=True)
+            for member, score in due:
+                rid = as_text(member)
+                await self.store.redis.zadd(shard.deadlines, {rid: score - seconds * 1000})
+                await self.store.redis.hincrbyfloat(
+                    K.Keys(rid).request(rid), "expires_at", -seconds
+                )
+
+    async def final_state(self, run_id: str) -> RunState:
+        info = await self.info(run_id)
+        return await self.store.load_checkpoint(run_id, info.pause_id)
+
+
+def make_env(
+    redis: Redis,
+    *,
+    router: Router | None = None,
+    clock: Callable[[], float] = time.time,
+    keyring: KeyRing | None = None,
+    journal: Path | None = None,
+    registry: AgentRegistry | None = None,
+) -> Env:
+    effects = ExampleEffects(journal=journal)
+    keyring = keyring or KeyRing.parse(generate_key("k1"))
+    store = RunStore(redis, keyring, router or FixedRouter("C-ops"), clock=clock)
+    runner = Runner(registry or build_registry(effects), RedisLedger(redis))
+    return Env(redis, keyring, store, runner, effects)
+
+
+async def _pending(redis: Redis) -> int:
+    total = 0
+    for shard in K.shards():
+        try:
+            info: Any = await redis.xpending(shard.resume, K.RESUME_GROUP)
+        except Exception:
+            continue
+        total += int(info["pending"])
+    return total
+
+
+async def resume_entries(redis: Redis, run_id: str | None = None) -> list[dict[str, str]]:
+    """Every `resume` (not `start`) entry of the resume stream, optionally of one run."""
+    entries: Any = await xrange_all(redis, "resume")
+    out = []
+    for _, fields in entries:
+        decoded = {as_text(k): as_text(v) for k, v in fields.items()}
+        if decoded.get("type") == "resume" and run_id in (None, decoded.get("run_id")):
+            out.append(decoded)
+    return out
+
+
+async def scan_keys(redis: Redis, match: str = "*") -> set[str]:
+    return {as_text(k) async for k in redis.scan_iter(match=match, count=1000)}
+
+
+def make_host(
+    redis: Redis, tmp_path: Path, *, registry: AgentRegistry | None = None, **env: str
+) -> tuple[Host, ExampleEffects]:
+    """A `Host` (store, runner, API's dependencies) over `registry` or the example agents,
+    nothing in the background; `env` are its settings' variables."""
+    settings = load_settings({"COUNTERSIGN_DATA_DIR": str(tmp_path), **env})
+    effects = ExampleEffects()
+    host = Host(
+        settings=settings,
+        redis=redis,
+        registry=registry or build_registry(effects),
+        keyring=KeyRing.parse(generate_key("k1")),
+        router=FixedRouter("C-ops"),
+    )
+    return host, effects

@@ -1,0 +1,1 @@
+"""Whole-system tests: child processes, Redis Cluster, fuzzing over sockets, the browser."""

@@ -1,0 +1,1 @@
+"""Pure tests: no Redis, no network (the runtime, the approval domain, Block Kit)."""

@@ -1,0 +1,319 @@
+"""Tools from typed functions: schemas, ToolContext, argument validation inside a run."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from agent_host.errors import ToolDefinitionError
+from agent_host.runtime.messages import ModelResponse, ToolCall
+from agent_host.runtime.models.scripted import call, reply
+from agent_host.runtime.runner import Runner, Succeeded
+from agent_host.runtime.tools import InvalidArguments, Tool, ToolContext, tool
+from tests.support.agents import (
+    Recorder,
+    SpyModel,
+    counting_tool,
+    registry_of,
+    scripted,
+    tc,
+    tool_messages,
+)
+
+
+def find_order(
+    ctx: ToolContext, order_id: str, limit: int = 10, tags: list[str] | None = None
+) -> dict[str, Any]:
+    """Find an order by id."""
+    return {"order_id": order_id, "limit": limit, "tags": tags, "call": ctx.call_id}
+
+
+async def find_order_async(order_id: str, ctx: ToolContext, limit: int = 10) -> dict[str, Any]:
+    """Find an order by id, asynchronously."""
+    await asyncio.sleep(0)
+    return {"order_id": order_id, "limit": limit, "call": ctx.call_id}
+
+
+@pytest.mark.parametrize("fn", [find_order, find_order_async], ids=["sync", "async"])
+def test_schema_is_derived_from_the_signature_and_hides_the_context(fn: Any) -> None:
+    t = tool(fn)
+    schema = t.schema()
+    assert t.name == fn.__name__
+    assert t.description.startswith("Find an order by id")
+    assert t.context_parameter == "ctx"
+    assert "ctx" not in schema["properties"]
+    assert schema["properties"]["order_id"]["type"] == "string"
+    assert schema["properties"]["limit"] == {"default": 10, "title": "Limit", "type": "integer"}
+    assert schema["required"] == ["order_id"]
+    assert schema["additionalProperties"] is False
+    assert "title" not in schema
+
+
+def test_decorator_options_override_name_and_description() -> None:
+    t = tool(name="lookup", description="Look it up.", severity="high", idempotent=True)(find_order)
+    assert (t.name, t.description, t.severity, t.idempotent) == (
+        "lookup",
+        "Look it up.",
+        "high",
+        True,
+    )
+
+
+def test_function_without_docstring_is_described_by_its_name() -> None:
+    def bare(x: int) -> int:
+        return x
+
+    assert tool(bare).description == "bare"
+
+
+def test_untyped_parameter_is_refused() -> None:
+    def untyped(x, y: int) -> int:  # type: ignore[no-untyped-def]
+        return y
+
+    with pytest.raises(ToolDefinitionError, match=r"untyped: parameter 'x' needs a type hint"):
+        tool(untyped)
+
+
+@pytest.mark.parametrize("signature", ["*args: int", "**kwargs: int"])
+def test_var_args_are_refused(signature: str) -> None:
+    namespace: dict[str, Any] = {}
+    exec(f"def splat(a: int, {signature}) -> int:\n    return a", namespace)
+    with pytest.raises(ToolDefinitionError, match=r"\*args/\*\*kwargs"):
+        tool(namespace["splat"])
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ({"order_id": "1"}, {"order_id": "1", "limit": 10, "tags": None}),
+        ('{"order_id": "7", "limit": 3}', {"order_id": "7", "limit": 3, "tags": None}),
+        ({"order_id": "1", "limit": "5"}, {"order_id": "1", "limit": 5, "tags": None}),
+    ],
+)
+def test_validate_accepts_dicts_and_json_text_and_fills_defaults(
+    raw: Any, expected: dict[str, Any]
+) -> None:
+    assert tool(find_order).validate(raw) == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"order_id": "1", "limit": "many"}, r"invalid arguments for find_order: limit: "),
+        ({"limit": 3}, r"order_id: Field required"),
+        ({"order_id": "1", "surprise": True}, r"surprise: Extra inputs are not permitted"),
+        ('{"order_id": ', r"arguments are not valid JSON"),
+        ('["order_id"]', r"arguments must be a JSON object"),
+        ("", r"order_id: Field required"),  # an empty string means no arguments at all
+        ('{"order_id": "1", "limit": NaN}', r"NaN is not a JSON number"),
+        ('{"order_id": "1", "tags": [Infinity]}', r"Infinity is not a JSON number"),
+        ({"order_id": "1", "limit": float("nan")}, r"limit is NaN or Infinity"),
+        ({"order_id": "1", "tags": ["a", float("-inf")]}, r"tags\[1\] is NaN or Infinity"),
+    ],
+)
+def test_validate_explains_what_is_wrong(raw: Any, message: str) -> None:
+    with pytest.raises(InvalidArguments, match=message):
+        tool(find_order).validate(raw)
+
+
+BAD_ARGUMENTS = {
+    "wrong_type": {"target": ["not", "a", "string"]},
+    "missing_field": {},
+    "extra_field": {"target": "a", "force": True},
+    "not_json": '{"target": "a"',
+}
+
+
+LONE_SETTLED_TURN_BUG = (
+    "BUG: agent_host/runtime/runner.py _advance only calls _settle_turn, the one place "
+    "tool messages are appended, when the turn has an open call; a turn whose every call was "
+    "settled while planning (invalid arguments, unknown tool, policy DENY) gets no tool "
+    "messages at all, so the model never sees the explanation (and a real Chat Completions "
+    "endpoint rejects an assistant tool_calls message with no tool replies)"
+)
+
+
+@pytest.mark.parametrize("bad", list(BAD_ARGUMENTS.values()), ids=list(BAD_ARGUMENTS))
+async def test_bad_arguments_go_back_to_the_model_and_the_run_continues(bad: Any) -> None:
+    rec = Recorder()
+    spy = SpyModel(
+        scripted(
+            [
+                ToolCall(id="call_0_1", name="touch", arguments=bad),
+                tc("call_0_2", "touch", target="b"),
+            ],
+            [tc("call_1_1", "touch", target="a")],
+            reply("fixed it"),
+        )
+    )
+    outcome = await Runner(registry_of("fixer", [counting_tool(rec, "touch")], spy)).run(
+        "fixer", "go"
+    )
+
+    assert isinstance(outcome, Succeeded) and outcome.output == "fixed it"
+    bad_call = outcome.state.call("call_0_1")
+    assert bad_call is not None
+    assert (bad_call.gate, bad_call.outcome) == ("invalid", "invalid")
+    assert bad_call.result is not None and "Fix the arguments" in bad_call.result
+    assert rec.per_call_id() == {"call_0_2": 1, "call_1_1": 1}  # the invalid call never ran
+    # the model's second turn saw the explanation as the tool result of its bad call
+    assert spy.last_tool_messages() == {
+        "call_0_1": bad_call.result,
+        "call_0_2": "touch done: b",
+        "call_1_1": "touch done: a",
+    }
+    assert spy.seen[1][-2].tool_call_id == "call_0_1"
+    assert spy.seen[1][-2].content == bad_call.result
+
+
+async def test_a_turn_of_only_bad_arguments_still_reaches_the_model() -> None:
+    rec = Recorder()
+    spy = SpyModel(
+        scripted(
+            [ToolCall(id="call_0_1", name="touch", arguments={"target": 42})],
+            [tc("call_1_1", "touch", target="a")],
+            reply("fixed it"),
+        )
+    )
+    outcome = await Runner(registry_of("fixer", [counting_tool(rec, "touch")], spy)).run(
+        "fixer", "go"
+    )
+
+    assert isinstance(outcome, Succeeded)
+    assert outcome.state.calls[0].outcome == "invalid"
+    assert rec.per_call_id() == {"call_1_1": 1}
+    second_turn_tools = {m.tool_call_id: m.content for m in spy.seen[1] if m.role == "tool"}
+    assert second_turn_tools == {"call_0_1": outcome.state.calls[0].result}
+
+
+async def test_unknown_tool_goes_back_to_the_model_with_the_available_tools() -> None:
+    rec = Recorder()
+    spy = SpyModel(
+        scripted(
+            [tc("call_0_1", "teleport", target="moon"), tc("call_0_2", "poke", target="x")],
+            reply("ok"),
+        )
+    )
+    registry = registry_of("a", [counting_tool(rec, "touch"), counting_tool(rec, "poke")], spy)
+    outcome = await Runner(registry).run("a", "go")
+
+    assert isinstance(outcome, Succeeded)
+    record = outcome.state.call("call_0_1")
+    assert record is not None and (record.gate, record.outcome) == ("invalid", "invalid")
+    assert spy.last_tool_messages() == {
+        "call_0_1": "Unknown tool 'teleport'; available tools: touch, poke.",
+        "call_0_2": "poke done: x",
+    }
+    assert rec.invocations == [("poke", "call_0_2", "x")]
+
+
+async def test_a_turn_of_only_an_unknown_tool_still_reaches_the_model() -> None:
+    spy = SpyModel(scripted([tc("c1", "teleport", target="moon")], reply("ok then")))
+    outcome = await Runner(registry_of("a", [counting_tool(Recorder(), "touch")], spy)).run(
+        "a", "go"
+    )
+
+    assert isinstance(outcome, Succeeded)
+    assert tool_messages(outcome.state) == {
+        "c1": "Unknown tool 'teleport'; available tools: touch."
+    }
+
+
+async def test_tool_receives_call_id_run_id_and_idempotency_key() -> None:
+    seen: list[ToolContext] = []
+
+    @tool
+    def charge(amount: int, ctx: ToolContext) -> str:
+        """Charge."""
+        seen.append(ctx)
+        return f"charged {amount} with key {ctx.idempotency_key}"
+
+    model = scripted([call("charge", amount=5)], reply("done"))
+    outcome = await Runner(registry_of("payer", [charge], model)).run(
+        "payer", "charge it", run_id="run_ctx", context={"tenant": "acme"}
+    )
+
+    assert isinstance(outcome, Succeeded)
+    [ctx] = seen
+    assert (ctx.run_id, ctx.call_id, ctx.agent) == ("run_ctx", "call_0_1", "payer")
+    assert ctx.idempotency_key == "run_ctx:call_0_1"
+    assert dict(ctx.context) == {"tenant": "acme"}
+    assert tool_messages(outcome.state)["call_0_1"] == "charged 5 with key run_ctx:call_0_1"
+
+
+async def test_sync_tools_run_off_the_event_loop_and_async_tools_on_it() -> None:
+    where: dict[str, bool] = {}
+
+    def sync_probe(label: str) -> str:
+        try:
+            asyncio.get_running_loop()
+            where[label] = True
+        except RuntimeError:
+            where[label] = False
+        return threading.current_thread().name
+
+    async def async_probe(label: str) -> str:
+        asyncio.get_running_loop()
+        where[label] = True
+        return "on loop"
+
+    model = scripted([call("sync_probe", label="s"), call("async_probe", label="a")], reply("done"))
+    registry = registry_of("p", [tool(sync_probe), tool(async_probe)], model)
+    outcome = await Runner(registry).run("p", "go")
+
+    assert isinstance(outcome, Succeeded)
+    assert where == {"s": False, "a": True}
+    assert tool_messages(outcome.state)["call_0_1"] != threading.current_thread().name
+
+
+async def test_non_text_results_are_json_and_tool_errors_reach_the_model() -> None:
+    @tool
+    def numbers(n: int) -> dict[str, Any]:
+        return {"n": n, "squares": [i * i for i in range(n)]}
+
+    @tool
+    def explode(reason: str) -> str:
+        raise RuntimeError(reason)
+
+    model = scripted(
+        [call("numbers", n=3), call("explode", reason="disk on fire")], reply("survived")
+    )
+    outcome = await Runner(registry_of("x", [numbers, explode], model)).run("x", "go")
+
+    assert isinstance(outcome, Succeeded) and outcome.output == "survived"
+    first, second = outcome.state.calls
+    assert (first.outcome, first.result) == ("executed", '{"n": 3, "squares": [0, 1, 4]}')
+    assert (second.outcome, second.result) == ("error", "Tool explode failed: disk on fire")
+
+
+def test_tool_is_a_frozen_value() -> None:
+    t: Tool = tool(find_order)
+    with pytest.raises(AttributeError):
+        t.name = "other"  # type: ignore[misc]
+
+
+class Address(BaseModel):
+    street: str
+    city: str
+
+
+async def test_typed_parameters_arrive_as_their_annotated_types() -> None:
+    received: dict[str, type] = {}
+
+    @tool
+    def ship(to: Address, amount: Decimal) -> str:
+        received["to"], received["amount"] = type(to), type(amount)
+        return f"shipping to {to.city}"
+
+    model = ModelResponse(
+        tool_calls=[tc("c1", "ship", to={"street": "1 Main", "city": "Oslo"}, amount="1.50")]
+    )
+    outcome = await Runner(registry_of("s", [ship], scripted(model, reply("ok")))).run("s", "go")
+
+    assert outcome.state.calls[0].outcome == "executed"
+    assert received == {"to": Address, "amount": Decimal}
