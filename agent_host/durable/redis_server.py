@@ -1,7 +1,7 @@
 """A real ``redis-server`` process owned by Python.
 
 Used as the embedded default (REDIS_URL unset: the service runs one with its data in the
-data dir and AOF on) and by the tests (``tests/redis_fixtures.py``). Everything is passed on
+data dir and AOF on) and by the tests (``tests/support/redis_fixtures.py``). Everything is passed on
 the command line, so no config file is needed. Servers still running when the interpreter
 exits normally are stopped by an ``atexit`` hook; :meth:`RedisServer.kill` is a real SIGKILL
 so tests can simulate a crash and check that :meth:`RedisServer.restart` replays the AOF.
@@ -9,7 +9,6 @@ so tests can simulate a crash and check that :meth:`RedisServer.restart` replays
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import hashlib
 import ipaddress
@@ -29,7 +28,7 @@ import redis.exceptions
 from agent_host.durable.data_dir import private_dir
 from agent_host.errors import ConfigurationError, StoreError
 
-__all__ = ["PID_FILE", "RedisCluster", "RedisServer", "find_executable", "free_port", "running_in"]
+__all__ = ["PID_FILE", "RedisServer", "find_executable", "free_port", "running_in"]
 
 AppendFsync = Literal["always", "everysec", "no"]
 START_TIMEOUT = 10.0
@@ -267,79 +266,6 @@ class RedisServer:
         self.stop()
 
 
-class RedisCluster:
-    """``masters`` cluster-enabled servers on free ports joined with ``redis-cli --cluster``."""
-
-    def __init__(self, data_dir: Path, masters: int = 3, *, host: str = "127.0.0.1") -> None:
-        cluster_args = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
-        self.nodes = [
-            RedisServer(Path(data_dir) / f"node-{i}", host=host, extra_args=cluster_args)
-            for i in range(masters)
-        ]
-
-    @property
-    def url(self) -> str:
-        return self.nodes[0].url
-
-    @property
-    def urls(self) -> list[str]:
-        return [node.url for node in self.nodes]
-
-    def start(self, timeout: float = START_TIMEOUT) -> Self:
-        redis_cli = find_executable("redis-cli")
-        try:
-            for node in self.nodes:
-                node.start(timeout)
-            addresses = [f"{node.host}:{node.port}" for node in self.nodes]
-            create = ["--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"]
-            done = subprocess.run(
-                [redis_cli, *create],
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                check=False,
-            )
-            if done.returncode != 0:
-                raise StoreError(
-                    f"redis-cli --cluster create failed (exit {done.returncode}); "
-                    f"fix the cause below and retry:\n{done.stdout}{done.stderr}"
-                )
-            self._wait_ok(timeout)
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def _wait_ok(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        pending = list(self.nodes)
-        while pending:
-            client = redis.Redis.from_url(pending[0].url, socket_timeout=1, decode_responses=True)
-            with client:
-                info: object = client.cluster("INFO")
-            state = info.get("cluster_state") if isinstance(info, dict) else str(info)
-            if state == "ok" or "cluster_state:ok" in str(state):
-                pending.pop(0)
-            elif time.monotonic() > deadline:
-                raise StoreError(
-                    f"Redis Cluster at {pending[0].url} is not ok after {timeout:g}s "
-                    f"(cluster_state={state!r}): check {pending[0].log_path}."
-                )
-            else:
-                time.sleep(0.05)
-
-    def stop(self) -> None:
-        for node in self.nodes:
-            node.stop()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-@atexit.register
 def _stop_all() -> None:
     """No redis-server child outlives a normal interpreter exit."""
     for server in list(_LIVE):
