@@ -24,7 +24,7 @@ from agent_host.runtime.decisions import Answer, Approve, Decision, Reject
 from bot import blocks
 from bot.commands import SlashCommands
 from bot.installation import foreign_request
-from bot.interactions import Click, input_value, parse_click, parse_submission
+from bot.parsing import Click, input_value, parse_click, parse_submission
 from bot.slack_notifier import SlackNotifier
 
 __all__ = ["BackgroundTasks", "build_bolt_app"]

@@ -20,7 +20,7 @@ from typing import Any
 from agent_host.approvals import WEBHOOK, ApprovalRequest
 from agent_host.approvals.notifier import RunSummary
 from agent_host.runtime.decisions import Approve, Reject
-from bot.interactions import modal_metadata
+from bot.parsing import modal_metadata
 
 __all__ = [
     "ANSWER",
@@ -51,7 +51,7 @@ APPROVE = "countersign_approve"
 APPROVE_ALWAYS = "countersign_approve_always"
 REJECT = "countersign_reject"
 ANSWER = "countersign_answer"
-# Modal callback ids; private_metadata is `<request id>|<pause id>` (bot.interactions).
+# Modal callback ids; private_metadata is `<request id>|<pause id>` (bot.parsing).
 REJECT_MODAL = "countersign_reject_modal"
 ANSWER_MODAL = "countersign_answer_modal"
 # block_id / action_id of the modal inputs (view.state.values[block][action]).

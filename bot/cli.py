@@ -23,7 +23,7 @@ from agent_host.errors import ConfigurationError
 from agent_host.http.api import create_app
 from agent_host.settings import Settings, load_settings
 from bot.server import start_site, stop_on_signals
-from bot.socket_mode import SocketMode, start_socket_mode
+from bot.socket_client import SocketMode, start_socket_mode
 from bot.wiring import build, mount_slack
 
 __all__ = ["main"]

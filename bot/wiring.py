@@ -26,7 +26,7 @@ from agent_host.settings import Settings
 from bot.app import BackgroundTasks, build_bolt_app
 from bot.commands import SlashCommands
 from bot.delivery import channel_problem
-from bot.interactions import well_formed
+from bot.parsing import well_formed
 from bot.reviewers import ReviewerRules
 from bot.slack_notifier import SlackNotifier
 

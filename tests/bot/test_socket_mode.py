@@ -27,7 +27,7 @@ from agent_host.settings import Settings, load_settings
 from bot import blocks
 from bot.cli import _serve
 from bot.commands import help_text
-from bot.socket_mode import start_socket_mode
+from bot.socket_client import start_socket_mode
 from bot.wiring import build
 from slack_sandbox import AppUnreachable, SlackStandIn, Workspace
 
