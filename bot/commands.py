@@ -2,14 +2,14 @@
 
 pending [all] [next:<cursor>]   requests waiting here (or everywhere), newest first
 show <request-id>               one request's details and history
-
-A member sees only what bot/visibility.py lets them see: `pending all` lists every request
-for admins, and for anyone else the requests they may decide (and those of this channel);
-`show` of a request they may not see answers as for an id that does not exist.
 routes                          the routing rules
 route add <spec>                add a rule (admins)
 route remove <id>               remove a rule (admins)
 help
+
+A member sees only what bot/visibility.py lets them see: `pending all` lists every request
+for admins, and for anyone else the requests they may decide (and those of this channel);
+`show` of a request they may not see answers as for an id that does not exist.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from bot.mrkdwn import escape, fit, units
 
 __all__ = ["escaped_within", "plain_within"]
 
-# Block Kit limits (api.slack.com/reference/block-kit).
+# Block Kit's documented limits; slack_sandbox/blockkit.py checks views against the same.
 SECTION_TEXT_MAX = 3000
 FIELDS_MAX = 10
 HEADER_TEXT_MAX = 150

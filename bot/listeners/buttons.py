@@ -39,11 +39,11 @@ ACTIONS = (blocks.APPROVE, blocks.APPROVE_ALWAYS, blocks.REJECT, blocks.ANSWER)
 _FORMS = {blocks.REJECT: blocks.reject_modal, blocks.ANSWER: blocks.answer_modal}
 
 
-def refusal(request: ApprovalRequest | None, click: Click | None = None) -> str:
+def refusal(request: ApprovalRequest | None, click: Click) -> str:
     """Why a click cannot lead anywhere, before anyone's rights are checked; empty if it can."""
     if request is None:
         return NOT_FOUND
-    if click is not None and not _click_belongs(click, request):
+    if not _click_belongs(click, request):
         return "This button does not belong to this request's message. Nothing was changed."
     if request.decided:
         return already_decided(request)
