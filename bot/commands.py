@@ -25,7 +25,7 @@ from agent_host.durable.route_book import RouteBook
 from agent_host.durable.store import RunStore, parse_cursor
 from agent_host.errors import CheckpointError
 from bot.blocks import mask_secrets
-from bot.mrkdwn import channel, date, escape, inline_code, mention
+from bot.mrkdwn import channel_link, date, escape, inline_code, mention
 from bot.reviewers import ReviewerRules
 from bot.visibility import Viewer, Visibility
 
@@ -101,7 +101,7 @@ class SlashCommands:
             return "That `next:` page marker is not one countersign gave; run `/approvals pending`."
         destination = None if everywhere else viewer.channel_id
         page = await viewer.page(self.store, destination, cursor, PAGE)
-        here = channel(viewer.channel_id)
+        here = channel_link(viewer.channel_id)
         if not everywhere:
             where, hint = f"in {here}", " (`/approvals pending all` looks in every channel)"
         elif viewer.admin:

@@ -18,8 +18,7 @@ from slack_sdk.errors import SlackApiError
 
 from agent_host.approvals import ApprovalRequest
 from agent_host.errors import DeliveryFailed
-from bot.mrkdwn import channel as channel_link
-from bot.mrkdwn import inline_code
+from bot.mrkdwn import channel_link, inline_code
 
 __all__ = [
     "PERMANENT",

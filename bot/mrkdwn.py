@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 __all__ = [
     "NAME_MAX",
     "NOBODY",
-    "channel",
+    "channel_link",
     "code_block_text",
     "date",
     "escape",
@@ -121,7 +121,7 @@ def mentions(ids: Sequence[str], most: int = 10) -> str:
     return shown
 
 
-def channel(channel_id: str) -> str:
+def channel_link(channel_id: str) -> str:
     """A link to a Slack channel id (`<#C…>`), otherwise the escaped text, or a dash."""
     channel_id = channel_id.strip()
     if not channel_id:
