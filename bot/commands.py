@@ -2,21 +2,20 @@
 
 pending [all] [next:<cursor>]   requests waiting here (or everywhere), newest first
 show <request-id>               one request's details and history
-
-A member sees only what bot/visibility.py lets them see: `pending all` lists every request
-for admins, and for anyone else the requests they may decide (and those of this channel);
-`show` of a request they may not see answers as for an id that does not exist.
 routes                          the routing rules
 route add <spec>                add a rule (admins)
 route remove <id>               remove a rule (admins)
 help
+
+A member sees only what bot/visibility.py lets them see: `pending all` lists every request
+for admins, and for anyone else the requests they may decide (and those of this channel);
+`show` of a request they may not see answers as for an id that does not exist.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import datetime
 import json
 from collections.abc import Awaitable, Callable, Collection
 
@@ -25,13 +24,15 @@ from agent_host.approvals.routes import RouteSpecError, format_rules, parse_spec
 from agent_host.durable.route_book import RouteBook
 from agent_host.durable.store import RunStore, parse_cursor
 from agent_host.errors import CheckpointError
-from bot.blocks import escape, mask_secrets
+from bot.blocks import mask_secrets
+from bot.mrkdwn import channel_link, date, escape, inline_code, mention
 from bot.reviewers import ReviewerRules
 from bot.visibility import Viewer, Visibility
 
 __all__ = ["SlashCommands", "help_text"]
 
 PAGE = 10
+ARGUMENTS_MAX = 1500  # characters of a request's arguments shown by `show`
 # A `next:` marker is sealed to its user: a page may end on a request they may not see, and
 # a readable marker would name it. The run and request ids of the AEAD's associated data are
 # this fixed label and the user, so a marker is no checkpoint and works for no one else.
@@ -89,7 +90,7 @@ class SlashCommands:
                 )
             spec = text.strip().split(None, 2)[2] if len(rest) > 1 else ""
             return await (self.add_route if rest[0] == "add" else self.remove_route)(user_id, spec)
-        prefix = "" if command == "help" else f"Unknown command `{escape(text.strip())}`.\n"
+        prefix = "" if command == "help" else f"Unknown command {inline_code(text.strip())}.\n"
         return prefix + help_text()
 
     async def pending(self, viewer: Viewer, args: list[str]) -> str:
@@ -100,7 +101,7 @@ class SlashCommands:
             return "That `next:` page marker is not one countersign gave; run `/approvals pending`."
         destination = None if everywhere else viewer.channel_id
         page = await viewer.page(self.store, destination, cursor, PAGE)
-        here = f"<#{viewer.channel_id}>"
+        here = channel_link(viewer.channel_id)
         if not everywhere:
             where, hint = f"in {here}", " (`/approvals pending all` looks in every channel)"
         elif viewer.admin:
@@ -129,16 +130,17 @@ class SlashCommands:
         # A request this member may not see is answered exactly as one that does not exist.
         if request is None or not await viewer.sees(request):
             return (
-                f"No request `{escape(request_id)}`. Request ids look like `req_…`; "
+                f"No request {inline_code(request_id)}. Request ids look like `req_…`; "
                 "`/approvals pending all` lists the open ones you can see."
             )
+        arguments = json.dumps(mask_secrets(request.arguments))
         lines = [
-            f"*{escape(request.tool)}* requested by {_who(request.requested_by)} "
-            f"for agent `{escape(request.agent)}` — *{request.status}*",
-            f"Reason: {escape(request.reason)}  •  severity {request.severity}",
-            f"Arguments: `{escape(json.dumps(mask_secrets(request.arguments)))[:1500]}`",
-            f"Run `{request.run_id}`  •  hash `{request.call_hash[:12]}`  •  "
-            f"expires {_date(request.expires_at)}",
+            f"*{escape(request.tool)}* requested by {mention(request.requested_by)} "
+            f"for agent {inline_code(request.agent)} — *{request.status}*",
+            f"Reason: {escape(request.reason)}  •  severity {escape(request.severity)}",
+            f"Arguments: {inline_code(arguments, ARGUMENTS_MAX)}",
+            f"Run {inline_code(request.run_id)}  •  hash {inline_code(request.call_hash[:12])}  •  "
+            f"expires {date(request.expires_at)}",
         ]
         if request.route.quorum > 1:
             lines.append(f"Approvals: {len(request.approvals)} of {request.route.quorum}")
@@ -149,9 +151,9 @@ class SlashCommands:
         ]
         lines.append("*History*")
         for entry in history[-15:]:
-            actor = _who(entry.get("actor", ""))
+            actor = mention(entry.get("actor", ""))
             lines.append(
-                f"• {_date(float(entry['at']))} {escape(entry.get('event', ''))} by {actor}"
+                f"• {date(float(entry['at']))} {escape(entry.get('event', ''))} by {actor}"
             )
         return "\n".join(lines)
 
@@ -177,7 +179,7 @@ class SlashCommands:
             )
         removed = await self.routes.remove(rule_id, user_id)
         if removed is None:
-            return f":warning: No route `{escape(rule_id)}`; `/approvals routes` lists them."
+            return f":warning: No route {inline_code(rule_id)}; `/approvals routes` lists them."
         return f":wastebasket: Removed route `{removed.id}`."
 
     def _seal(self, user_id: str, cursor: str) -> str:
@@ -203,18 +205,7 @@ def _line(request: ApprovalRequest) -> str:
         f" ({len(request.approvals)}/{request.route.quorum})" if request.route.quorum > 1 else ""
     )
     return (
-        f"• `{request.request_id}` *{escape(what)}* by `{escape(request.agent)}` "
-        f"— {request.severity}{progress}, asked by {_who(request.requested_by)}, "
-        f"expires {_date(request.expires_at)}"
+        f"• {inline_code(request.request_id)} *{escape(what)}* by {inline_code(request.agent)} "
+        f"— {escape(request.severity)}{progress}, asked by {mention(request.requested_by)}, "
+        f"expires {date(request.expires_at)}"
     )
-
-
-def _who(user: str) -> str:
-    if user.startswith(("U", "W")) and user.isalnum():
-        return f"<@{user}>"
-    return escape(user) if user else "—"
-
-
-def _date(at: float) -> str:
-    fallback = datetime.datetime.fromtimestamp(at, datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    return f"<!date^{int(at)}^{{date_short_pretty}} {{time}}|{fallback}>"

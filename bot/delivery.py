@@ -18,7 +18,7 @@ from slack_sdk.errors import SlackApiError
 
 from agent_host.approvals import ApprovalRequest
 from agent_host.errors import DeliveryFailed
-from bot.blocks import escape
+from bot.mrkdwn import channel_link, inline_code
 
 __all__ = [
     "PERMANENT",
@@ -139,8 +139,8 @@ def how_to_fix(code: str) -> str:
 def rerouted_note(failure: DeliveryFailed) -> str:
     """The line on a request posted to the default channel instead of its own."""
     return (
-        f":warning: This request could not be posted to <#{failure.channel}>: "
-        f"`{escape(failure.code)}` — {how_to_fix(failure.code)}."
+        f":warning: This request could not be posted to {channel_link(failure.channel)}: "
+        f"{inline_code(failure.code)} — {how_to_fix(failure.code)}."
     )
 
 
@@ -151,16 +151,19 @@ def admin_alert(
     fallback_error: str = "",
 ) -> str:
     """The direct message to each admin: what was refused, where it is now, what to do."""
-    where = f"<#{failure.channel}>" if failure.channel else "its channel"
+    where = channel_link(failure.channel) if failure.channel else "its channel"
     lines = [
-        f":rotating_light: countersign could not post approval request `{request.request_id}` "
-        f"(agent `{escape(request.agent)}`, tool `{escape(request.tool)}`) to {where}: "
-        f"`{escape(failure.code)}` — {how_to_fix(failure.code)}."
+        f":rotating_light: countersign could not post approval request "
+        f"{inline_code(request.request_id)} (agent {inline_code(request.agent)}, "
+        f"tool {inline_code(request.tool)}) to {where}: "
+        f"{inline_code(failure.code)} — {how_to_fix(failure.code)}."
     ]
     if rerouted_to:
-        lines.append(f"It was posted to <#{rerouted_to}> instead; it can be decided there.")
+        lines.append(
+            f"It was posted to {channel_link(rerouted_to)} instead; it can be decided there."
+        )
     else:
-        why = f" (`{escape(fallback_error)}`)" if fallback_error else ""
+        why = f" ({inline_code(fallback_error)})" if fallback_error else ""
         lines.append(
             f"It could not be posted anywhere else either{why}: it waits, undeliverable, until "
             f"it expires. See `/approvals show {request.request_id}`, or decide it through "
@@ -169,7 +172,7 @@ def admin_alert(
     return "\n".join(lines)
 
 
-LOOKUP_SECONDS = 1.0  # inside the slash command's 2 s budget (bot/app.py), under Slack's 3 s
+LOOKUP_SECONDS = 1.0  # inside the slash command's 2 s budget (LISTENER_BUDGET), under Slack's 3 s
 
 
 async def channel_problem(client: Any, channel: str) -> str | None:
@@ -179,7 +182,7 @@ async def channel_problem(client: Any, channel: str) -> str | None:
     channel exists for the bot, is archived, and whether the bot is a member
     (`is_member`). A private channel the bot is not in answers `channel_not_found`.
     """
-    where = f"<#{channel}>"
+    where = channel_link(channel)
     invite = f"invite the bot with `/invite @countersign` in {where}, then add the route again"
     try:
         reply: Any = await asyncio.wait_for(
@@ -198,7 +201,8 @@ async def channel_problem(client: Any, channel: str) -> str | None:
                 "`groups:read` scopes; reinstall it from manifest.yml, then add the route again."
             )
         return (
-            f"Slack refused to describe {where} (`{escape(code)}`); {_FIX.get(code, 'try again')}."
+            f"Slack refused to describe {where} ({inline_code(code)}); "
+            f"{_FIX.get(code, 'try again')}."
         )
     except (TimeoutError, OSError, aiohttp.ClientError):
         return f"Slack did not answer whether I can post in {where}; try again in a moment."

@@ -13,6 +13,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from agent_host.approvals import ApprovalRequest, Eligibility, may_decide, self_approval_refusal
+from bot.mrkdwn import mention
 
 __all__ = ["ReviewerRules", "judge"]
 
@@ -106,23 +107,11 @@ def _membership(
             False,
             "countersign could not check the reviewer group right now; click again in a moment",
         )
-    listed = ", ".join(_mention(r) for r in reviewers)
+    listed = ", ".join(mention(r) for r in reviewers)
     return Eligibility(
         False, f"you are not a reviewer for this request; it can be decided by {listed}"
     )
 
 
-def _needs_groups(user_id: str, request: ApprovalRequest) -> bool:
-    """Whether `judge` depends on group membership (no Slack call when it does not)."""
-    route = request.route
-    if self_approval_refusal(user_id, request):
-        return False
-    return bool(route.reviewers) and user_id not in route.reviewers
-
-
 def _groups_of(reviewers: Collection[str]) -> list[str]:
     return [r for r in reviewers if r.startswith("S")]
-
-
-def _mention(reviewer: str) -> str:
-    return f"<!subteam^{reviewer}>" if reviewer.startswith("S") else f"<@{reviewer}>"

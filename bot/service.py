@@ -19,7 +19,7 @@ from agent_host.durable.host import Host
 from agent_host.http.app import create_app
 from bot.server import start_site
 from bot.settings import ServiceSettings
-from bot.socket_mode import SocketMode, start_socket_mode
+from bot.socket_client import SocketMode, start_socket_mode
 from bot.wiring import SlackBot, build, mount_slack
 
 __all__ = ["Service", "build_service"]

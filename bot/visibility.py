@@ -1,4 +1,4 @@
-"""Who sees which approval request through `/approvals` (invariant 15).
+"""Who sees which approval request through `/approvals` (docs/SECURITY.md, section 7).
 
 A member sees a request when it is routed to the channel the command was typed in (everyone
 there sees its message anyway), or when the member may decide it as a *named* reviewer —

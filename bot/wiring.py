@@ -25,7 +25,7 @@ from agent_host.errors import ConfigurationError
 from bot.app import BackgroundTasks, build_bolt_app
 from bot.commands import SlashCommands
 from bot.delivery import channel_problem
-from bot.interactions import well_formed
+from bot.parsing import well_formed
 from bot.reviewers import ReviewerRules
 from bot.settings import ServiceSettings
 from bot.slack_notifier import SlackNotifier

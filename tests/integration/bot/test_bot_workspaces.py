@@ -10,7 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from bot import blocks
-from bot.installation import foreign_request
+from bot.middleware import foreign_request
 from slack_sandbox.payloads import payload_body
 from slack_sandbox.signing import sign_request
 from tests.support.stack import CHANNEL, REVIEWER, SECRET, running_stack

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from agent_host.approvals import ApprovalRequest
 from agent_host.durable.route_book import parse_spec
 from bot import blocks
-from bot.installation import foreign_request
+from bot.middleware import foreign_request
 from bot.reviewers import ReviewerRules
 from tests.support.stack import ADMIN, CHANNEL, REVIEWER2, running_stack
 from tests.support.waiting import eventually
@@ -60,7 +60,7 @@ async def test_a_member_removed_from_the_reviewer_group_cannot_decide_while_slac
 def test_an_org_wide_install_refuses_a_guest_whose_own_org_is_another() -> None:
     """HOLE (trust, narrow; issue 9 item 12): for a workspace install a Slack Connect guest
     is refused when the user's own team differs from the installed one; for an org-wide
-    install `installation.request_origin` takes the enterprise of the *payload* and only
+    install `middleware.request_origin` takes the enterprise of the *payload* and only
     falls back to the user's own `enterprise_id`, so a guest from org E2 clicking in a
     channel of the installed org E1 is accepted. The org check should require every
     enterprise the payload names (payload and user) to be the installed org, as the team

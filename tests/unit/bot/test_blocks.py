@@ -16,6 +16,7 @@ from agent_host.approvals import ApprovalRequest, RequestStatus, Route
 from agent_host.approvals.notifier import RunSummary
 from agent_host.runtime.decisions import Reject, decision_adapter
 from bot import blocks as B
+from bot import mrkdwn
 from slack_sandbox.blockkit import check_blocks, check_view
 
 NOW = 1_700_000_000.0
@@ -528,9 +529,9 @@ def test_answer_modal() -> None:
 
 # -- escape and outcome ---------------------------------------------------------------------
 def test_escape() -> None:
-    assert B.escape("<script>&") == "&lt;script&gt;&amp;"
-    assert B.escape("a &amp; b") == "a &amp;amp; b"
-    assert B.escape("plain *bold* text") == "plain *bold* text"
+    assert mrkdwn.escape("<script>&") == "&lt;script&gt;&amp;"
+    assert mrkdwn.escape("a &amp; b") == "a &amp;amp; b"
+    assert mrkdwn.escape("plain *bold* text") == "plain *bold* text"
 
 
 def run(status: str, output: str = "", error: str = "") -> RunSummary:

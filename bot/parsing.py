@@ -2,7 +2,8 @@
 
 A signed payload can still be malformed or hostile (a value naming another request, another
 channel, another team); these parsers return None for anything not shaped as Slack sends
-it, so a listener never fails on a missing field.
+it, so a listener never fails on a missing field. The team is checked before any listener
+runs, by `bot.middleware`.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ def modal_metadata(request_id: str, pause_id: str) -> str:
 @dataclass(frozen=True)
 class Click:
     user: str
-    team: str
     channel: str
     message_ts: str
     block_id: str
@@ -45,8 +45,6 @@ class Click:
 @dataclass(frozen=True)
 class Submission:
     user: str
-    team: str
-    callback_id: str
     request_id: str
     pause_id: str  # the pause the form was opened in: a form of a pause that is over is stale
     values: dict[str, Any]
@@ -73,7 +71,6 @@ def parse_click(body: Any) -> Click | None:
     container = _dict(body.get("container"))
     click = Click(
         user=_text(_dict(body.get("user")).get("id")),
-        team=_text(_dict(body.get("team")).get("id")),
         channel=_text(_dict(body.get("channel")).get("id")),
         message_ts=_text(container.get("message_ts")),
         block_id=_text(action.get("block_id")),
@@ -97,8 +94,6 @@ def parse_submission(body: Any, view: Any) -> Submission | None:
     request_id, _, pause_id = _text(view.get("private_metadata")).partition(METADATA_SEPARATOR)
     submission = Submission(
         user=_text(_dict(body.get("user")).get("id")),
-        team=_text(_dict(body.get("team")).get("id")),
-        callback_id=_text(view.get("callback_id")),
         request_id=request_id,
         pause_id=pause_id,
         values=values,

@@ -29,7 +29,7 @@ from agent_host.errors import ConfigurationError
 
 __all__ = ["SocketMode", "start_socket_mode"]
 
-log = logging.getLogger("countersign.socket_mode")
+log = logging.getLogger(__name__)
 
 _HINTS = {
     "invalid_auth": "the token is not a valid app-level token for this app",

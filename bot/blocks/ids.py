@@ -1,0 +1,36 @@
+"""The ids Slack sends back with a click or a form: what the listeners dispatch on."""
+
+from __future__ import annotations
+
+__all__ = [
+    "ANSWER",
+    "ANSWER_BLOCK",
+    "ANSWER_INPUT",
+    "ANSWER_MODAL",
+    "APPROVE",
+    "APPROVE_ALWAYS",
+    "REASON_BLOCK",
+    "REASON_INPUT",
+    "REJECT",
+    "REJECT_MODAL",
+    "actions_block_id",
+]
+
+# Action ids of the message buttons; every button's value is the request id.
+APPROVE = "countersign_approve"
+APPROVE_ALWAYS = "countersign_approve_always"
+REJECT = "countersign_reject"
+ANSWER = "countersign_answer"
+# Modal callback ids; private_metadata is `<request id>|<pause id>` (bot.parsing).
+REJECT_MODAL = "countersign_reject_modal"
+ANSWER_MODAL = "countersign_answer_modal"
+# block_id / action_id of the modal inputs (view.state.values[block][action]).
+REASON_BLOCK = "reason"
+REASON_INPUT = "reason_input"
+ANSWER_BLOCK = "answer"
+ANSWER_INPUT = "answer_input"
+
+
+def actions_block_id(request_id: str) -> str:
+    """The block holding a request's buttons: a click names both it and the request."""
+    return f"actions:{request_id}"

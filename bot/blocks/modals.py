@@ -1,0 +1,104 @@
+"""The forms a reviewer fills in: a reason before rejecting, the answer to a question."""
+
+from __future__ import annotations
+
+from agent_host.approvals import ApprovalRequest
+from bot.blocks.arguments import arguments_summary
+from bot.blocks.elements import Block, context, section, text
+from bot.blocks.ids import (
+    ANSWER_BLOCK,
+    ANSWER_INPUT,
+    ANSWER_MODAL,
+    REASON_BLOCK,
+    REASON_INPUT,
+    REJECT_MODAL,
+)
+from bot.blocks.limits import (
+    CONTEXT_TEXT_MAX,
+    INPUT_MAX_LENGTH,
+    MODAL_TITLE_MAX,
+    PLACEHOLDER_MAX,
+    SECTION_TEXT_MAX,
+    escaped_within,
+    plain_within,
+)
+from bot.blocks.request import question_text
+from bot.mrkdwn import inline_code, short
+from bot.parsing import modal_metadata
+
+__all__ = ["answer_modal", "reject_modal"]
+
+
+def _call_context(request: ApprovalRequest) -> Block:
+    lead = f"{inline_code(request.tool)} for agent {short(request.agent)} · "
+    summary = arguments_summary(request.arguments, 500)
+    return context(escaped_within(summary, CONTEXT_TEXT_MAX, lead))
+
+
+def _modal(
+    request: ApprovalRequest, callback_id: str, title: str, submit: str, blocks: list[Block]
+) -> Block:
+    return {
+        "type": "modal",
+        "callback_id": callback_id,
+        "private_metadata": modal_metadata(request.request_id, request.pause_id),
+        "title": text(plain_within(title, MODAL_TITLE_MAX), "plain_text"),
+        "submit": text(plain_within(submit, MODAL_TITLE_MAX), "plain_text"),
+        "close": text("Cancel", "plain_text"),
+        "blocks": blocks,
+    }
+
+
+def _input(block_id: str, action_id: str, label: str, placeholder: str, optional: bool) -> Block:
+    element: Block = {
+        "type": "plain_text_input",
+        "action_id": action_id,
+        "multiline": True,
+        "max_length": INPUT_MAX_LENGTH,
+        "placeholder": text(plain_within(placeholder, PLACEHOLDER_MAX), "plain_text"),
+    }
+    if not optional:
+        element["min_length"] = 1
+    return {
+        "type": "input",
+        "block_id": block_id,
+        "optional": optional,
+        "label": text(label, "plain_text"),
+        "element": element,
+    }
+
+
+def reject_modal(request: ApprovalRequest) -> Block:
+    """The `views.open` view asking for an optional reason before rejecting."""
+    what = "question" if request.kind == "question" else "call"
+    blocks = [
+        section(
+            f"Reject this {what} from *{short(request.agent)}*? "
+            "The reason, if you give one, becomes the tool's output the model sees."
+        ),
+        _call_context(request),
+        _input(
+            REASON_BLOCK,
+            REASON_INPUT,
+            "Reason (optional)",
+            "Why not? The agent sees this.",
+            optional=True,
+        ),
+    ]
+    return _modal(request, REJECT_MODAL, "Reject request", "Reject", blocks)
+
+
+def answer_modal(request: ApprovalRequest) -> Block:
+    """The `views.open` view asking for the answer to a question."""
+    blocks = [
+        section(escaped_within(question_text(request), SECTION_TEXT_MAX, "*Question*\n")),
+        _call_context(request),
+        _input(
+            ANSWER_BLOCK,
+            ANSWER_INPUT,
+            "Your answer",
+            "The agent receives this as the tool's result.",
+            optional=False,
+        ),
+    ]
+    return _modal(request, ANSWER_MODAL, "Answer question", "Send answer", blocks)

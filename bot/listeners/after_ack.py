@@ -1,0 +1,74 @@
+"""The work a listener starts after its ack: ephemeral answers and forms, as owned tasks.
+
+A listener acks first and returns; whatever is slow (a Web API call) runs afterwards as a
+task `BackgroundTasks` owns, so shutting down waits for it and a failure is logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+from bot.slack_notifier import SlackNotifier
+
+__all__ = ["BackgroundTasks", "Replies"]
+
+log = logging.getLogger(__name__)
+
+VIEWS_OPEN_TIMEOUT = 2.5  # a trigger id is valid for 3 s after the click
+
+
+class BackgroundTasks:
+    """Owns the work a listener starts after its ack."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background task failed", exc_info=task.exception())
+
+    async def drain(self) -> None:
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+class Replies:
+    """Answers only the clicking user sees, and forms, sent after the ack."""
+
+    def __init__(self, client: Any, notifier: SlackNotifier, tasks: BackgroundTasks) -> None:
+        self.client, self.notifier, self.tasks = client, notifier, tasks
+
+    def ephemeral(self, channel: str, user: str, text: str) -> None:
+        if text and channel:
+            self.tasks.spawn(self._post_ephemeral(channel, user, text))
+
+    def open_form(self, trigger_id: str, view: dict[str, Any], channel: str, user: str) -> None:
+        self.tasks.spawn(self._open_view(trigger_id, view, channel, user))
+
+    async def _post_ephemeral(self, channel: str, user: str, text: str) -> None:
+        try:
+            await self.notifier.post_ephemeral(channel, user, text)
+        except Exception as exc:  # retried already; a lost answer must not end the task noisily
+            log.warning("ephemeral reply to %s failed: %s", user, exc)
+
+    async def _open_view(
+        self, trigger_id: str, view: dict[str, Any], channel: str, user: str
+    ) -> None:
+        try:
+            await asyncio.wait_for(
+                self.client.views_open(trigger_id=trigger_id, view=view), VIEWS_OPEN_TIMEOUT
+            )
+        except Exception as exc:
+            log.warning("views.open failed: %s", exc)
+            await self._post_ephemeral(
+                channel, user, "Could not open the form; click the button again."
+            )

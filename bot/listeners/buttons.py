@@ -1,0 +1,120 @@
+"""Clicks on a request's buttons: Approve and Approve for this run decide at once through
+the approval service; Reject and Answer open their form.
+
+A click is first checked against the request it names (it exists, is still pending, and the
+button sits on that request's own message), then against the reviewer rules, then decided
+with the store's compare-and-set. The answer goes to the clicking user only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from slack_bolt.async_app import AsyncAck
+
+from agent_host.approvals import ApprovalRequest, ApprovalService
+from agent_host.errors import StoreUnavailable
+from agent_host.runtime.decisions import Approve
+from bot import blocks
+from bot.listeners.after_ack import Replies
+from bot.listeners.budget import LISTENER_BUDGET
+from bot.listeners.replies import (
+    NOT_FOUND,
+    UNAVAILABLE,
+    UNCONFIRMED,
+    already_decided,
+    result_text,
+)
+from bot.parsing import Click, parse_click
+
+__all__ = ["ACTIONS", "button_listener", "refusal"]
+
+log = logging.getLogger(__name__)
+
+ACTIONS = (blocks.APPROVE, blocks.APPROVE_ALWAYS, blocks.REJECT, blocks.ANSWER)
+_FORMS = {blocks.REJECT: blocks.reject_modal, blocks.ANSWER: blocks.answer_modal}
+
+
+def refusal(request: ApprovalRequest | None, click: Click) -> str:
+    """Why a click cannot lead anywhere, before anyone's rights are checked; empty if it can."""
+    if request is None:
+        return NOT_FOUND
+    if not _click_belongs(click, request):
+        return "This button does not belong to this request's message. Nothing was changed."
+    if request.decided:
+        return already_decided(request)
+    return ""
+
+
+def _click_belongs(click: Click, request: ApprovalRequest) -> bool:
+    """The button sits in the block built for this very request, in its channel, on its
+    message: a value naming another request is refused. (A message posted twice after a
+    lost answer from Slack carries the same block, so either copy works.)"""
+    block = blocks.actions_block_id(request.request_id)
+    if click.block_id != block:
+        return False
+    if request.message_channel and click.channel != request.message_channel:
+        return False
+    return click.message_ts == request.message_ts or block in click.message_block_ids
+
+
+@dataclass
+class _Progress:
+    """How far a click got: a timeout before the compare-and-set changed nothing."""
+
+    deciding: bool = False
+
+
+async def _on_click(
+    click: Click, approvals: ApprovalService, replies: Replies, progress: _Progress
+) -> str:
+    """The click's answer to its user ("" when the updated message says it all)."""
+    request = await approvals.load(click.request_id)
+    if reason := refusal(request, click):
+        return reason
+    assert request is not None
+    form = _FORMS.get(click.action_id)
+    if form is not None:
+        eligibility = await approvals.may_decide(click.user, request)
+        if not eligibility.allowed:
+            return f":no_entry: Not allowed: {eligibility.reason}."
+        replies.open_form(click.trigger_id, form(request), click.channel, click.user)
+        return ""
+    decision = Approve(
+        decided_by=click.user,
+        call_hash=request.call_hash,
+        always=click.action_id == blocks.APPROVE_ALWAYS,
+    )
+    progress.deciding = True
+    return result_text(
+        await approvals.decide(request.request_id, decision, via="slack", current=request)
+    )
+
+
+def button_listener(
+    approvals: ApprovalService, replies: Replies
+) -> Callable[[AsyncAck, dict[str, Any]], Awaitable[None]]:
+    """The listener for every button in ACTIONS: ack at once, answer within the budget."""
+
+    async def on_button(ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        click = parse_click(body)
+        if click is None:
+            log.warning("ignored a malformed click")
+            return
+        progress = _Progress()
+        try:
+            async with asyncio.timeout(LISTENER_BUDGET):
+                text = await _on_click(click, approvals, replies, progress)
+        except TimeoutError:
+            text = UNCONFIRMED if progress.deciding else UNAVAILABLE
+        except StoreUnavailable:
+            log.warning("click by %s could not reach Redis", click.user)
+            text = UNAVAILABLE
+        replies.ephemeral(click.channel, click.user, text)
+
+    return on_button

@@ -1,0 +1,44 @@
+"""The `/approvals` slash command's listener: the reply is the ack's ephemeral text.
+
+The command's logic is `bot.commands`; this runs it within the listener budget and turns
+an unreachable database into a reply instead of an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from slack_bolt.async_app import AsyncAck
+
+from agent_host.errors import StoreUnavailable
+from bot.commands import SlashCommands
+from bot.listeners.budget import LISTENER_BUDGET
+
+__all__ = ["COMMAND", "command_listener"]
+
+COMMAND = "/approvals"
+UNREACHABLE = ":hourglass: countersign's database is not reachable right now; try again shortly."
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def command_listener(
+    commands: SlashCommands,
+) -> Callable[[AsyncAck, dict[str, Any]], Awaitable[None]]:
+    async def on_command(ack: AsyncAck, command: dict[str, Any]) -> None:
+        user = command.get("user_id")
+        if not isinstance(user, str) or not user:
+            await ack()
+            return
+        channel, text_in = _text(command.get("channel_id")), _text(command.get("text"))
+        try:
+            text = await asyncio.wait_for(commands.handle(user, channel, text_in), LISTENER_BUDGET)
+        except (StoreUnavailable, TimeoutError):
+            text = UNREACHABLE
+        await ack(response_type="ephemeral", text=text)
+
+    return on_command

@@ -1,0 +1,75 @@
+"""What a listener tells the person who clicked, submitted or typed a command."""
+
+from __future__ import annotations
+
+from agent_host.approvals import ApprovalRequest, DecideResult
+from bot.mrkdwn import mention
+
+__all__ = [
+    "FOREIGN",
+    "NOT_FOUND",
+    "UNAVAILABLE",
+    "UNCONFIRMED",
+    "already_decided",
+    "form_error",
+    "result_text",
+]
+
+UNAVAILABLE = (
+    ":hourglass: countersign could not record your decision right now (its database is not "
+    "reachable). Nothing was changed; please click again in a moment."
+)
+UNCONFIRMED = (
+    ":warning: countersign could not confirm your decision in time. If the message still "
+    "shows its buttons, click again; if your decision was recorded, you will be told so."
+)
+NOT_FOUND = "This approval request does not exist (any more). Nothing was changed."
+FOREIGN = (
+    ":no_entry: countersign does not accept decisions or commands from this workspace; "
+    "ask someone in the workspace where it is installed."
+)
+FORM_ERROR_MAX = 150  # a modal's error under an input is plain text, and short
+
+
+def already_decided(request: ApprovalRequest) -> str:
+    status = request.status.replace("_", " ")
+    who = mention(request.decided_by)
+    return f"This request was already *{status}* by {who}. Nothing was changed."
+
+
+def result_text(result: DecideResult) -> str:
+    """The answer to a decision, by its outcome; empty when the updated message says it."""
+    request = result.request
+    if result.outcome == "progress" and request is not None:
+        return (
+            f":ballot_box_with_check: Your approval is recorded: {result.approvals} of "
+            f"{request.route.quorum} approvals."
+        )
+    if result.outcome == "duplicate_vote":
+        return "You have already approved this request; another reviewer must approve too."
+    if result.outcome == "already_decided" and request is not None:
+        return already_decided(request)
+    if result.outcome == "hash_mismatch":
+        return "The request changed after it was shown to you; nothing was decided."
+    if result.outcome == "past_deadline" and request is not None:
+        return (
+            ":hourglass: This request's deadline has passed, so it can no longer be approved "
+            "or rejected; it is being marked expired and the call will not run."
+        )
+    if result.outcome in ("refused", "wrong_kind"):
+        return f":no_entry: Not allowed: {result.reason}. Nothing was changed."
+    if result.outcome == "stale":
+        return (
+            "This form belongs to an earlier step of the run that is over; nothing was "
+            "changed. Close it and use the buttons on the current message."
+        )
+    if result.outcome == "unknown":
+        return UNCONFIRMED
+    if result.outcome == "not_found":
+        return NOT_FOUND
+    return ""
+
+
+def form_error(text: str) -> str:
+    """`text` as a modal's error under an input: plain text (no bold marks), short."""
+    return text.replace("*", "")[:FORM_ERROR_MAX]

@@ -1,0 +1,105 @@
+"""Bolt middleware: clicks, forms and commands only from the workspace the bot is installed in.
+
+A workspace install has a team id; an org-wide (Enterprise Grid) install has only an
+enterprise id. A request is accepted only when every team it names (the workspace it was
+sent from and the clicking user's own team, which differ for a Slack Connect guest) is the
+installed one, or, for an org-wide install, when it comes from the installed org. When the
+installation says neither, nothing is accepted. A refused request is answered (an ephemeral
+line for a click, an error in the form, a reply to a command) and changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from slack_bolt.async_app import AsyncBoltContext
+from slack_bolt.response import BoltResponse
+
+from bot.listeners.after_ack import Replies
+from bot.listeners.replies import FOREIGN, form_error
+from bot.parsing import parse_click
+
+__all__ = ["foreign_request", "installed_workspace_only", "request_origin"]
+
+log = logging.getLogger(__name__)
+
+CHECKED = ("block_actions", "view_submission")
+
+Middleware = Callable[[dict[str, Any], AsyncBoltContext, Any], Awaitable[BoltResponse | None]]
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def request_origin(body: dict[str, Any]) -> tuple[set[str], set[str]]:
+    """(the team ids a request names, the enterprise ids it names): the workspace or org it
+    was sent from and the clicking user's own, which differ for a Slack Connect guest."""
+    if "command" in body:  # a slash command: form fields
+        return {_text(body.get("team_id"))} - {""}, {_text(body.get("enterprise_id"))} - {""}
+    user = _dict(body.get("user"))
+    teams = {_text(_dict(body.get("team")).get("id")), _text(user.get("team_id"))} - {""}
+    orgs = {_text(_dict(body.get("enterprise")).get("id")), _text(user.get("enterprise_id"))}
+    return teams, orgs - {""}
+
+
+def foreign_request(body: Any, installation: Any) -> bool:
+    """True when a click, form or command must be refused as coming from elsewhere."""
+    body = _dict(body)
+    if body.get("type") not in CHECKED and "command" not in body:
+        return False
+    installed_team = _text(getattr(installation, "team_id", None))
+    installed_org = _text(getattr(installation, "enterprise_id", None))
+    teams, orgs = request_origin(body)
+    if installed_team:
+        return not teams or any(team != installed_team for team in teams)
+    if installed_org:
+        return orgs != {installed_org}
+    return True
+
+
+def installed_workspace_only(replies: Replies) -> Middleware:
+    """The middleware: the listeners run only for a request from the installed workspace."""
+
+    async def from_installed_workspace(
+        body: dict[str, Any], context: AsyncBoltContext, next: Any
+    ) -> BoltResponse | None:
+        if not foreign_request(body, context.authorize_result):
+            await next()
+            return None
+        log.warning("refused a %s from another workspace", body.get("type") or "command")
+        return _refused(body, replies)
+
+    return from_installed_workspace
+
+
+def _first_input(view: Any) -> str:
+    """The block id of a form's first input: where Slack shows an error."""
+    shown = _dict(view).get("blocks")
+    for block in shown if isinstance(shown, list) else []:
+        if isinstance(block, dict) and block.get("type") == "input" and block.get("block_id"):
+            return str(block["block_id"])
+    return ""
+
+
+def _refused(body: dict[str, Any], replies: Replies) -> BoltResponse:
+    kind = body.get("type")
+    if kind == "block_actions":
+        click = parse_click(body)
+        if click is not None:
+            replies.ephemeral(click.channel, click.user, FOREIGN)
+        return BoltResponse(status=200, body="")
+    if kind == "view_submission":
+        if block_id := _first_input(body.get("view")):
+            errors = {block_id: form_error(FOREIGN)}
+            return BoltResponse(status=200, body={"response_action": "errors", "errors": errors})
+        return BoltResponse(status=200, body="")
+    if "command" in body:
+        return BoltResponse(status=200, body={"response_type": "ephemeral", "text": FOREIGN})
+    return BoltResponse(status=200, body="")
