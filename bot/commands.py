@@ -26,7 +26,7 @@ from agent_host.durable.store import RunStore, parse_cursor
 from agent_host.errors import CheckpointError
 from bot.blocks import mask_secrets
 from bot.mrkdwn import channel_link, date, escape, inline_code, mention
-from bot.reviewers import ReviewerRules
+from bot.reviewers import SlackReviewerDirectory
 from bot.visibility import Viewer, Visibility
 
 __all__ = ["SlashCommands", "help_text"]
@@ -63,7 +63,7 @@ class SlashCommands:
         store: RunStore,
         routes: RouteBook,
         admins: Collection[str],
-        reviewers: ReviewerRules,
+        reviewers: SlackReviewerDirectory,
         channel_problem: ChannelCheck | None = None,
     ) -> None:
         self.store, self.routes, self.admins = store, routes, frozenset(admins)

@@ -15,12 +15,12 @@ from typing import Any
 from agent_host.approvals import ApprovalRequest, Eligibility, may_decide, self_approval_refusal
 from bot.mrkdwn import mention
 
-__all__ = ["ReviewerRules", "judge"]
+__all__ = ["SlackReviewerDirectory", "judge"]
 
 log = logging.getLogger(__name__)
 
 
-class ReviewerRules:
+class SlackReviewerDirectory:
     def __init__(
         self,
         client: Any,

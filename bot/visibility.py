@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from agent_host.approvals import ApprovalRequest
 from agent_host.durable.store import PendingPage, RunStore
-from bot.reviewers import ReviewerRules, judge
+from bot.reviewers import SlackReviewerDirectory, judge
 
 __all__ = ["Viewer", "Visibility"]
 
@@ -27,7 +27,7 @@ MAX_SCANS = 10  # trips per command; a sealed cursor continues where the scan st
 
 
 class Visibility:
-    def __init__(self, reviewers: ReviewerRules, admins: Collection[str]) -> None:
+    def __init__(self, reviewers: SlackReviewerDirectory, admins: Collection[str]) -> None:
         self.reviewers, self.admins = reviewers, frozenset(admins)
 
     def viewer(self, user_id: str, channel_id: str) -> Viewer:
@@ -37,7 +37,7 @@ class Visibility:
 
 @dataclass
 class Viewer:
-    reviewers: ReviewerRules
+    reviewers: SlackReviewerDirectory
     user_id: str
     channel_id: str
     admin: bool

@@ -26,13 +26,11 @@ from bot.app import BackgroundTasks, build_bolt_app
 from bot.commands import SlashCommands
 from bot.delivery import channel_problem
 from bot.parsing import well_formed
-from bot.reviewers import ReviewerRules
+from bot.reviewers import SlackReviewerDirectory
 from bot.settings import ServiceSettings
 from bot.slack_notifier import SlackNotifier
 
 __all__ = ["SlackBot", "build", "mount_slack"]
-
-BOT_KEY = web.AppKey("countersign_bot", object)
 
 
 @dataclass
@@ -52,36 +50,17 @@ class SlackBot:
 
 async def build(settings: ServiceSettings) -> tuple[Host, SlackBot]:
     """The host and its Slack bot; SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET are required."""
-    missing = [
-        name
-        for name, value in (
-            ("SLACK_BOT_TOKEN", settings.slack_bot_token),
-            ("SLACK_SIGNING_SECRET", settings.slack_signing_secret),
-        )
-        if not value
-    ]
-    if missing:
-        raise ConfigurationError(
-            f"{' and '.join(missing)} must be set (see manifest.yml and the README's Slack setup)"
-        )
+    _require_slack(settings)
     registry = load_registry(settings)
     keyring = load_keyring(settings)
     redis, embedded = await open_redis(settings)
-    # One session for every Web API call: keep-alive connections (and one TLS handshake)
-    # instead of a new connection per post, update and ephemeral.
-    session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
-    client = AsyncWebClient(
-        token=settings.slack_bot_token,
-        base_url=settings.slack_api_url,
-        timeout=10,
-        session=session,
-    )
+    session, client = _web_client(settings)
     routes = RouteBook(redis, settings.default_channel)
     if settings.routes_file is not None:
         await routes.seed(load_routes_file(settings.routes_file))
     notifier = SlackNotifier(client, settings.default_channel, admins=settings.admin_ids)
     # One directory for clicks and `/approvals`, so both share the user-group cache.
-    directory = ReviewerRules(client)
+    directory = SlackReviewerDirectory(client)
     host = Host(
         settings=settings,
         redis=redis,
@@ -109,6 +88,34 @@ async def build(settings: ServiceSettings) -> tuple[Host, SlackBot]:
     )
     secret = settings.slack_signing_secret or ""
     return host, SlackBot(client, routes, bolt, tasks, session, secret)
+
+
+def _require_slack(settings: ServiceSettings) -> None:
+    missing = [
+        name
+        for name, value in (
+            ("SLACK_BOT_TOKEN", settings.slack_bot_token),
+            ("SLACK_SIGNING_SECRET", settings.slack_signing_secret),
+        )
+        if not value
+    ]
+    if missing:
+        raise ConfigurationError(
+            f"{' and '.join(missing)} must be set (see manifest.yml and the README's Slack setup)"
+        )
+
+
+def _web_client(settings: ServiceSettings) -> tuple[aiohttp.ClientSession, AsyncWebClient]:
+    """One session for every Web API call: keep-alive connections (and one TLS handshake)
+    instead of a new connection per post, update and ephemeral."""
+    session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
+    client = AsyncWebClient(
+        token=settings.slack_bot_token,
+        base_url=settings.slack_api_url,
+        timeout=10,
+        session=session,
+    )
+    return session, client
 
 
 _TIMESTAMP = re.compile(r"^[0-9]{1,12}$")

@@ -12,7 +12,7 @@ from agent_host.approvals import ApprovalRequest
 from agent_host.durable.route_book import parse_spec
 from bot import blocks
 from bot.middleware import foreign_request
-from bot.reviewers import ReviewerRules
+from bot.reviewers import SlackReviewerDirectory
 from tests.support.stack import ADMIN, CHANNEL, REVIEWER2, running_stack
 from tests.support.waiting import eventually
 
@@ -20,7 +20,7 @@ from tests.support.waiting import eventually
 async def test_a_member_removed_from_the_reviewer_group_cannot_decide_while_slack_fails(
     redis_url: str, tmp_path: Path
 ) -> None:
-    """HOLE (trust, narrow): `ReviewerRules.group_members` says "fail closed", but when
+    """HOLE (trust, narrow): `SlackReviewerDirectory.group_members` says "fail closed", but when
     `usergroups.users.list` fails it returns the *expired* cached membership, for as long as
     Slack keeps failing. A reviewer removed from the group (left the team, lost the right)
     keeps deciding that group's requests through an outage. Fix: past `cache_seconds`, a
@@ -36,7 +36,7 @@ async def test_a_member_removed_from_the_reviewer_group_cannot_decide_while_slac
         assert group is not None
         group.users.remove(REVIEWER2)  # no longer a reviewer
         directory = stack.host.approvals.directory
-        assert isinstance(directory, ReviewerRules)
+        assert isinstance(directory, SlackReviewerDirectory)
         directory.clock = lambda: time.monotonic() + 3600  # an hour later: the cache is old
         stack.standin.inject("usergroups.users.list", status=500, times=20)
 

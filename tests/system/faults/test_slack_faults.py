@@ -31,7 +31,7 @@ from agent_host.durable.worker import ResumeWorker
 from agent_host.examples import ExampleEffects, build_registry
 from agent_host.runtime.runner import Runner
 from bot import blocks
-from bot.reviewers import ReviewerRules
+from bot.reviewers import SlackReviewerDirectory
 from bot.slack_notifier import SlackNotifier
 
 from .harness import (
@@ -54,7 +54,7 @@ NOTIFIER = SlackNotifier(client=None, default_channel="")
 NOTIFY_TIMEOUT = (
     NOTIFIER.timeout
 )  # bot/slack_notifier.py: posts and updates (the client's is 10 s too)
-GROUP_TIMEOUT = ReviewerRules(client=None).timeout  # bot/reviewers.py
+GROUP_TIMEOUT = SlackReviewerDirectory(client=None).timeout  # bot/reviewers.py
 VIEWS_OPEN_TIMEOUT = 2.5  # bot/app.py _open_view
 ACK_BUDGET = 2.5  # "well under" Slack's 3 s
 
