@@ -1,7 +1,7 @@
 """Configuration of the agent host, by concern, read from the environment at start-up.
 
 Every environment variable countersign reads is a field here (or, for Slack's, in
-`bot.settings`): nothing else reads the environment. A missing or invalid setting stops
+`bot.slack_settings`): nothing else reads the environment. A missing or invalid setting stops
 start-up with a message naming the variable.
 
     CoreSettings   data directory, agents, encryption keys, routes, channels, admins

@@ -16,7 +16,6 @@ from typing import Any
 from slack_bolt.async_app import AsyncApp
 
 from agent_host.approvals import ApprovalService
-from bot.commands import SlashCommands
 from bot.listeners.after_ack import BackgroundTasks, Replies
 from bot.listeners.budget import LISTENER_BUDGET
 from bot.listeners.buttons import ACTIONS, button_listener
@@ -24,6 +23,7 @@ from bot.listeners.commands import COMMAND, command_listener
 from bot.listeners.forms import FORMS, form_listener
 from bot.middleware import installed_workspace_only
 from bot.slack_notifier import SlackNotifier
+from bot.slash_commands import SlashCommands
 
 __all__ = ["LISTENER_BUDGET", "BackgroundTasks", "build_bolt_app"]
 

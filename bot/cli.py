@@ -20,9 +20,9 @@ from agent_host.durable.host import load_keyring
 from agent_host.durable.redis_server import running_in
 from agent_host.durable.rotation import rotate_checkpoints
 from agent_host.errors import ConfigurationError
+from bot.composition import build_service
 from bot.server import stop_on_signals
-from bot.service import build_service
-from bot.settings import ServiceSettings, load_settings
+from bot.slack_settings import ServiceSettings, load_settings
 
 __all__ = ["main"]
 

@@ -23,12 +23,12 @@ from agent_host.durable.host import Host, load_keyring, load_registry
 from agent_host.durable.route_book import RouteBook
 from agent_host.errors import ConfigurationError
 from bot.app import BackgroundTasks, build_bolt_app
-from bot.commands import SlashCommands
 from bot.delivery import channel_problem
 from bot.parsing import well_formed
 from bot.reviewers import SlackReviewerDirectory
-from bot.settings import ServiceSettings
 from bot.slack_notifier import SlackNotifier
+from bot.slack_settings import ServiceSettings
+from bot.slash_commands import SlashCommands
 
 __all__ = ["SlackBot", "build", "mount_slack"]
 

@@ -18,9 +18,9 @@ from typing import Any
 from agent_host.approvals.routes import RouteRule
 from agent_host.durable.crypto import generate_key
 from agent_host.durable.data_dir import private_dir
+from bot.composition import build_service
 from bot.server import stop_on_signals
-from bot.service import build_service
-from bot.settings import ServiceSettings
+from bot.slack_settings import ServiceSettings
 from slack_sandbox import SlackStandIn, Workspace
 
 __all__ = ["DEMO_ROUTES", "demo_secrets", "run_demo"]

@@ -24,8 +24,8 @@ from agent_host.approvals.notifier import LoggingNotifier, Notifier
 from agent_host.durable.crashpoints import CrashPoints
 from agent_host.durable.crypto import ENV_VAR, KeyRing, generate_key
 from agent_host.durable.data_dir import check_private_file, private_dir
-from agent_host.durable.ledger import RedisLedger
 from agent_host.durable.outbox import Outbox
+from agent_host.durable.redis_ledger import RedisLedger
 from agent_host.durable.redis_server import RedisServer
 from agent_host.durable.store import RunStore
 from agent_host.durable.sweeper import Sweeper

@@ -17,7 +17,7 @@ import logging
 from agent_host.approvals import RunRecord, RunStatus
 from agent_host.durable import keys as K
 from agent_host.durable.crashpoints import NEVER, CrashPoints
-from agent_host.durable.journal import ProgressStore, RedisTurnJournal
+from agent_host.durable.progress import ProgressStore, RedisTurnJournal
 from agent_host.durable.store import RunStore
 from agent_host.durable.streams import ShardedConsumer, StreamConsumer
 from agent_host.errors import CheckpointDecryptError, CheckpointError, CountersignError, StoreError

@@ -2,7 +2,7 @@
 handler shares (JSON errors, the bearer token, strict JSON bodies).
 
 Bad input is a 4xx with a JSON body that says what is wrong, never a 500; bodies over the
-configured limit get 413. `agent_host.http.app` puts the routes together.
+configured limit get 413. `agent_host.http.application` puts the routes together.
 """
 
 from __future__ import annotations

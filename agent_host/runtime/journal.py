@@ -4,7 +4,7 @@ A model asked the same question twice may answer differently (fresh call ids, ot
 calls), so a run handed to a second worker after a crash must not ask again: it continues
 from the saved response, and the execution ledger keeps each of its calls at most once.
 The runner calls `planned` after every model response is recorded in the run state and
-before any call of it executes. The Redis journal lives in `agent_host.durable.journal`;
+before any call of it executes. The Redis journal lives in `agent_host.durable.progress`;
 `NO_JOURNAL` serves the pure core and the tests that need no crash safety.
 """
 

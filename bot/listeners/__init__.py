@@ -2,7 +2,7 @@
 
 - `buttons`: Approve / Approve for this run / Reject / Answer clicks
 - `forms`: the reject and answer modals' submissions
-- `commands`: the `/approvals` slash command (its logic is `bot.commands`)
+- `commands`: the `/approvals` slash command (its logic is `bot.slash_commands`)
 - `replies`: what a listener tells the person, and when it cannot decide
 - `after_ack`: the work a listener starts after its ack, as owned tasks
 """

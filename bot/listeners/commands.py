@@ -1,6 +1,6 @@
 """The `/approvals` slash command's listener: the reply is the ack's ephemeral text.
 
-The command's logic is `bot.commands`; this runs it within the listener budget and turns
+The command's logic is `bot.slash_commands`; this runs it within the listener budget and turns
 an unreachable database into a reply instead of an error.
 """
 
@@ -13,8 +13,8 @@ from typing import Any
 from slack_bolt.async_app import AsyncAck
 
 from agent_host.errors import StoreUnavailable
-from bot.commands import SlashCommands
 from bot.listeners.budget import LISTENER_BUDGET
+from bot.slash_commands import SlashCommands
 
 __all__ = ["COMMAND", "command_listener"]
 

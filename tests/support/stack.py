@@ -15,9 +15,9 @@ from agent_host.approvals import ApprovalRequest, RunRecord
 from agent_host.durable.crypto import generate_key
 from agent_host.durable.host import Host
 from agent_host.examples import ExampleEffects
-from bot.service import build_service
-from bot.settings import ServiceSettings as Settings
-from bot.settings import load_settings
+from bot.composition import build_service
+from bot.slack_settings import ServiceSettings as Settings
+from bot.slack_settings import load_settings
 from bot.wiring import SlackBot
 from slack_sandbox import SlackStandIn, Workspace
 from tests.support.waiting import eventually

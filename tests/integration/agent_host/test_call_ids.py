@@ -9,7 +9,7 @@ from pathlib import Path
 from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
-from agent_host.http.app import create_app
+from agent_host.http.application import create_app
 from agent_host.runtime.agents import AgentRegistry
 from agent_host.runtime.decisions import Approve
 from agent_host.runtime.messages import ModelResponse, ToolCall

@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 
 from agent_host.approvals import ApprovalService, Route
 from agent_host.examples import ExampleEffects
-from agent_host.http.app import create_app
+from agent_host.http.application import create_app
 from agent_host.runtime.agents import AgentRegistry
 from agent_host.runtime.decisions import Approve
 from agent_host.runtime.models.scripted import reply

@@ -21,7 +21,7 @@ from redis.asyncio import Redis
 from agent_host.durable import keys as K
 from agent_host.durable.host import Host
 from agent_host.examples import ExampleEffects
-from agent_host.http.app import create_app
+from agent_host.http.application import create_app
 from tests.support import host_env
 from tests.support.host_env import Env, FakeClock
 from tests.support.keyspace import zcard_all

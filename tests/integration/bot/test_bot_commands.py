@@ -19,7 +19,7 @@ from agent_host.runtime.policy import Permission
 from agent_host.runtime.tools import tool
 from agent_host.settings import Settings
 from bot import blocks
-from bot.commands import help_text
+from bot.slash_commands import help_text
 from tests.support.stack import (
     ADMIN,
     CHANNEL,

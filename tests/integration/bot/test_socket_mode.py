@@ -22,9 +22,9 @@ from agent_host.errors import ConfigurationError
 from agent_host.examples import ExampleEffects
 from bot import blocks
 from bot.cli import _serve
-from bot.commands import help_text
-from bot.service import build_service
-from bot.settings import ServiceSettings as Settings
+from bot.composition import build_service
+from bot.slack_settings import ServiceSettings as Settings
+from bot.slash_commands import help_text
 from slack_sandbox import AppUnreachable, SlackStandIn, Workspace
 from tests.support.stack import (
     CHANNEL,

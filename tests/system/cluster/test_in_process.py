@@ -57,7 +57,7 @@ from agent_host.durable.outbox import Outbox
 from agent_host.durable.streams import StreamConsumer
 from agent_host.durable.worker import ResumeWorker
 from agent_host.runtime.decisions import Approve, Reject
-from bot.settings import load_settings
+from bot.slack_settings import load_settings
 from bot.wiring import build
 from slack_sandbox import SlackStandIn, Workspace
 from tests.integration.bot import (

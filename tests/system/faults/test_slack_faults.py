@@ -24,7 +24,7 @@ import pytest
 from agent_host.approvals import ApprovalRequest
 from agent_host.durable import keys as K
 from agent_host.durable.crypto import KeyRing
-from agent_host.durable.ledger import RedisLedger
+from agent_host.durable.redis_ledger import RedisLedger
 from agent_host.durable.route_book import RouteBook, RouteRule
 from agent_host.durable.store import RunStore
 from agent_host.durable.worker import ResumeWorker

@@ -27,7 +27,7 @@ from agent_host.approvals import TERMINAL, ApprovalRequest, DecideResult, Route
 from agent_host.durable import keys as K
 from agent_host.durable.connections import as_text
 from agent_host.durable.crypto import KeyRing, generate_key
-from agent_host.durable.ledger import RedisLedger
+from agent_host.durable.redis_ledger import RedisLedger
 from agent_host.durable.store import RunStore
 from agent_host.durable.sweeper import Sweeper
 from agent_host.durable.worker import ResumeWorker

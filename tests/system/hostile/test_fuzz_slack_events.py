@@ -408,7 +408,7 @@ prefixes = st.sampled_from(
 
 
 def slash_pending_cursor_crashes(text_: str) -> bool:
-    """Replica of bot/commands.py: `pending` hands `next:<cursor>` unchecked to the store,
+    """Replica of bot/slash_commands.py: `pending` hands `next:<cursor>` unchecked to the store,
     whose int() of the score fails (BUG, see test_bug_slash_pending_with_a_malformed_cursor)."""
     words = text_.strip().split()
     if not words or words[0].lower() != "pending":

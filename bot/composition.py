@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from agent_host.durable.host import Host
-from agent_host.http.app import create_app
+from agent_host.http.application import create_app
 from bot.server import start_site
-from bot.settings import ServiceSettings
+from bot.slack_settings import ServiceSettings
 from bot.socket_client import SocketMode, start_socket_mode
 from bot.wiring import SlackBot, build, mount_slack
 
