@@ -8,7 +8,7 @@ Slack buttons and modals, the webhook, the HTTP API and the sweeper all call `de
 
 Nothing here knows Slack or HTTP. Who belongs to a route's reviewers (users, user groups)
 is asked of a `ReviewerDirectory`, which the chat side implements. No other code calls the
-store's `decide` (invariant 11).
+store's `decide` (invariant 11, docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations

@@ -427,7 +427,7 @@ def _apply_standing_approval(
 ) -> None:
     """Record `request` as approved if a standing approval ("approve for this run") covers
     it: the same route, the same or a lower severity, and a route where one person may
-    decide alone. Anything else is asked again (invariant 14)."""
+    decide alone. Anything else is asked again (invariant 14, docs/ARCHITECTURE.md)."""
     if standing is None or request.kind != "approval" or not request.allow_always:
         return  # (allow_always: the call's policy, and its route, allow approving for the run)
     route = request.route

@@ -1,5 +1,5 @@
 """Call ids are the runner's: a model that repeats its ids still gets every call shown to a
-reviewer, decided and run (issue 9, defect 3). Driven through the store, real Redis and a
+reviewer, decided and run. Driven through the store, real Redis and a
 resume worker, as a run started over the HTTP API is."""
 
 from __future__ import annotations

@@ -62,11 +62,9 @@ def deploys_registry(rec: Recorder) -> AgentRegistry:
 async def test_a_call_its_policy_keeps_out_of_standing_approvals_is_asked_again(
     redis: Redis,
 ) -> None:
-    """HOLE (trust): a standing approval ("approve for this run") covers a later call whose
-    own verdict says `allow_always=False` — the policy's "never approve this call for the
-    whole run" — as long as it has the same route and no higher severity. The prod deploy
-    below runs without anyone being asked. `store._apply_standing_approval` checks route and
-    severity but not `request.allow_always` (the per-call verdict)."""
+    """A standing approval ("approve for this run") never covers a later call whose own verdict
+    says `allow_always=False` (the policy's "never approve this call for the whole run"),
+    even on the same route at no higher severity: the prod deploy below is asked again."""
     rec = Recorder()
     env = make_env(redis, router=OneOpenRoute(), registry=deploys_registry(rec))
     service = ApprovalService(env.store)
@@ -95,13 +93,9 @@ async def test_a_call_its_policy_keeps_out_of_standing_approvals_is_asked_again(
 async def test_a_replica_whose_clock_lags_posts_requests_that_can_still_be_decided(
     redis: Redis,
 ) -> None:
-    """HOLE (robustness; deadlines with skewed clocks): DECIDE and the sweeper read Redis's
-    clock, but a request's deadline is computed by the pausing worker from its own clock
-    (`RunStore._save_pause`: `expires_at = self.clock() + route.expiry_seconds`). A worker
-    whose clock lags by more than the route's expiry posts requests that are past their
-    deadline from birth: the first click is refused and the call expires unasked. (A worker
-    whose clock runs ahead posts requests that stay approvable long past the route's
-    expiry.) The deadline should be Redis TIME + expiry, taken inside the PAUSE script."""
+    """A request's deadline is Redis's TIME plus the route's expiry, taken inside PAUSE, like
+    the clock DECIDE and the sweeper read: a worker whose own clock lags by more than the
+    route's expiry still posts requests that can be decided."""
     lagging = make_env(redis, router=OneOpenRoute(), clock=lambda: time.time() - 2 * 3600)
     run_id = await lagging.start("refund-agent", "refund order 123")
     (request,) = await lagging.requests(run_id)
@@ -120,11 +114,9 @@ async def test_a_replica_whose_clock_lags_posts_requests_that_can_still_be_decid
 async def test_the_webhook_cannot_answer_a_question_with_nothing(
     redis: Redis, tmp_path: Path
 ) -> None:
-    """HOLE (robustness): seed 003's `approved` on a question becomes an Answer with the
-    feedback as its text (`approvals.service.decision_for`), but a missing or blank
-    feedback is accepted, so the question is "answered" with an empty string and the model
-    reads "" as the operator's answer. The Slack form refuses a blank answer ("Write an
-    answer to send."); the webhook should too (400, nothing decided)."""
+    """Seed 003's `approved` on a question becomes an Answer with the feedback as its text; a
+    missing or blank feedback is refused (400, nothing decided), as the Slack form refuses
+    a blank answer."""
     host, _ = make_host(redis, tmp_path, COUNTERSIGN_WEBHOOK_SECRET=SECRET)
     env = Env(redis, host.keyring, host.store, host.runner, ExampleEffects())
     run_id = await env.start("support-agent", "where is my parcel?")

@@ -1,5 +1,5 @@
 """A model's response is saved before any of its calls runs; a worker that takes a run over
-after a crash replays it and never asks the model again (issue 9, defect 4).
+after a crash replays it and never asks the model again.
 
 The model here answers every request with fresh call ids (as hosted models do), so the
 execution ledger alone could not tell a repeated request's calls from new ones. A "crash" is

@@ -1,6 +1,7 @@
 """`/approvals pending all` and `/approvals show` show a member only what they may see
-(invariant 15): the requests they may decide as a named reviewer, and those routed to the
-channel the command was typed in; admins see all. Driven as Slack would drive them."""
+(invariant 15, docs/ARCHITECTURE.md): the requests they may decide as a named reviewer,
+and those routed to the channel the command was typed in; admins see all. Driven as Slack
+would drive them."""
 
 from __future__ import annotations
 

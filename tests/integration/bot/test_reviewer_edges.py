@@ -20,11 +20,9 @@ from tests.support.waiting import eventually
 async def test_a_member_removed_from_the_reviewer_group_cannot_decide_while_slack_fails(
     redis_url: str, tmp_path: Path
 ) -> None:
-    """HOLE (trust, narrow): `SlackReviewerDirectory.group_members` says "fail closed", but when
-    `usergroups.users.list` fails it returns the *expired* cached membership, for as long as
-    Slack keeps failing. A reviewer removed from the group (left the team, lost the right)
-    keeps deciding that group's requests through an outage. Fix: past `cache_seconds`, a
-    failed lookup gives None (unknown, nobody allowed) — or a short bounded grace."""
+    """When `usergroups.users.list` fails, the reviewer directory fails closed: an expired
+    cached membership is not used, so a reviewer removed from the group cannot decide that
+    group's requests through a Slack outage."""
     async with running_stack(redis_url, tmp_path) as stack:
         await stack.bot.routes.add(parse_spec(f"channel={CHANNEL} reviewers=S0REVIEWERS"), ADMIN)
         first = await stack.start_run("refund-agent", "refund order 123")
@@ -58,13 +56,9 @@ async def test_a_member_removed_from_the_reviewer_group_cannot_decide_while_slac
 
 
 def test_an_org_wide_install_refuses_a_guest_whose_own_org_is_another() -> None:
-    """HOLE (trust, narrow; issue 9 item 12): for a workspace install a Slack Connect guest
-    is refused when the user's own team differs from the installed one; for an org-wide
-    install `middleware.request_origin` takes the enterprise of the *payload* and only
-    falls back to the user's own `enterprise_id`, so a guest from org E2 clicking in a
-    channel of the installed org E1 is accepted. The org check should require every
-    enterprise the payload names (payload and user) to be the installed org, as the team
-    check does for teams."""
+    """For an org-wide install every enterprise a request names (the payload's and the user's
+    own) must be the installed org, as the team check does for teams: a guest from org E2
+    clicking in a channel of the installed org E1 is refused."""
     org = SimpleNamespace(team_id=None, enterprise_id="E1")
     guest_click = {
         "type": "block_actions",

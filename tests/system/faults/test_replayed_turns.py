@@ -1,5 +1,5 @@
 """A worker killed mid-run, after an ALLOW tool ran and before the run's outcome was saved,
-with a model that gives fresh call ids on every request (issue 9, defect 4).
+with a model that gives fresh call ids on every request.
 
 A real `countersign serve` runs tests/system/faults/fresh_ids_agent.py and SIGKILLs itself on its
 model's first request of a chosen turn; a fresh `serve` reclaims the entry (after the

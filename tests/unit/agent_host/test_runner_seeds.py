@@ -1,4 +1,4 @@
-"""One group of tests per seed scenario (000-003) of /work/shared/seeds."""
+"""One group of tests per seed scenario (000-003, see docs/ORIGINS.md)."""
 
 from __future__ import annotations
 
@@ -202,7 +202,8 @@ def multi_turn_registry(
 
 async def test_seed001_approve_always_is_kept_for_the_store_to_scope_not_applied_blindly() -> None:
     """The runner records "approve for this run" but does not apply it: whether a later call
-    is covered depends on its route, which the store resolves (invariant 14)."""
+    is covered depends on its route, which the store resolves (invariant 14,
+    docs/ARCHITECTURE.md)."""
     rec = Recorder()
     registry = multi_turn_registry(
         rec,
