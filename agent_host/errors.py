@@ -36,10 +36,7 @@ report, and each caught by exactly one place that knows what to do:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from agent_host.runtime.policy import Severity
+from typing import Any
 
 __all__ = [
     "AgentChangedError",
@@ -160,7 +157,9 @@ class Signal(Exception):
 class PauseRequest(Signal):
     """A tool asks a human `question`; the answer becomes the call's result."""
 
-    def __init__(self, question: str, severity: Severity, data: dict[str, Any]) -> None:
+    def __init__(self, question: str, severity: str, data: dict[str, Any]) -> None:
+        # severity: a `Severity` (agent_host.runtime.policy), kept as its text here so the
+        # error tree imports nothing
         super().__init__(question)
         self.question = question
         self.severity = severity

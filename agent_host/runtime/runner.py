@@ -233,7 +233,7 @@ class Runner:
             record.outcome, record.result = "executed", _as_text(value)
         except PauseRequest as request:
             record.gate, record.question = "question", request.question
-            record.severity, record.reason = request.severity.value, request.question
+            record.severity, record.reason = str(request.severity), request.question
             record.allow_always, record.decision = False, None
             return  # the ledger keeps the claim: the tool is never re-run, the answer is its result
         except Exception as exc:  # a tool's failure goes to the model, not up the stack
