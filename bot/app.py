@@ -1,7 +1,9 @@
 """The Bolt app: which listener answers which Slack request.
 
-Bolt verifies every request's signature first (401 on a bad or stale one), then the team
-check (`bot.middleware`) refuses anything from outside the installed workspace. Each
+A request's signature is checked once, before Bolt sees it: over the raw bytes by the HTTP
+endpoint (`bot.wiring.mount_slack`, 401 on a bad or stale one); Socket Mode needs none
+(the websocket is authenticated by the app token). Then the team check (`bot.middleware`)
+refuses anything from outside the installed workspace. Each
 listener (`bot.listeners`) applies the reviewer rules and the store's compare-and-set and
 acks; anything slow (opening a modal, ephemeral replies) runs after the ack as an owned
 background task, and message updates and the resume happen through the outbox and the
@@ -40,6 +42,8 @@ def build_bolt_app(
     app = AsyncApp(
         client=client,
         signing_secret=signing_secret,
+        # Verified once already, by the endpoint, over the raw bytes (see above).
+        request_verification_enabled=False,
         process_before_response=True,
         ignoring_self_events_enabled=False,
     )

@@ -49,7 +49,8 @@ class SlackBot:
 
 
 async def build(settings: ServiceSettings) -> tuple[Host, SlackBot]:
-    """The host and its Slack bot; SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET are required."""
+    """The host and its Slack bot; SLACK_BOT_TOKEN is required, and SLACK_SIGNING_SECRET
+    unless SLACK_APP_TOKEN (Socket Mode) is set."""
     _require_slack(settings)
     registry = load_registry(settings)
     keyring = load_keyring(settings)
@@ -91,14 +92,12 @@ async def build(settings: ServiceSettings) -> tuple[Host, SlackBot]:
 
 
 def _require_slack(settings: ServiceSettings) -> None:
-    missing = [
-        name
-        for name, value in (
-            ("SLACK_BOT_TOKEN", settings.slack_bot_token),
-            ("SLACK_SIGNING_SECRET", settings.slack_signing_secret),
-        )
-        if not value
-    ]
+    """The bot token always; the signing secret unless Socket Mode carries Slack's requests
+    (then nothing arrives over HTTP to verify)."""
+    needed = [("SLACK_BOT_TOKEN", settings.slack_bot_token)]
+    if not settings.slack_app_token:
+        needed.append(("SLACK_SIGNING_SECRET", settings.slack_signing_secret))
+    missing = [name for name, value in needed if not value]
     if missing:
         raise ConfigurationError(
             f"{' and '.join(missing)} must be set (see manifest.yml and the README's Slack setup)"
@@ -126,8 +125,8 @@ MAX_SKEW_SECONDS = 300  # as Slack's documentation and Bolt allow
 def mount_slack(app: web.Application, bot: SlackBot) -> None:
     """POST /slack/events: every Slack request. The signature is checked over the raw bytes
     before anything is parsed, so a forged request costs one HMAC and is refused with 401
-    whatever its body; Bolt checks it again and dispatches. A signed but malformed body
-    gets 400."""
+    whatever its body; Bolt, which does not check it again, dispatches. A signed but
+    malformed body gets 400."""
     secret = bot.signing_secret.encode()
 
     def signed(raw: bytes, stamp: str, signature: str) -> bool:

@@ -207,6 +207,27 @@ async def test_serve_with_app_token_connects_over_socket_mode(
         assert standin.events_url is None
 
 
+async def test_socket_mode_needs_no_signing_secret_but_http_does(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Over Socket Mode nothing arrives by HTTP to verify, so SLACK_SIGNING_SECRET is not
+    required there; without SLACK_APP_TOKEN it is, and start-up says so."""
+    async with _standin(tmp_path) as standin:
+        settings = _settings(standin, redis_url, tmp_path, APP_TOKEN)
+        socket = await build_service(settings.model_copy(update={"slack_signing_secret": None}))
+        try:
+            await socket.start(http=("127.0.0.1", 0), workers=0)
+            reply = await standin.slash(REVIEWER, CHANNEL, "/approvals", "help")
+            assert reply.json() == {"response_type": "ephemeral", "text": help_text()}
+        finally:
+            await socket.stop()
+        over_http = settings.model_copy(
+            update={"slack_signing_secret": None, "slack_app_token": None}
+        )
+        with pytest.raises(ConfigurationError, match="SLACK_SIGNING_SECRET must be set"):
+            await build_service(over_http)
+
+
 async def test_standin_envelopes_acks_timeouts_and_http_fallback(tmp_path: Path) -> None:
     """The stand-in's side alone, with a bare websocket client playing the app."""
     async with _standin(tmp_path, app_timeout=0.5) as standin, aiohttp.ClientSession() as session:
