@@ -58,7 +58,7 @@ async def _per_run_keys(redis: Redis, run_ids: list[str]) -> dict[str, Any]:
     encoding = ""
     for run_id in run_ids:
         k = K.Keys(run_id)
-        request_id = K.request_id(run_id, 2)  # the refund is the run's second call
+        request_id = K.request_id(run_id, 1)  # the refund is the run's first request
         names = {
             "run_hash": k.run,
             "checkpoint": k.checkpoint,
@@ -76,7 +76,7 @@ async def _per_run_keys(redis: Redis, run_ids: list[str]) -> dict[str, Any]:
 
 async def _information(redis: Redis, run_id: str) -> int:
     k = K.Keys(run_id)
-    request_id = K.request_id(run_id, 2)
+    request_id = K.request_id(run_id, 1)
     blob = await redis.get(k.checkpoint) or b""
     fields = {**await redis.hgetall(k.request(request_id)), **await redis.hgetall(k.run)}
     return len(blob) + sum(len(name) + len(value) for name, value in fields.items())
