@@ -30,7 +30,7 @@ from bot.slack_notifier import SlackNotifier
 from bot.slack_settings import ServiceSettings
 from bot.slash_commands import SlashCommands
 
-__all__ = ["SlackBot", "build", "mount_slack"]
+__all__ = ["SlackBot", "build", "mount_slack", "require_slack", "web_client"]
 
 
 @dataclass
@@ -50,11 +50,11 @@ class SlackBot:
 
 async def build(settings: ServiceSettings) -> tuple[Host, SlackBot]:
     """The host and its Slack bot; SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET are required."""
-    _require_slack(settings)
+    require_slack(settings)
     registry = load_registry(settings)
     keyring = load_keyring(settings)
     redis, embedded = await open_redis(settings)
-    session, client = _web_client(settings)
+    session, client = web_client(settings)
     routes = RouteBook(redis, settings.default_channel)
     if settings.routes_file is not None:
         await routes.seed(load_routes_file(settings.routes_file))
@@ -90,7 +90,7 @@ async def build(settings: ServiceSettings) -> tuple[Host, SlackBot]:
     return host, SlackBot(client, routes, bolt, tasks, session, secret)
 
 
-def _require_slack(settings: ServiceSettings) -> None:
+def require_slack(settings: ServiceSettings) -> None:
     missing = [
         name
         for name, value in (
@@ -105,7 +105,7 @@ def _require_slack(settings: ServiceSettings) -> None:
         )
 
 
-def _web_client(settings: ServiceSettings) -> tuple[aiohttp.ClientSession, AsyncWebClient]:
+def web_client(settings: ServiceSettings) -> tuple[aiohttp.ClientSession, AsyncWebClient]:
     """One session for every Web API call: keep-alive connections (and one TLS handshake)
     instead of a new connection per post, update and ephemeral."""
     session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
