@@ -81,7 +81,13 @@ class Proc:
     """One `countersign` child process (serve or worker), its output in `log`."""
 
     def __init__(
-        self, name: str, args: Sequence[str], env: dict[str, str], log: Path, port: int | None
+        self,
+        name: str,
+        args: Sequence[str],
+        env: dict[str, str],
+        log: Path,
+        port: int | None,
+        cwd: Path = PROJECT_ROOT,
     ) -> None:
         self.name, self.log, self.port = name, log, port
         self.url = f"http://127.0.0.1:{port}" if port else ""
@@ -93,7 +99,7 @@ class Proc:
                 self.proc = subprocess.Popen(
                     list(args),
                     env=env,
-                    cwd=PROJECT_ROOT,
+                    cwd=cwd,
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=subprocess.STDOUT,
