@@ -37,7 +37,7 @@ def redacted(url: str) -> str:
     return urlunsplit(parts._replace(netloc=user + host))
 
 
-async def reach_redis(settings: Settings, timeout: float = PING_SECONDS) -> RedisReach:
+async def reach_redis(settings: Settings) -> RedisReach:
     """PING REDIS_URL and read the routes stored there; with REDIS_URL unset, only check that
     redis-server is installed (the embedded server is not started: a running `serve` may
     own it). Raises StoreUnavailable or ConfigurationError saying what to fix."""
@@ -56,8 +56,10 @@ async def reach_redis(settings: Settings, timeout: float = PING_SECONDS) -> Redi
             "rediss://… or unix:///path/redis.sock"
         ) from exc
     try:
-        await asyncio.wait_for(redis.ping(), timeout)
-        routes = await asyncio.wait_for(RouteBook(redis, settings.default_channel).rules(), timeout)
+        await asyncio.wait_for(redis.ping(), PING_SECONDS)
+        routes = await asyncio.wait_for(
+            RouteBook(redis, settings.default_channel).rules(), PING_SECONDS
+        )
     except (RedisError, OSError, TimeoutError) as exc:
         why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         raise StoreUnavailable(
