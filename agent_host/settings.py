@@ -7,7 +7,8 @@ start-up with a message naming the variable.
     CoreSettings   data directory, agents, encryption keys, routes, channels, admins
     RedisSettings  where Redis is (unset: an embedded redis-server)
     HttpSettings   the port, the API token, the webhook secret, body limits
-    Settings       all three: what the agent host needs
+    ModelSettings  the OpenAI-compatible model your own agents may use
+    Settings       all four: what the agent host needs
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from agent_host.errors import ConfigurationError
 __all__ = [
     "CoreSettings",
     "HttpSettings",
+    "ModelSettings",
     "RedisSettings",
     "Settings",
     "env",
@@ -69,8 +71,17 @@ class HttpSettings(_Base):
     max_body_bytes: int = Field(256 * 1024, ge=1024, validation_alias=env("COUNTERSIGN_MAX_BODY"))
 
 
-class Settings(CoreSettings, RedisSettings, HttpSettings):
-    """What the agent host needs: core, Redis and HTTP settings."""
+class ModelSettings(_Base):
+    """An OpenAI-compatible Chat Completions model (`agent_host.llm.model_from_settings`):
+    read here like every other variable, used only by agents whose factory asks for it."""
+
+    model: str = Field("", validation_alias=env("COUNTERSIGN_MODEL"))
+    openai_base_url: str = Field("", validation_alias=env("OPENAI_BASE_URL"))
+    openai_api_key: str | None = Field(None, validation_alias=env("OPENAI_API_KEY"))
+
+
+class Settings(CoreSettings, RedisSettings, HttpSettings, ModelSettings):
+    """What the agent host needs: core, Redis, HTTP and model settings."""
 
 
 S = TypeVar("S", bound=BaseSettings)

@@ -13,9 +13,11 @@ soon as the listener returns instead of polling for the ack every 10 ms.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.logger.messages import warning_client_prioritized_and_token_skipped
 
 from agent_host.approvals import ApprovalService
 from bot.listeners.after_ack import BackgroundTasks, Replies
@@ -30,6 +32,29 @@ from bot.slash_commands import SlashCommands
 __all__ = ["LISTENER_BUDGET", "BackgroundTasks", "build_bolt_app"]
 
 
+class _ClientCarriesTheToken(logging.Filter):
+    """Drops Bolt's "`token` will be unused" warning, and only it. Bolt falls back to the
+    SLACK_BOT_TOKEN environment variable when no token is passed, and warns whenever a client
+    is passed too, even with no token; countersign reads that variable too (it is how its
+    settings are given) and passes a client built with that very token and SLACK_API_URL,
+    which Bolt cannot take any other way. Nothing is unused, so the warning is noise on
+    every start."""
+
+    unused = warning_client_prioritized_and_token_skipped()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != self.unused
+
+
+def _bolt_logger() -> logging.Logger:
+    """The logger Bolt uses by default (`slack_bolt.AsyncApp`), with that one warning
+    filtered; Bolt copies its filters to the loggers of its middleware."""
+    logger = logging.getLogger("slack_bolt.AsyncApp")
+    if not any(isinstance(f, _ClientCarriesTheToken) for f in logger.filters):
+        logger.addFilter(_ClientCarriesTheToken())
+    return logger
+
+
 def build_bolt_app(
     *,
     client: Any,
@@ -41,6 +66,7 @@ def build_bolt_app(
 ) -> AsyncApp:
     app = AsyncApp(
         client=client,
+        logger=_bolt_logger(),
         signing_secret=signing_secret,
         # Verified once already, by the endpoint, over the raw bytes (see above).
         request_verification_enabled=False,

@@ -1,4 +1,4 @@
-"""The `countersign` command: serve, worker, demo, keys.
+"""The `countersign` command: serve, worker, demo, check, keys.
 
 This is the composition root: it builds the agent host and, when Slack is configured, the
 Slack bot around it. It lives in `bot` because imports go bot -> agent_host only.
@@ -20,6 +20,7 @@ from agent_host.durable.host import load_keyring
 from agent_host.durable.redis_server import running_in
 from agent_host.durable.rotation import rotate_checkpoints
 from agent_host.errors import ConfigurationError
+from bot.check import run_checks
 from bot.composition import build_service
 from bot.server import stop_on_signals
 from bot.slack_settings import ServiceSettings, load_settings
@@ -40,6 +41,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo = commands.add_parser("demo", help="the local sandbox: Redis, Slack stand-in, bot")
     demo.add_argument("--port", type=int, default=3000)
     demo.add_argument("--terminal", action="store_true", help="in the terminal, no Redis/Slack")
+    commands.add_parser(
+        "check", help="check the configuration, Redis, the Slack token and the channels"
+    )
     keys = commands.add_parser("keys", help="encryption keys")
     keys_commands = keys.add_subparsers(dest="keys_command", required=True)
     keys_commands.add_parser("generate", help="print a new kid:base64 key")
@@ -50,6 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "keys" and args.keys_command == "generate":
         print(generate_key())
         return 0
+    if args.command == "check":
+        return asyncio.run(_check())
     try:
         settings = load_settings()
         if args.command == "serve":
@@ -91,6 +97,19 @@ async def _worker(settings: ServiceSettings) -> None:
         await stop.wait()
     finally:
         await service.stop()
+
+
+async def _check() -> int:
+    """One line per check; 1 when any failed."""
+    findings = await run_checks()
+    for finding in findings:
+        print(finding.line())
+    failed = [f for f in findings if not f.ok]
+    if failed:
+        print(f"countersign check: {len(failed)} of {len(findings)} checks failed")
+        return 1
+    print(f"countersign check: all {len(findings)} checks passed")
+    return 0
 
 
 async def _rotate(settings: ServiceSettings) -> int:

@@ -175,15 +175,18 @@ def admin_alert(
 LOOKUP_SECONDS = 1.0  # inside the slash command's 2 s budget (LISTENER_BUDGET), under Slack's 3 s
 
 
-async def channel_problem(client: Any, channel: str) -> str | None:
-    """Why the bot cannot post in `channel`, with how to fix it; None when it can.
+async def channel_problem(
+    client: Any, channel: str, *, then: str = "add the route again"
+) -> str | None:
+    """Why the bot cannot post in `channel`, with how to fix it (and `then` what to do once
+    fixed); None when it can.
 
     One `conversations.info` call (scopes channels:read, groups:read): it says whether the
     channel exists for the bot, is archived, and whether the bot is a member
     (`is_member`). A private channel the bot is not in answers `channel_not_found`.
     """
     where = channel_link(channel)
-    invite = f"invite the bot with `/invite @countersign` in {where}, then add the route again"
+    invite = f"invite the bot with `/invite @countersign` in {where}, then {then}"
     try:
         reply: Any = await asyncio.wait_for(
             client.conversations_info(channel=channel), LOOKUP_SECONDS
@@ -198,7 +201,7 @@ async def channel_problem(client: Any, channel: str) -> str | None:
         if code == "missing_scope":
             return (
                 "I may not look up channels: the app lacks the `channels:read` and "
-                "`groups:read` scopes; reinstall it from manifest.yml, then add the route again."
+                f"`groups:read` scopes; reinstall it from manifest.yml, then {then}."
             )
         return (
             f"Slack refused to describe {where} ({inline_code(code)}); "

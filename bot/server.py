@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import signal
 
 from aiohttp import web
+
+from agent_host.errors import ConfigurationError
 
 __all__ = ["start_site", "stop_on_signals"]
 
@@ -15,11 +18,27 @@ async def start_site(app: web.Application, host: str, port: int) -> tuple[web.Ap
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise ConfigurationError(_cannot_listen(host, port, exc)) from exc
     server = site._server
     sockets = getattr(server, "sockets", None) or []
     bound = sockets[0].getsockname()[1] if sockets else port
     return runner, int(bound)
+
+
+def _cannot_listen(host: str, port: int, exc: OSError) -> str:
+    """One line for an operator: what is in the way, and which setting moves the server."""
+    if exc.errno == errno.EADDRINUSE:
+        return f"port {port} on {host} is in use: stop the other process or set PORT / --port"
+    if exc.errno == errno.EACCES:
+        return (
+            f"may not listen on port {port} on {host} (permission denied): choose a port "
+            "above 1023 with PORT / --port"
+        )
+    return f"cannot listen on {host}:{port} ({exc.strerror or exc}): check --host and PORT / --port"
 
 
 def stop_on_signals() -> asyncio.Event:

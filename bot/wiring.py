@@ -30,7 +30,7 @@ from bot.slack_notifier import SlackNotifier
 from bot.slack_settings import ServiceSettings
 from bot.slash_commands import SlashCommands
 
-__all__ = ["SlackBot", "build", "mount_slack"]
+__all__ = ["SlackBot", "build", "mount_slack", "require_slack", "web_client"]
 
 
 @dataclass
@@ -51,11 +51,11 @@ class SlackBot:
 async def build(settings: ServiceSettings) -> tuple[Host, SlackBot]:
     """The host and its Slack bot; SLACK_BOT_TOKEN is required, and SLACK_SIGNING_SECRET
     unless SLACK_APP_TOKEN (Socket Mode) is set."""
-    _require_slack(settings)
+    require_slack(settings)
     registry = load_registry(settings)
     keyring = load_keyring(settings)
     redis, embedded = await open_redis(settings)
-    session, client = _web_client(settings)
+    session, client = web_client(settings)
     routes = RouteBook(redis, settings.default_channel)
     if settings.routes_file is not None:
         await routes.seed(load_routes_file(settings.routes_file))
@@ -91,7 +91,7 @@ async def build(settings: ServiceSettings) -> tuple[Host, SlackBot]:
     return host, SlackBot(client, routes, bolt, tasks, session, secret)
 
 
-def _require_slack(settings: ServiceSettings) -> None:
+def require_slack(settings: ServiceSettings) -> None:
     """The bot token always; the signing secret unless Socket Mode carries Slack's requests
     (then nothing arrives over HTTP to verify)."""
     needed = [("SLACK_BOT_TOKEN", settings.slack_bot_token)]
@@ -104,7 +104,7 @@ def _require_slack(settings: ServiceSettings) -> None:
         )
 
 
-def _web_client(settings: ServiceSettings) -> tuple[aiohttp.ClientSession, AsyncWebClient]:
+def web_client(settings: ServiceSettings) -> tuple[aiohttp.ClientSession, AsyncWebClient]:
     """One session for every Web API call: keep-alive connections (and one TLS handshake)
     instead of a new connection per post, update and ephemeral."""
     session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))

@@ -35,7 +35,7 @@ from agent_host.runtime.agents import AgentRegistry
 from agent_host.runtime.runner import Runner
 from agent_host.settings import Settings
 
-__all__ = ["KEY_FILE", "Host", "load_keyring", "load_registry"]
+__all__ = ["KEY_FILE", "Host", "check_agents", "load_keyring", "load_registry"]
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,32 @@ def load_registry(settings: Settings) -> AgentRegistry:
         registry = target(settings) if takes_settings else target()
     if not isinstance(registry, AgentRegistry):
         raise ConfigurationError(f"COUNTERSIGN_AGENTS={spec!r} is not an AgentRegistry")
+    check_agents(registry, spec)
     return registry
+
+
+def check_agents(registry: AgentRegistry, spec: str) -> None:
+    """Build every agent once, so that one whose model is not configured stops start-up
+    with a message naming the variables, not its first run with an AttributeError."""
+    for name in registry.names():
+        try:
+            agent = registry.build(name)
+        except ConfigurationError as exc:
+            raise ConfigurationError(
+                f"agent {name!r} (COUNTERSIGN_AGENTS={spec!r}): {exc}"
+            ) from exc
+        except Exception as exc:
+            raise ConfigurationError(
+                f"agent {name!r} (COUNTERSIGN_AGENTS={spec!r}) could not be built: "
+                f"{type(exc).__name__}: {exc}; fix its factory"
+            ) from exc
+        if not callable(getattr(agent.model, "respond", None)):
+            raise ConfigurationError(
+                f"agent {name!r} (COUNTERSIGN_AGENTS={spec!r}) has no model (model="
+                f"{agent.model!r}): give it one, e.g. "
+                "agent_host.llm.model_from_settings(settings) with COUNTERSIGN_MODEL and "
+                "OPENAI_API_KEY (or OPENAI_BASE_URL for a local server) set, or a ScriptedModel"
+            )
 
 
 def load_keyring(settings: Settings, *, create: bool = True) -> KeyRing:

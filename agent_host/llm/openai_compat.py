@@ -6,17 +6,18 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
 
-from agent_host.errors import ModelError
+from agent_host.errors import ConfigurationError, ModelError
 from agent_host.runtime.messages import Message, ModelResponse, ToolCall, ToolSpec
 from agent_host.runtime.models.base import check_allow_model_requests
 from agent_host.runtime.strict_json import non_finite_path
+from agent_host.settings import ModelSettings
 
-__all__ = ["DEFAULT_BASE_URL", "OpenAIChatModel", "model_from_env"]
+__all__ = ["DEFAULT_BASE_URL", "OpenAIChatModel", "model_from_settings"]
 
 logger = logging.getLogger(__name__)
 
@@ -205,10 +206,21 @@ class OpenAIChatModel:
         )
 
 
-def model_from_env(env: Mapping[str, str]) -> OpenAIChatModel | None:
-    """The model COUNTERSIGN_MODEL names, or None (use the scripted model) when it is unset."""
-    model = env.get("COUNTERSIGN_MODEL", "").strip()
-    if not model:
-        return None
-    base_url = env.get("OPENAI_BASE_URL", "").strip() or DEFAULT_BASE_URL
-    return OpenAIChatModel(model, base_url, env.get("OPENAI_API_KEY") or None)
+def model_from_settings(settings: ModelSettings) -> OpenAIChatModel:
+    """The model COUNTERSIGN_MODEL names, at OPENAI_BASE_URL (default: OpenAI's API) with
+    OPENAI_API_KEY. An agent factory calls this, so an agent without a configured model
+    stops start-up with this message instead of failing at its first run."""
+    if not settings.model.strip():
+        raise ConfigurationError(
+            "COUNTERSIGN_MODEL is unset, and an agent uses the OpenAI-compatible model: set "
+            "COUNTERSIGN_MODEL to the model's name (e.g. gpt-4o-mini) and OPENAI_API_KEY, or "
+            "OPENAI_BASE_URL for a local OpenAI-compatible server (e.g. "
+            "http://127.0.0.1:11434/v1) — see .env.example"
+        )
+    base_url = settings.openai_base_url.strip() or DEFAULT_BASE_URL
+    if not base_url.startswith(("http://", "https://")):
+        raise ConfigurationError(
+            f"OPENAI_BASE_URL={base_url!r} is not an http:// or https:// URL "
+            "(e.g. https://api.openai.com/v1)"
+        )
+    return OpenAIChatModel(settings.model.strip(), base_url, settings.openai_api_key or None)

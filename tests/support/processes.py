@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -24,7 +25,7 @@ import aiohttp
 from tests.support.paths import PROJECT_ROOT
 from tests.support.waiting import eventually
 
-__all__ = ["CLI", "SPAWN_LOCK", "Proc", "inherited_env", "until"]
+__all__ = ["CLI", "SPAWN_LOCK", "Finished", "Proc", "inherited_env", "run_cli", "until"]
 
 T = TypeVar("T")
 
@@ -42,11 +43,51 @@ def inherited_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(_NOT_INHERITED) and k != "PORT"}
 
 
+@dataclass(frozen=True)
+class Finished:
+    """A `countersign` command that ran to its end: exit code, stdout, stderr."""
+
+    code: int
+    out: str
+    err: str
+
+
+async def run_cli(
+    *args: str, env: dict[str, str], cwd: Path = PROJECT_ROOT, within: float = 60
+) -> Finished:
+    """`countersign ARGS` in `cwd` with exactly `env` (plus PYTHONPATH for countersign
+    itself), awaited without blocking the loop, so servers of the test keep answering it."""
+    with SPAWN_LOCK:
+        child = await asyncio.create_subprocess_exec(
+            *CLI,
+            *args,
+            env={**env, "PYTHONPATH": str(PROJECT_ROOT)},
+            cwd=cwd,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+    try:
+        out, err = await asyncio.wait_for(child.communicate(), within)
+    except TimeoutError:
+        child.kill()
+        await child.wait()
+        raise
+    assert child.returncode is not None
+    return Finished(child.returncode, out.decode(errors="replace"), err.decode(errors="replace"))
+
+
 class Proc:
     """One `countersign` child process (serve or worker), its output in `log`."""
 
     def __init__(
-        self, name: str, args: Sequence[str], env: dict[str, str], log: Path, port: int | None
+        self,
+        name: str,
+        args: Sequence[str],
+        env: dict[str, str],
+        log: Path,
+        port: int | None,
+        cwd: Path = PROJECT_ROOT,
     ) -> None:
         self.name, self.log, self.port = name, log, port
         self.url = f"http://127.0.0.1:{port}" if port else ""
@@ -58,7 +99,7 @@ class Proc:
                 self.proc = subprocess.Popen(
                     list(args),
                     env=env,
-                    cwd=PROJECT_ROOT,
+                    cwd=cwd,
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=subprocess.STDOUT,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -12,15 +14,19 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from agent_host.errors import ModelError
-from agent_host.llm.openai_compat import DEFAULT_BASE_URL, OpenAIChatModel, model_from_env
+from agent_host.errors import ConfigurationError, ModelError
+from agent_host.llm.openai_compat import DEFAULT_BASE_URL, OpenAIChatModel, model_from_settings
 from agent_host.runtime import strict_json
 from agent_host.runtime.messages import Message, ToolCall, ToolSpec
 from agent_host.runtime.models.base import allow_model_requests
 from agent_host.runtime.policy import Permission
 from agent_host.runtime.runner import Runner, Succeeded
 from agent_host.runtime.tools import tool
+from agent_host.settings import ModelSettings, load_settings
 from tests.support.agents import registry_of
+from tests.support.paths import PROJECT_ROOT
+
+EXAMPLE = PROJECT_ROOT / "examples" / "openai_compatible_agent.py"
 
 Handler = Callable[[web.Request, int], Awaitable[web.StreamResponse]]
 
@@ -330,18 +336,88 @@ async def test_connection_refused_retries_then_fails(
         await make_model(url, max_retries=1).respond(HELLO, [])
 
 
-def test_model_from_env() -> None:
-    assert model_from_env({}) is None
-    assert model_from_env({"OPENAI_API_KEY": "sk"}) is None
-    model = model_from_env({"COUNTERSIGN_MODEL": "gpt-x", "OPENAI_API_KEY": "sk"})
-    assert model is not None
+def model_settings(**env: str) -> ModelSettings:
+    return load_settings(env, ModelSettings)
+
+
+def test_model_from_settings() -> None:
+    model = model_from_settings(model_settings(COUNTERSIGN_MODEL="gpt-x", OPENAI_API_KEY="sk"))
     assert model.name == "gpt-x"
     assert model.url == DEFAULT_BASE_URL + "/chat/completions"
-    local = model_from_env(
-        {"COUNTERSIGN_MODEL": "llama", "OPENAI_BASE_URL": "http://127.0.0.1:11434/v1/"}
+    local = model_from_settings(
+        model_settings(COUNTERSIGN_MODEL="llama", OPENAI_BASE_URL="http://127.0.0.1:11434/v1/")
     )
-    assert local is not None
     assert local.url == "http://127.0.0.1:11434/v1/chat/completions"
+
+
+@pytest.mark.parametrize("env", [{}, {"OPENAI_API_KEY": "sk"}, {"COUNTERSIGN_MODEL": "  "}])
+def test_an_unset_model_names_the_variables_to_set(env: dict[str, str]) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        model_from_settings(model_settings(**env))
+    for variable in ("COUNTERSIGN_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        assert variable in str(info.value)
+
+
+def test_a_base_url_that_is_not_http_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="is not an http:// or https:// URL"):
+        model_from_settings(
+            model_settings(COUNTERSIGN_MODEL="m", OPENAI_BASE_URL="127.0.0.1:11434")
+        )
+
+
+def tool_call_reply(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    function = {"name": name, "arguments": json.dumps(arguments)}
+    call = {"id": call_id, "type": "function", "function": function}
+    return {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [call]}}]}
+
+
+async def run_example(env: dict[str, str]) -> tuple[int, str, str]:
+    """examples/openai_compatible_agent.py as a user runs it, with only `env` configured."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("COUNTERSIGN_", "OPENAI_"))}
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(EXAMPLE),
+        "refund order 123",
+        env={**base, "PYTHONPATH": str(PROJECT_ROOT), **env},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(child.communicate(), 60)
+    assert child.returncode is not None
+    return child.returncode, out.decode(), err.decode()
+
+
+async def test_the_example_agent_asks_before_its_refund(
+    endpoint: tuple[FakeEndpoint, str],
+) -> None:
+    fake, url = endpoint
+    replies = [
+        tool_call_reply("m1", "lookup_order", {"order_id": "123"}),
+        tool_call_reply("m2", "issue_refund", {"order_id": "123", "amount": 42.5}),
+    ]
+
+    async def handler(request: web.Request, attempt: int) -> web.StreamResponse:
+        return web.json_response(replies[attempt - 1])
+
+    fake.handler = handler
+    env = {"COUNTERSIGN_MODEL": "local-model", "OPENAI_BASE_URL": url, "OPENAI_API_KEY": "sk-x"}
+    code, out, err = await run_example(env)
+
+    assert code == 0, err
+    assert 'waiting for approval: issue_refund {"order_id": "123", "amount": 42.5}' in out
+    assert fake.attempts == 2
+    assert fake.bodies[0]["model"] == "local-model"
+    assert fake.headers[0]["Authorization"] == "Bearer sk-x"
+    looked_up = fake.bodies[1]["messages"][-1]
+    assert looked_up["role"] == "tool" and json.loads(looked_up["content"])["amount"] == 42.5
+    assert "Unclosed" not in err and "Traceback" not in err
+
+
+async def test_the_example_without_a_model_says_which_variables_to_set() -> None:
+    code, out, err = await run_example({})
+    assert code == 2, (out, err)
+    assert "COUNTERSIGN_MODEL is unset" in err and "OPENAI_API_KEY" in err
+    assert "Traceback" not in err
 
 
 # A reply whose refund amount is NaN or ±Infinity: as a JSON text in `arguments` (what

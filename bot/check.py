@@ -1,0 +1,181 @@
+"""`countersign check`: the configuration, Redis, the Slack token and every channel
+approvals may go to, each reported as one line: ok, or what is wrong and how to fix it.
+
+    settings      the environment parses (ServiceSettings)
+    slack         SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET are set
+    keys          COUNTERSIGN_ENCRYPTION_KEYS (or the key file) parses
+    routes file   COUNTERSIGN_ROUTES_FILE parses
+    agents        COUNTERSIGN_AGENTS loads, and every agent builds with a model
+    redis         REDIS_URL answers PING (unset: redis-server is installed)
+    slack token   auth.test accepts SLACK_BOT_TOKEN
+    channel …     the bot may post in the default channel and every routed one
+
+Nothing is written, to Redis or to Slack.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import aiohttp
+from slack_sdk.errors import SlackApiError
+
+from agent_host.approvals.routes import RouteRule, load_routes_file
+from agent_host.durable.host import KEY_FILE, load_keyring, load_registry
+from agent_host.durable.reach import reach_redis
+from agent_host.errors import ConfigurationError, StoreUnavailable
+from bot.delivery import channel_problem, error_code, how_to_fix
+from bot.slack_settings import ServiceSettings, load_settings
+from bot.wiring import require_slack, web_client
+
+__all__ = ["Finding", "run_checks"]
+
+T = TypeVar("T")
+_CHANNEL_LINK = re.compile(r"<#([A-Z0-9]+)(?:\|[^>]*)?>")  # Slack's mrkdwn, shown as #C…
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    detail: str  # what was found when ok; what is wrong and how to fix it otherwise
+    ok: bool = True
+
+    def line(self) -> str:
+        return f"{'ok  ' if self.ok else 'FAIL'}  {self.check}: {self.detail}"
+
+
+def _fail(check: str, detail: str) -> Finding:
+    return Finding(check, detail, ok=False)
+
+
+async def run_checks() -> list[Finding]:
+    """Every check, in order; a check that needs an earlier one's result is skipped when it
+    failed, and says so."""
+    try:
+        settings = load_settings()
+    except ConfigurationError as exc:
+        return [_fail("settings", str(exc))]
+    findings = [Finding("settings", "the environment parses")]
+    findings.append(_slack_settings(settings))
+    findings.append(_keys(settings))
+    file_rules, finding = _routes_file(settings)
+    findings.append(finding)
+    findings.append(_agents(settings))
+    redis_rules, finding = await _redis(settings)
+    findings.append(finding)
+    session, client = web_client(settings)
+    try:
+        finding = await _auth(client, settings)
+        findings.append(finding)
+        if finding.ok:
+            findings += await _channels(client, settings, [*file_rules, *redis_rules])
+        else:
+            findings.append(
+                _fail("channels", "not checked: auth.test did not succeed (see the line above)")
+            )
+    finally:
+        await session.close()
+    return findings
+
+
+def _guarded(check: str, probe: Callable[[], T]) -> tuple[T | None, Finding | None]:
+    try:
+        return probe(), None
+    except ConfigurationError as exc:
+        return None, _fail(check, str(exc))
+
+
+def _slack_settings(settings: ServiceSettings) -> Finding:
+    _, failed = _guarded("slack settings", lambda: require_slack(settings))
+    mode = "Socket Mode (SLACK_APP_TOKEN)" if settings.slack_app_token else "POST /slack/events"
+    return failed or Finding("slack settings", f"token and signing secret set; requests: {mode}")
+
+
+def _keys(settings: ServiceSettings) -> Finding:
+    key_file = settings.data_dir / KEY_FILE
+    if not settings.encryption_keys and not key_file.exists():
+        return Finding(
+            "keys",
+            f"COUNTERSIGN_ENCRYPTION_KEYS is unset: the first start generates a key into "
+            f"{key_file}; set it instead when several processes share Redis",
+        )
+    ring, failed = _guarded("keys", lambda: load_keyring(settings, create=False))
+    if ring is None:
+        return failed or _fail("keys", "no key ring")
+    return Finding("keys", f"{len(ring.kids)} key(s), new checkpoints under {ring.active_kid!r}")
+
+
+def _routes_file(settings: ServiceSettings) -> tuple[list[RouteRule], Finding]:
+    path = settings.routes_file
+    if path is None:
+        return [], Finding("routes file", "COUNTERSIGN_ROUTES_FILE is unset (none loaded)")
+    rules, failed = _guarded("routes file", lambda: load_routes_file(path))
+    if rules is None:
+        return [], failed or _fail("routes file", "unreadable")
+    return rules, Finding("routes file", f"{path}: {len(rules)} route(s)")
+
+
+def _agents(settings: ServiceSettings) -> Finding:
+    registry, failed = _guarded("agents", lambda: load_registry(settings))
+    if registry is None:
+        return failed or _fail("agents", "no registry")
+    names = ", ".join(registry.names()) or "none"
+    return Finding("agents", f"{settings.agents}: {names}")
+
+
+async def _redis(settings: ServiceSettings) -> tuple[list[RouteRule], Finding]:
+    try:
+        reach = await reach_redis(settings)
+    except (ConfigurationError, StoreUnavailable) as exc:
+        return [], _fail("redis", str(exc))
+    return reach.routes, Finding("redis", reach.where)
+
+
+async def _auth(client: Any, settings: ServiceSettings) -> Finding:
+    try:
+        reply: Any = await client.auth_test()
+    except SlackApiError as exc:
+        code = error_code(exc)
+        return _fail("slack token", f"Slack refused SLACK_BOT_TOKEN ({code}): {how_to_fix(code)}")
+    except (TimeoutError, OSError, aiohttp.ClientError) as exc:
+        return _fail(
+            "slack token",
+            f"cannot reach Slack at {settings.slack_api_url} ({type(exc).__name__}: {exc}): "
+            "check SLACK_API_URL and the network",
+        )
+    return Finding(
+        "slack token", f"bot @{reply.get('user')} ({reply.get('user_id')}) in {reply.get('team')}"
+    )
+
+
+async def _channels(
+    client: Any, settings: ServiceSettings, rules: list[RouteRule]
+) -> list[Finding]:
+    findings = []
+    if not settings.default_channel:
+        findings.append(
+            _fail(
+                "default channel",
+                "COUNTERSIGN_DEFAULT_CHANNEL is unset: approvals that no route matches have "
+                "nowhere to go; set it to a channel id (C…) the bot is in",
+            )
+        )
+    wanted: dict[str, str] = {}
+    if settings.default_channel:
+        wanted[settings.default_channel] = "COUNTERSIGN_DEFAULT_CHANNEL"
+    for rule in rules:
+        wanted.setdefault(rule.channel, f"route {rule.id or rule.agent + '/' + rule.tool}")
+    for channel, why in wanted.items():
+        findings.append(await _channel(client, channel, why))
+    return findings
+
+
+async def _channel(client: Any, channel: str, why: str) -> Finding:
+    check = f"channel {channel} ({why})"
+    found = await channel_problem(client, channel, then="run `countersign check` again")
+    if found is None:
+        return Finding(check, "the bot can post here")
+    return _fail(check, _CHANNEL_LINK.sub(r"#\1", found))

@@ -1,0 +1,173 @@
+"""`countersign check` as an operator runs it: the real command in a child process, against
+a real Redis and the Slack stand-in. A good configuration passes with one `ok` line per
+check; a channel the bot is not in, an archived one, a wrong token, an unreachable Redis and
+a bad agents setting each fail with a line saying what to fix, and the exit status is 1."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from agent_host.durable.crypto import generate_key
+from agent_host.durable.redis_server import free_port
+from slack_sandbox import SlackStandIn, Workspace
+from slack_sandbox.workspace import Channel
+from tests.support.processes import Finished, inherited_env, run_cli
+
+TOKEN = "xoxb-check-token"
+APPROVALS, OPS = "C0APPROVALS", "C0OPS"  # the bot is in both (the sandbox's seed)
+SECRET_ROOM, ARCHIVED = "C0SECRETROOM", "C0ARCHIVED"
+
+
+@pytest.fixture
+async def standin() -> AsyncIterator[SlackStandIn]:
+    workspace = Workspace.default()
+    workspace.channels += [
+        Channel(SECRET_ROOM, "secret-room", 1_700_000_000, ["U0REVIEWER"]),
+        Channel(ARCHIVED, "old-approvals", 1_700_000_000, ["U0BOT"], is_archived=True),
+    ]
+    served = SlackStandIn(workspace, token=TOKEN)
+    await served.start()
+    try:
+        yield served
+    finally:
+        await served.stop()
+
+
+def routes_file(tmp_path: Path, *channels: str) -> Path:
+    path = tmp_path / "routes.yml"
+    lines = ["routes:"]
+    for n, channel in enumerate(channels):
+        lines += [f'  - agent: "agent-{n}"', f"    channel: {channel}"]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def good_env(standin: SlackStandIn, redis_url: str, tmp_path: Path) -> dict[str, str]:
+    return inherited_env() | {
+        "SLACK_BOT_TOKEN": TOKEN,
+        "SLACK_SIGNING_SECRET": "check-secret",
+        "SLACK_API_URL": standin.url,
+        "REDIS_URL": redis_url,
+        "COUNTERSIGN_DATA_DIR": str(tmp_path / "data"),
+        "COUNTERSIGN_ENCRYPTION_KEYS": generate_key("k1"),
+        "COUNTERSIGN_DEFAULT_CHANNEL": APPROVALS,
+        "COUNTERSIGN_ROUTES_FILE": str(routes_file(tmp_path, OPS)),
+    }
+
+
+def failures(done: Finished) -> list[str]:
+    return [line for line in done.out.splitlines() if line.startswith("FAIL")]
+
+
+async def check(env: dict[str, str], cwd: Path) -> Finished:
+    done = await run_cli("check", env=env, cwd=cwd)
+    assert "Traceback" not in done.err, done.err
+    return done
+
+
+async def test_a_good_configuration_passes(
+    standin: SlackStandIn, redis_url: str, tmp_path: Path
+) -> None:
+    done = await check(good_env(standin, redis_url, tmp_path), tmp_path)
+
+    assert done.code == 0, done
+    assert failures(done) == [], done.out
+    assert f"ok    channel {APPROVALS} (COUNTERSIGN_DEFAULT_CHANNEL)" in done.out
+    assert f"ok    channel {OPS} (route agent-0/*)" in done.out
+    assert "ok    redis: Redis at redis://" in done.out
+    assert "ok    slack token: bot @countersign (U0BOT)" in done.out
+    assert "ok    agents: agent_host.examples:default_registry: cleanup-agent" in done.out
+    assert "countersign check: all 9 checks passed" in done.out
+    assert not [name for name, _ in standin.core.calls if name.startswith("chat.")]
+
+
+async def test_channels_the_bot_cannot_post_in_fail_with_the_fix(
+    standin: SlackStandIn, redis_url: str, tmp_path: Path
+) -> None:
+    env = good_env(standin, redis_url, tmp_path)
+    env["COUNTERSIGN_ROUTES_FILE"] = str(routes_file(tmp_path, OPS, SECRET_ROOM, ARCHIVED))
+
+    done = await check(env, tmp_path)
+
+    assert done.code == 1, done
+    assert failures(done) == [
+        f"FAIL  channel {SECRET_ROOM} (route agent-1/*): I am not a member of #{SECRET_ROOM}; "
+        f"invite the bot with `/invite @countersign` in #{SECRET_ROOM}, then run "
+        "`countersign check` again.",
+        f"FAIL  channel {ARCHIVED} (route agent-2/*): #{ARCHIVED} is archived: unarchive it, "
+        "or choose another channel.",
+    ], done.out
+    assert "countersign check: 2 of 11 checks failed" in done.out
+
+
+async def test_a_wrong_token_fails_and_names_the_variable(
+    standin: SlackStandIn, redis_url: str, tmp_path: Path
+) -> None:
+    env = good_env(standin, redis_url, tmp_path) | {"SLACK_BOT_TOKEN": "xoxb-wrong"}
+
+    done = await check(env, tmp_path)
+
+    assert done.code == 1, done
+    assert failures(done) == [
+        "FAIL  slack token: Slack refused SLACK_BOT_TOKEN (invalid_auth): the bot token is "
+        "wrong: check SLACK_BOT_TOKEN",
+        "FAIL  channels: not checked: auth.test did not succeed (see the line above)",
+    ], done.out
+
+
+async def test_an_unreachable_redis_fails_and_says_what_to_fix(
+    standin: SlackStandIn, redis_url: str, tmp_path: Path
+) -> None:
+    nowhere = f"redis://:s3cret@127.0.0.1:{free_port()}/0"  # nothing listens there
+    env = good_env(standin, redis_url, tmp_path) | {"REDIS_URL": nowhere}
+
+    done = await check(env, tmp_path)
+
+    assert done.code == 1, done
+    [line] = failures(done)
+    assert line.startswith("FAIL  redis: Redis at redis://***@127.0.0.1:"), line
+    assert line.endswith("start it, or fix REDIS_URL"), line
+    assert "s3cret" not in done.out + done.err
+    assert "ok    slack token" in done.out  # the other checks still ran
+
+
+async def test_unset_redis_url_says_the_embedded_server_would_be_used(
+    standin: SlackStandIn, redis_url: str, tmp_path: Path
+) -> None:
+    env = good_env(standin, redis_url, tmp_path)
+    del env["REDIS_URL"]
+
+    done = await check(env, tmp_path)
+
+    assert done.code == 0, done
+    assert "ok    redis: REDIS_URL is unset: the embedded redis-server (" in done.out
+    assert not (tmp_path / "data" / "redis").exists()  # nothing was started
+
+
+async def test_bad_settings_and_agents_fail_with_the_variable(
+    standin: SlackStandIn, redis_url: str, tmp_path: Path
+) -> None:
+    env = good_env(standin, redis_url, tmp_path) | {
+        "COUNTERSIGN_AGENTS": "nomodule:registry",
+        "COUNTERSIGN_ENCRYPTION_KEYS": "not-a-key",
+    }
+    del env["SLACK_SIGNING_SECRET"]
+
+    done = await check(env, tmp_path)
+
+    assert done.code == 1, done
+    lines = failures(done)
+    assert len(lines) == 3, done.out
+    assert lines[0].startswith("FAIL  slack settings: SLACK_SIGNING_SECRET must be set")
+    assert lines[1].startswith("FAIL  keys: ") and "COUNTERSIGN_ENCRYPTION_KEYS" in lines[1]
+    assert lines[2].startswith("FAIL  agents: COUNTERSIGN_AGENTS='nomodule:registry': module")
+
+    done = await check(env | {"PORT": "not-a-port"}, tmp_path)
+    assert done.code == 1, done
+    assert failures(done) == [
+        "FAIL  settings: invalid configuration: PORT: Input should be a valid integer, "
+        "unable to parse string as an integer"
+    ], done.out

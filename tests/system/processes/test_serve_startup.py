@@ -1,0 +1,184 @@
+"""`countersign serve` started the way a developer starts it in their first hour: their own
+agents module in the current directory, a mistake in COUNTERSIGN_AGENTS, an agent whose model
+is not configured, a port someone else holds. Each mistake is one line naming what to fix,
+exit status 2, no traceback; a good start prints no Bolt warning."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from agent_host.durable.crypto import generate_key
+from agent_host.durable.redis_server import free_port
+from slack_sandbox import SlackStandIn, Workspace
+from tests.support.paths import PROJECT_ROOT
+from tests.support.processes import CLI, Finished, Proc, inherited_env, run_cli, until
+
+TOKEN = "xoxb-startup-token"
+API_TOKEN = "startup-api-token"
+AUTH = {"Authorization": f"Bearer {API_TOKEN}"}
+
+MYMODULE = """
+from agent_host import Agent, AgentRegistry, ScriptedModel, reply
+from agent_host.llm import model_from_settings
+
+
+def greeter(model):
+    return Agent(name="greeter", instructions="Greet.", tools=[], model=model)
+
+
+registry = AgentRegistry(
+    {"greeter": lambda: greeter(ScriptedModel(lambda c: reply("hello from mymodule")))}
+)
+
+
+def unconfigured(settings):
+    model = model_from_settings(settings)
+    return AgentRegistry({"greeter": lambda: greeter(model)})
+
+
+no_model = AgentRegistry({"greeter": lambda: greeter(None)})
+"""
+
+
+@pytest.fixture
+async def standin() -> AsyncIterator[SlackStandIn]:
+    served = SlackStandIn(Workspace.default(), token=TOKEN)
+    await served.start()
+    try:
+        yield served
+    finally:
+        await served.stop()
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A developer's folder: their agents module, and nothing of countersign's."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "mymodule.py").write_text(MYMODULE)
+    return folder
+
+
+@pytest.fixture
+def serves() -> Iterator[list[Proc]]:
+    started: list[Proc] = []
+    yield started
+    for proc in started:
+        proc.stop()
+
+
+def env_for(standin: SlackStandIn, redis_url: str, tmp_path: Path, **more: str) -> dict[str, str]:
+    return inherited_env() | {
+        "SLACK_BOT_TOKEN": TOKEN,
+        "SLACK_SIGNING_SECRET": "startup-secret",
+        "SLACK_API_URL": standin.url,
+        "REDIS_URL": redis_url,
+        "COUNTERSIGN_DATA_DIR": str(tmp_path / "data"),
+        "COUNTERSIGN_ENCRYPTION_KEYS": generate_key("k1"),
+        "COUNTERSIGN_API_TOKEN": API_TOKEN,
+        "COUNTERSIGN_DEFAULT_CHANNEL": "C0APPROVALS",
+        **more,
+    }
+
+
+def only_line(done: Finished) -> str:
+    assert "Traceback" not in done.err and "Unclosed" not in done.err, done.err
+    lines = done.err.strip().splitlines()
+    assert len(lines) == 1, done.err
+    return lines[0]
+
+
+async def test_an_agents_module_in_the_current_directory_is_found(
+    standin: SlackStandIn, redis_url: str, tmp_path: Path, project: Path, serves: list[Proc]
+) -> None:
+    env = env_for(
+        standin,
+        redis_url,
+        tmp_path,
+        COUNTERSIGN_AGENTS="mymodule:registry",
+        PYTHONPATH=str(PROJECT_ROOT),  # countersign itself; not the developer's folder
+    )
+    port = free_port()
+    args = [*CLI, "serve", "--host", "127.0.0.1", "--port", str(port)]
+    serve = Proc("serve", args, env, tmp_path / "serve.log", port, cwd=project)
+    serves.append(serve)
+
+    async with aiohttp.ClientSession() as session:
+        body = {"agent": "greeter", "input": "hi"}
+        run_id = await until(
+            "a run of greeter to start",
+            lambda: start_run(session, serve, body),
+            watch=[serve],
+        )
+
+        async def output() -> str | None:
+            async with session.get(f"{serve.url}/api/v1/runs/{run_id}", headers=AUTH) as resp:
+                detail = await resp.json()
+                return detail["output"] if detail["status"] == "succeeded" else None
+
+        assert await until("the run to succeed", output, watch=[serve]) == "hello from mymodule"
+    serve.stop()
+    log = serve.log.read_text()
+    assert "will be unused" not in log, log  # Bolt's warning about the token
+    assert "Traceback" not in log and "Unclosed" not in log, log
+
+
+async def start_run(session: aiohttp.ClientSession, serve: Proc, body: dict[str, str]) -> str:
+    async with session.post(f"{serve.url}/api/v1/runs", json=body, headers=AUTH) as resp:
+        assert resp.status == 202, await resp.text()
+        run_id: str = (await resp.json())["run_id"]
+        return run_id
+
+
+@pytest.mark.parametrize(
+    ("agents", "says"),
+    [
+        ("nomodule", "COUNTERSIGN_AGENTS='nomodule': module 'nomodule' cannot be imported"),
+        ("x:", "COUNTERSIGN_AGENTS='x:': module 'x' cannot be imported"),
+        ("mymodule:missing", "COUNTERSIGN_AGENTS='mymodule:missing': mymodule has no 'missing'"),
+        ("my module", "COUNTERSIGN_AGENTS='my module' is not module:attribute"),
+        (
+            "mymodule:unconfigured",
+            "COUNTERSIGN_MODEL is unset, and an agent uses the OpenAI-compatible model: set "
+            "COUNTERSIGN_MODEL",
+        ),
+        ("mymodule:no_model", "agent 'greeter' (COUNTERSIGN_AGENTS='mymodule:no_model') has no"),
+    ],
+)
+async def test_a_bad_agents_setting_is_one_line_naming_the_variable(
+    standin: SlackStandIn, redis_url: str, tmp_path: Path, project: Path, agents: str, says: str
+) -> None:
+    env = env_for(standin, redis_url, tmp_path, COUNTERSIGN_AGENTS=agents)
+    done = await run_cli("serve", "--port", str(free_port()), env=env, cwd=project)
+
+    assert done.code == 2, done
+    line = only_line(done)
+    assert line.startswith("countersign: ") and says in line, line
+
+
+@pytest.mark.parametrize("how", ["--port", "PORT"])
+async def test_a_port_in_use_is_one_clear_line(
+    standin: SlackStandIn, redis_url: str, tmp_path: Path, how: str
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = env_for(standin, redis_url, tmp_path)
+        args = ["serve", "--host", "127.0.0.1"]
+        if how == "--port":
+            args += ["--port", str(port)]
+        else:
+            env["PORT"] = str(port)
+        done = await run_cli(*args, env=env, cwd=tmp_path)
+
+    assert done.code == 2, done
+    assert only_line(done) == (
+        f"countersign: port {port} on 127.0.0.1 is in use: stop the other process or set "
+        "PORT / --port"
+    )
