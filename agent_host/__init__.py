@@ -4,7 +4,8 @@ The public API, importable from here in one line::
 
     from agent_host import Agent, AgentRegistry, Runner, tool, Permission, Approve
 
-Everything below is the pure runtime (`agent_host.runtime`): no Redis, no HTTP, no Slack.
+Nearly everything below is the pure runtime (`agent_host.runtime`: no Redis, no HTTP, no
+Slack); `model_from_settings` builds the OpenAI-compatible model from `ModelSettings`.
 The durable host (`agent_host.durable`), the approval domain (`agent_host.approvals`) and the
 HTTP API (`agent_host.http`) are assembled by the command line (`countersign serve`).
 """
@@ -14,6 +15,7 @@ from agent_host.errors import (
     InvalidArguments,
     PauseRequest,
 )
+from agent_host.llm import model_from_settings
 from agent_host.runtime.agents import Agent, AgentRegistry
 from agent_host.runtime.checkpoint import CallRecord, RunState
 from agent_host.runtime.decisions import (
@@ -38,6 +40,7 @@ from agent_host.runtime.policy import (
 )
 from agent_host.runtime.runner import Failed, Paused, Runner, RunOutcome, Succeeded
 from agent_host.runtime.tools import Tool, ToolContext, tool
+from agent_host.settings import ModelSettings
 
 __all__ = [
     "Agent",
@@ -56,6 +59,7 @@ __all__ = [
     "Message",
     "Model",
     "ModelResponse",
+    "ModelSettings",
     "PauseRequest",
     "Paused",
     "Permission",
@@ -77,6 +81,7 @@ __all__ = [
     "call",
     "confidence_gate",
     "load_rules",
+    "model_from_settings",
     "pause",
     "reply",
     "tool",
