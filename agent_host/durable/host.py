@@ -24,6 +24,7 @@ from agent_host.approvals.notifier import LoggingNotifier, Notifier
 from agent_host.durable.crashpoints import CrashPoints
 from agent_host.durable.crypto import ENV_VAR, KeyRing, generate_key
 from agent_host.durable.data_dir import check_private_file, private_dir
+from agent_host.durable.external_store import ExternalRequests
 from agent_host.durable.outbox import Outbox
 from agent_host.durable.redis_ledger import RedisLedger
 from agent_host.durable.redis_server import RedisServer
@@ -123,6 +124,7 @@ class Host:
         self.crash = CrashPoints(self.settings.crash_at)
         self.store = RunStore(self.redis, self.keyring, self.router)
         self.approvals = ApprovalService(self.store, self.directory)
+        self.external = ExternalRequests(self.store)
         self.runner = Runner(self.registry, RedisLedger(self.redis))
 
     def start_background(

@@ -15,6 +15,7 @@ from agent_host.http.api import (
     run_detail,
     start_run,
 )
+from agent_host.http.external_api import approval_detail, create_approval
 from agent_host.http.webhook import approval_webhook
 
 __all__ = ["add_api_routes", "create_app"]
@@ -26,6 +27,8 @@ def add_api_routes(app: web.Application, host: Host) -> None:
     app.router.add_post("/api/v1/runs", start_run)
     app.router.add_get("/api/v1/runs/{run_id}", run_detail)
     app.router.add_get("/api/v1/approvals", list_approvals)
+    app.router.add_post("/api/v1/approvals", create_approval)
+    app.router.add_get("/api/v1/approvals/{request_id}", approval_detail)
     app.router.add_post("/api/v1/webhooks/approval-response", approval_webhook)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

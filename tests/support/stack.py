@@ -138,6 +138,15 @@ class Stack:
 
         return await eventually(done)
 
+    async def posted(self, request_id: str) -> ApprovalRequest:
+        """Wait until the request is posted to Slack (its message ts saved)."""
+
+        async def found() -> ApprovalRequest | None:
+            request = await self.host.store.get_request(request_id)
+            return request if request is not None and request.message_ts else None
+
+        return await eventually(found)
+
     def channel_messages(self, channel: str) -> list[dict[str, Any]]:
         """Top-level messages (no thread replies) in `channel`, oldest first."""
         state = self.standin.workspace.to_dict()
