@@ -9,7 +9,15 @@ compare-and-set on the request's status.
 
 from __future__ import annotations
 
-__all__ = ["CLEAR_PROGRESS", "CREATE", "CREATE_EXTERNAL", "DECIDE", "FINISH", "PAUSE", "SAVE_PROGRESS"]
+__all__ = [
+    "CLEAR_PROGRESS",
+    "CREATE",
+    "CREATE_EXTERNAL",
+    "DECIDE",
+    "FINISH",
+    "PAUSE",
+    "SAVE_PROGRESS",
+]
 
 # KEYS: run, run audit, shard runs, shard resume
 # ARGV: run id, fields as JSON, created score, now, actor

@@ -2,6 +2,7 @@
 
     POST /api/v1/approvals             create (idempotent by external_id) -> 201
     GET  /api/v1/approvals/{id}        its state and decision; ?wait=S long-polls up to 60 s
+    GET  /api/v1/approvals/by-external-id/{external_id}     the same, found by the caller's id
 
 The request is routed, posted, decided and audited like one of countersign's own runs
 (`agent_host.approvals.external`); these handlers only read, check and answer.
@@ -20,7 +21,13 @@ from agent_host.approvals.external import InvalidExternalRequest, parse_external
 from agent_host.http.api import HOST_KEY, authorized, error, json_object
 from agent_host.runtime.decisions import Answer, Reject, RequestChanges
 
-__all__ = ["MAX_WAIT_SECONDS", "approval_detail", "create_approval", "external_view"]
+__all__ = [
+    "MAX_WAIT_SECONDS",
+    "approval_by_external_id",
+    "approval_detail",
+    "create_approval",
+    "external_view",
+]
 
 MAX_WAIT_SECONDS = 60
 
@@ -99,7 +106,25 @@ async def create_approval(request: web.Request) -> web.Response:
 async def approval_detail(request: web.Request) -> web.Response:
     if denied := authorized(request):
         return denied
-    request_id = request.match_info["request_id"]
+    return await _detail(request, request.match_info["request_id"])
+
+
+async def approval_by_external_id(request: web.Request) -> web.Response:
+    """The request a caller's external_id created (e.g. to wait for it after a crash)."""
+    if denied := authorized(request):
+        return denied
+    external_id = request.match_info["external_id"]
+    request_id = await request.app[HOST_KEY].external.by_external_id(external_id)
+    if request_id is None:
+        return error(
+            404,
+            f"no approval request was created with external_id {external_id!r}; create it "
+            "with POST /api/v1/approvals",
+        )
+    return await _detail(request, request_id)
+
+
+async def _detail(request: web.Request, request_id: str) -> web.Response:
     raw_wait = request.query.get("wait", "0")
     try:
         wait = float(raw_wait)
