@@ -212,7 +212,7 @@ class ApprovalClient:
                 if not isinstance(body, dict):
                     raise ApprovalClientError(f"countersign answered {body!r} to {method} {path}")
                 return body
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (aiohttp.ClientError, TimeoutError) as exc:
             raise ApprovalClientError(
                 f"countersign at {self.base_url} could not be reached for {method} {path} "
                 f"({type(exc).__name__}: {exc}); check the URL and that it runs, then retry"

@@ -5,7 +5,6 @@ durable `pause()` decided by a signed click, the wait resumed by a new client af
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import sys
 from pathlib import Path
 
@@ -69,12 +68,12 @@ async def test_after_a_crash_a_new_client_waits_for_the_same_decision(
             "                      external_id='job-42', agent='cron-cleaner')\n"
             "asyncio.run(main())\n"
         )
-        proc = subprocess.Popen([sys.executable, "-c", code, stack.url, API_TOKEN])
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", code, stack.url, API_TOKEN)
         try:
             request = await stack.posted(await pending_id(stack))
         finally:
             proc.kill()
-            proc.wait()
+            await proc.wait()
         # A new process: it finds the request by its external id and waits.
         async with ApprovalClient(stack.url, API_TOKEN) as client:
             waiting = asyncio.create_task(client.wait_for(external_id="job-42"))
@@ -138,7 +137,7 @@ async def test_a_question_is_answered_through_the_webhook(redis_url: str, tmp_pa
 async def test_refusals_are_errors_that_say_why(redis_url: str, tmp_path: Path) -> None:
     async with running_stack(redis_url, tmp_path) as stack:
         async with ApprovalClient(stack.url, "wrong-token") as client:
-            with pytest.raises(ApprovalClientError, match="401.*bearer token") as caught:
+            with pytest.raises(ApprovalClientError, match=r"401.*bearer token") as caught:
                 await client.request_approval(tool="t", arguments={})
             assert caught.value.status == 401
         async with ApprovalClient(stack.url, API_TOKEN) as client:
