@@ -68,7 +68,9 @@ async def test_after_a_crash_a_new_client_waits_for_the_same_decision(
             "                      external_id='job-42', agent='cron-cleaner')\n"
             "asyncio.run(main())\n"
         )
-        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", code, stack.url, API_TOKEN)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", code, stack.url, API_TOKEN
+        )
         try:
             request = await stack.posted(await pending_id(stack))
         finally:
