@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent_host.approvals.callback_hosts import callback_refusal
+from agent_host.approvals.requests import ApprovalRequest
 from agent_host.runtime.agents import canonical_json
 from agent_host.runtime.checkpoint import call_hash
+from agent_host.runtime.decisions import Answer, Reject, RequestChanges
 from agent_host.runtime.policy import Severity
 from agent_host.runtime.strict_json import non_finite_path
 
@@ -24,7 +26,9 @@ __all__ = [
     "EXTERNAL",
     "ExternalRequestSpec",
     "InvalidExternalRequest",
+    "approval_url",
     "external_call_hash",
+    "external_view",
     "parse_external_request",
 ]
 
@@ -141,3 +145,36 @@ def _text(body: dict[str, Any], name: str, *, required: bool = False, limit: int
     if len(value) > limit or "\x00" in value:
         raise InvalidExternalRequest(f"{name} must be at most {limit} characters, without NUL")
     return value
+
+
+# A request's status as the verdict a caller acts on (seed 003's words, plus the rest).
+VERDICTS = {
+    "approved": "approved",
+    "rejected": "rejected",
+    "changes_requested": "request_changes",
+    "answered": "answered",
+    "expired": "expired",
+}
+
+
+def approval_url(request_id: str) -> str:
+    return f"/api/v1/approvals/{request_id}"
+
+
+def external_view(request: ApprovalRequest) -> dict[str, Any]:
+    """The request as its caller reads it (the API, a callback's body): everything the list
+    shows, the verdict, and the reviewer's words (a rejection's reason, the changes asked
+    for, or the answer)."""
+    decision = request.decision
+    feedback = ""
+    if isinstance(decision, Reject):
+        feedback = decision.message
+    elif isinstance(decision, RequestChanges):
+        feedback = decision.feedback
+    elif isinstance(decision, Answer):
+        feedback = decision.text
+    return request.public() | {
+        "verdict": VERDICTS.get(str(request.status)),
+        "feedback": feedback or None,
+        "url": approval_url(request.request_id),
+    }

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "AUDIT",
+    "CALLBACK_GROUP",
     "OUTBOX_GROUP",
     "RESUME_GROUP",
     "ROTATION",
@@ -44,6 +45,7 @@ ROTATION = f"{_GLOBAL}:rotation"  # hash shard -> resumable position of `keys ro
 
 RESUME_GROUP = "resumers"
 OUTBOX_GROUP = "notifiers"
+CALLBACK_GROUP = "callbacks"
 
 _ID = re.compile(r"^(?:run|req)_([0-9a-f]{8,64})(?:_\d+)?$")
 

@@ -3,6 +3,7 @@
     POST /api/v1/approvals             create (idempotent by external_id) -> 201
     GET  /api/v1/approvals/{id}        its state and decision; ?wait=S long-polls up to 60 s
     GET  /api/v1/approvals/by-external-id/{external_id}     the same, found by the caller's id
+    GET  /api/v1/callbacks/dead        decision callbacks that kept failing
 
 The request is routed, posted, decided and audited like one of countersign's own runs
 (`agent_host.approvals.external`); these handlers only read, check and answer.
@@ -11,56 +12,28 @@ The request is routed, posted, decided and audited like one of countersign's own
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from aiohttp import web
 
-from agent_host.approvals import ApprovalRequest
 from agent_host.approvals.callback_hosts import parse_callback_hosts
-from agent_host.approvals.external import InvalidExternalRequest, parse_external_request
+from agent_host.approvals.external import (
+    InvalidExternalRequest,
+    approval_url,
+    external_view,
+    parse_external_request,
+)
+from agent_host.durable.callbacks import dead_callbacks
 from agent_host.http.api import HOST_KEY, authorized, error, json_object
-from agent_host.runtime.decisions import Answer, Reject, RequestChanges
 
 __all__ = [
     "MAX_WAIT_SECONDS",
     "approval_by_external_id",
     "approval_detail",
     "create_approval",
-    "external_view",
+    "list_dead_callbacks",
 ]
 
 MAX_WAIT_SECONDS = 60
-
-# A request's status as the verdict a caller acts on (seed 003's words, plus the rest).
-VERDICTS = {
-    "approved": "approved",
-    "rejected": "rejected",
-    "changes_requested": "request_changes",
-    "answered": "answered",
-    "expired": "expired",
-}
-
-
-def approval_url(request_id: str) -> str:
-    return f"/api/v1/approvals/{request_id}"
-
-
-def external_view(request: ApprovalRequest) -> dict[str, Any]:
-    """The request as its caller reads it: everything the list shows, the verdict and the
-    reviewer's words (a rejection's reason, the changes asked for, or the answer)."""
-    decision = request.decision
-    feedback = ""
-    if isinstance(decision, Reject):
-        feedback = decision.message
-    elif isinstance(decision, RequestChanges):
-        feedback = decision.feedback
-    elif isinstance(decision, Answer):
-        feedback = decision.text
-    return request.public() | {
-        "verdict": VERDICTS.get(str(request.status)),
-        "feedback": feedback or None,
-        "url": approval_url(request.request_id),
-    }
 
 
 async def create_approval(request: web.Request) -> web.Response:
@@ -136,3 +109,17 @@ async def _detail(request: web.Request, request_id: str) -> web.Response:
     if found is None:
         return error(404, f"no approval request {request_id!r}")
     return web.json_response(external_view(found))
+
+
+async def list_dead_callbacks(request: web.Request) -> web.Response:
+    """Callbacks that kept failing (or could not be sent), newest first."""
+    if denied := authorized(request):
+        return denied
+    try:
+        limit = int(request.query.get("limit", "100"))
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= 500:
+        return error(400, "limit must be an integer between 1 and 500")
+    letters = await dead_callbacks(request.app[HOST_KEY].redis, limit)
+    return web.json_response({"dead": letters})
