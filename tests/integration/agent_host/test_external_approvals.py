@@ -186,3 +186,21 @@ async def test_nan_wait_and_unknown_ids_are_refused(
             assert r.status == 404
         async with http.post(f"{stack.url}/api/v1/approvals", json=REFUND) as resp:
             assert resp.status == 401
+
+
+async def test_it_is_listed_by_slash_approvals_like_any_request(
+    redis_url: str, tmp_path: Path, http: aiohttp.ClientSession
+) -> None:
+    async with running_stack(redis_url, tmp_path) as stack:
+        created = await create(http, stack, REFUND)
+        await stack.posted(created["request_id"])
+        listed = await slash(stack, "pending")
+        assert created["request_id"] in listed and "issue_refund" in listed, listed
+        shown = await slash(stack, f"show {created['request_id']}")
+        assert "billing-bot" in shown and "*pending*" in shown, shown
+
+
+async def slash(stack: Stack, text: str) -> str:
+    reply = await stack.standin.slash(REVIEWER, CHANNEL, "/approvals", text)
+    assert reply.status == 200, reply.body
+    return str(json.loads(reply.body)["text"])
