@@ -5,11 +5,14 @@ The public API, importable from here in one line::
     from agent_host import Agent, AgentRegistry, Runner, tool, Permission, Approve
 
 Nearly everything below is the pure runtime (`agent_host.runtime`: no Redis, no HTTP, no
-Slack); `model_from_settings` builds the OpenAI-compatible model from `ModelSettings`.
+Slack); `model_from_settings` builds the OpenAI-compatible model from `ModelSettings`, and
+`ApprovalClient` (`agent_host.client`) is for code that runs elsewhere and asks countersign's
+HTTP API for approval (aiohttp only).
 The durable host (`agent_host.durable`), the approval domain (`agent_host.approvals`) and the
 HTTP API (`agent_host.http`) are assembled by the command line (`countersign serve`).
 """
 
+from agent_host.client import ApprovalClient, ApprovalClientError, ApprovalResult
 from agent_host.errors import (
     CountersignError,
     InvalidArguments,
@@ -46,6 +49,9 @@ __all__ = [
     "Agent",
     "AgentRegistry",
     "Answer",
+    "ApprovalClient",
+    "ApprovalClientError",
+    "ApprovalResult",
     "Approve",
     "CallRecord",
     "Conversation",

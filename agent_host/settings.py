@@ -6,7 +6,7 @@ start-up with a message naming the variable.
 
     CoreSettings   data directory, agents, encryption keys, routes, channels, admins
     RedisSettings  where Redis is (unset: an embedded redis-server)
-    HttpSettings   the port, the API token, the webhook secret, body limits
+    HttpSettings   the port, the API token, the webhook secret, body limits, callback hosts
     ModelSettings  the OpenAI-compatible model your own agents may use
     Settings       all four: what the agent host needs
 """
@@ -69,6 +69,8 @@ class HttpSettings(_Base):
     api_token: str | None = Field(None, validation_alias=env("COUNTERSIGN_API_TOKEN"))
     webhook_secret: str | None = Field(None, validation_alias=env("COUNTERSIGN_WEBHOOK_SECRET"))
     max_body_bytes: int = Field(256 * 1024, ge=1024, validation_alias=env("COUNTERSIGN_MAX_BODY"))
+    # host[:port], comma-separated: where decision callbacks may be POSTed (an allow-list)
+    callback_hosts: str = Field("", validation_alias=env("COUNTERSIGN_CALLBACK_HOSTS"))
 
 
 class ModelSettings(_Base):

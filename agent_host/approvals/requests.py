@@ -105,6 +105,8 @@ class ApprovalRequest:
     pause_id: str = ""
     delivery: str = ""  # "undeliverable": chat refused to post it where it was routed
     delivery_error: str = ""  # the chat side's error code, e.g. not_in_channel
+    origin: str = ""  # "external": asked by an agent that runs elsewhere (no checkpoint here)
+    callback_url: str = ""  # where its decision is POSTed (external requests only)
 
     @property
     def decided(self) -> bool:
@@ -161,6 +163,8 @@ class ApprovalRequest:
             pause_id=raw.get("pause_id", ""),
             delivery=raw.get("delivery", ""),
             delivery_error=raw.get("delivery_error", ""),
+            origin=raw.get("origin", ""),
+            callback_url=raw.get("callback_url", ""),
         )
 
     def public(self) -> dict[str, Any]:
@@ -190,6 +194,7 @@ class ApprovalRequest:
             "message_ts": self.message_ts or None,
             "delivery": self.delivery or None,  # "undeliverable" when its channel refused it
             "delivery_error": self.delivery_error or None,
+            "origin": self.origin or "countersign",
         }
 
 

@@ -41,6 +41,7 @@ class RunRecord:
     error: str = ""
     decided_at: float | None = None  # when the last decision of the current pause was made
     pause_requests: tuple[str, ...] = ()  # the request ids of the current pause
+    origin: str = ""  # "external": one request of an agent that runs elsewhere, no checkpoint
 
     @classmethod
     def from_hash(cls, raw: dict[str, str]) -> RunRecord:
@@ -57,4 +58,5 @@ class RunRecord:
             error=raw.get("error", ""),
             decided_at=float(raw["decided_at"]) if raw.get("decided_at") else None,
             pause_requests=tuple(json.loads(raw.get("pause_requests") or "[]")),
+            origin=raw.get("origin", ""),
         )

@@ -21,9 +21,11 @@ from redis.asyncio import Redis
 
 from agent_host.approvals import ApprovalService, ReviewerDirectory, Router
 from agent_host.approvals.notifier import LoggingNotifier, Notifier
+from agent_host.durable.callbacks import AiohttpSender, CallbackDelivery, CallbackSender
 from agent_host.durable.crashpoints import CrashPoints
 from agent_host.durable.crypto import ENV_VAR, KeyRing, generate_key
 from agent_host.durable.data_dir import check_private_file, private_dir
+from agent_host.durable.external_store import ExternalRequests
 from agent_host.durable.outbox import Outbox
 from agent_host.durable.redis_ledger import RedisLedger
 from agent_host.durable.redis_server import RedisServer
@@ -141,6 +143,9 @@ class Host:
     retry_idle_ms: int = 5_000  # how long an undelivered outbox entry waits to be retried
     resume_idle_ms: int = 30_000  # how long a resume entry of a silent worker waits to be reclaimed
     sweep_interval: float = 1.0
+    callback_sender: CallbackSender = field(default_factory=AiohttpSender)
+    callback_attempts: int = 8  # failed POSTs of one callback before it is dead-lettered
+    callback_backoff: float = 2.0  # seconds before the first retry; doubled each time
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -148,12 +153,14 @@ class Host:
         self.crash = CrashPoints(self.settings.crash_at)
         self.store = RunStore(self.redis, self.keyring, self.router)
         self.approvals = ApprovalService(self.store, self.directory)
+        self.external = ExternalRequests(self.store)
         self.runner = Runner(self.registry, RedisLedger(self.redis))
 
     def start_background(
         self, workers: int = 1, *, sweeper: bool = True, outbox: bool = True
     ) -> None:
-        """Start N resume workers, the sweeper and the outbox as owned tasks."""
+        """Start N resume workers, the sweeper and the outbox (with the decision callbacks,
+        which also deliver at least once) as owned tasks."""
         for n in range(workers):
             worker = ResumeWorker(
                 self.store,
@@ -179,6 +186,16 @@ class Host:
                 crash=self.crash,
             )
             self._spawn(box.consumer.run(self._stop), "outbox")
+            callbacks = CallbackDelivery(
+                self.store,
+                self.settings,
+                self.callback_sender,
+                f"{self.consumer_name}-callbacks",
+                attempts=self.callback_attempts,
+                backoff=self.callback_backoff,
+                idle_ms=self.retry_idle_ms,
+            )
+            self._spawn(callbacks.consumer.run(self._stop), "callbacks")
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         self._tasks.append(asyncio.create_task(coro, name=name))
@@ -189,6 +206,8 @@ class Host:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        if isinstance(self.callback_sender, AiohttpSender):
+            await self.callback_sender.close()
         await self.redis.aclose()
         if self.embedded is not None:
             self.embedded.stop()

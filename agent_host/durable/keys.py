@@ -10,12 +10,14 @@ either id alone. Keys that are not about runs (routes, their audit) share `{glob
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 from dataclasses import dataclass
 
 __all__ = [
     "AUDIT",
+    "CALLBACK_GROUP",
     "OUTBOX_GROUP",
     "RESUME_GROUP",
     "ROTATION",
@@ -23,8 +25,10 @@ __all__ = [
     "SHARDS",
     "Keys",
     "Shard",
+    "external_shard",
     "is_run_id",
     "new_run_id",
+    "new_run_id_in",
     "request_id",
     "shards",
     "token_of",
@@ -41,6 +45,7 @@ ROTATION = f"{_GLOBAL}:rotation"  # hash shard -> resumable position of `keys ro
 
 RESUME_GROUP = "resumers"
 OUTBOX_GROUP = "notifiers"
+CALLBACK_GROUP = "callbacks"
 
 _ID = re.compile(r"^(?:run|req)_([0-9a-f]{8,64})(?:_\d+)?$")
 
@@ -86,9 +91,35 @@ class Shard:
     def deadletter(self) -> str:  # stream: outbox entries the chat side refused for good
         return f"{self.tag}:outbox:deadletter"
 
+    @property
+    def callbacks(self) -> str:  # stream: decisions to POST to callers' callback URLs
+        return f"{self.tag}:callbacks"
+
+    @property
+    def callbacks_dead(self) -> str:  # stream: callbacks that kept failing (dead letters)
+        return f"{self.tag}:callbacks:dead"
+
+    def external(self, external_id: str) -> str:  # hash request_id, fingerprint
+        """The idempotency key of a caller's `external_id` (see `external_shard`)."""
+        digest = hashlib.sha256(external_id.encode()).hexdigest()
+        return f"{self.tag}:external:{digest}"
+
 
 def shards() -> list[Shard]:
     return [Shard(n) for n in range(SHARDS)]
+
+
+def external_shard(external_id: str) -> Shard:
+    """The shard an external request with this caller's id lives in: derived from the id,
+    so its idempotency key and the request's own keys share one hash tag."""
+    return Shard(int(hashlib.sha256(external_id.encode()).hexdigest()[:8], 16) % SHARDS)
+
+
+def new_run_id_in(shard: Shard) -> str:
+    """A fresh run id whose keys live in `shard` (the shard is the token's first 8 hex
+    digits mod SHARDS, so their last digit picks it)."""
+    token = secrets.token_hex(10)
+    return f"run_{token[:7]}{shard.number:x}{token[8:]}"
 
 
 _RUN_ID = re.compile(r"^run_[0-9a-f]{8,64}$")
@@ -138,3 +169,8 @@ class Keys:
 
     def approvers(self, request_id: str) -> str:
         return f"{self._base}:req:{request_id}:approvers"
+
+    def decided(self, request_id: str) -> str:
+        """A list DECIDE pushes to when the request is decided, with a short time to live:
+        long polls block on it (BLPOP) instead of polling the request."""
+        return f"{self._base}:req:{request_id}:decided"

@@ -68,6 +68,14 @@ async def render_metrics(host: Host) -> str:
         "# TYPE countersign_dead_letters gauge",
         f"countersign_dead_letters {dead_letters}",
     ]
+    lines += [
+        "# HELP countersign_callbacks_total Decision callbacks delivered, retried after a "
+        "failed attempt, and dead-lettered (GET /api/v1/callbacks/dead).",
+        "# TYPE countersign_callbacks_total counter",
+    ]
+    for result in ("delivered", "retried", "dead"):
+        value = int(counters.get(f"callbacks:{result}", 0))
+        lines.append(f'countersign_callbacks_total{{result="{result}"}} {value}')
     return "\n".join(lines) + "\n"
 
 

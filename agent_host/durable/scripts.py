@@ -9,7 +9,15 @@ compare-and-set on the request's status.
 
 from __future__ import annotations
 
-__all__ = ["CLEAR_PROGRESS", "CREATE", "DECIDE", "FINISH", "PAUSE", "SAVE_PROGRESS"]
+__all__ = [
+    "CLEAR_PROGRESS",
+    "CREATE",
+    "CREATE_EXTERNAL",
+    "DECIDE",
+    "FINISH",
+    "PAUSE",
+    "SAVE_PROGRESS",
+]
 
 # KEYS: run, run audit, shard runs, shard resume
 # ARGV: run id, fields as JSON, created score, now, actor
@@ -81,16 +89,58 @@ end
 return 1
 """
 
-# KEYS: request, approvers, run, run audit, PENDING, DEADLINES, RESUME, OUTBOX, METRICS,
+# An approval request from an agent that runs elsewhere: a run with one pending request and
+# no checkpoint, indexed, given its deadline and queued for posting like one of PAUSE's. With
+# a caller's external id (ARGV[1] "1") the first creation wins: the same id later answers
+# the request it made ('exists'), or 'conflict' if the body is not the same.
+# KEYS: external id key, run, requests, run audit, PENDING, DEADLINES, OUTBOX, RUNS, request,
 #       pending-by-destination
+# ARGV: has external id, body fingerprint, run id, request id, run fields JSON, request fields
+#       JSON, created score, seconds until its deadline, now, actor
+CREATE_EXTERNAL = """
+if ARGV[1] == '1' then
+  local seen = redis.call('HMGET', KEYS[1], 'request_id', 'fingerprint')
+  if seen[1] then
+    if seen[2] == ARGV[2] then return {'exists', seen[1]} end
+    return {'conflict', seen[1]}
+  end
+  redis.call('HSET', KEYS[1], 'request_id', ARGV[4], 'fingerprint', ARGV[2])
+end
+local t = redis.call('TIME')
+local deadline = tonumber(t[1]) + tonumber(t[2]) / 1000000 + tonumber(ARGV[8])
+local run = cjson.decode(ARGV[5])
+local flat = {}
+for k, v in pairs(run) do flat[#flat + 1] = k; flat[#flat + 1] = v end
+redis.call('HSET', KEYS[2], unpack(flat))
+local fields = cjson.decode(ARGV[6])
+fields['expires_at'] = string.format('%.6f', deadline)
+flat = {}
+for k, v in pairs(fields) do flat[#flat + 1] = k; flat[#flat + 1] = v end
+redis.call('HSET', KEYS[9], unpack(flat))
+redis.call('RPUSH', KEYS[3], ARGV[4])
+redis.call('ZADD', KEYS[8], ARGV[7], ARGV[3])
+redis.call('ZADD', KEYS[5], ARGV[7], ARGV[4])
+redis.call('ZADD', KEYS[10], ARGV[7], ARGV[4])
+redis.call('ZADD', KEYS[6], string.format('%d', math.floor(deadline * 1000)), ARGV[4])
+redis.call('XADD', KEYS[4], '*', 'at', ARGV[9], 'actor', ARGV[10], 'event', 'requested',
+  'request_id', ARGV[4], 'call_hash', fields['call_hash'])
+redis.call('XADD', KEYS[7], '*', 'type', 'request_posted', 'request_id', ARGV[4])
+return {'created', ARGV[4]}
+"""
+
+# KEYS: request, approvers, run, run audit, PENDING, DEADLINES, RESUME, OUTBOX, METRICS,
+#       pending-by-destination, decided (the long polls' wake-up list), CALLBACKS
 # ARGV: request id, kind, terminal status, decision JSON, decider, seen hash,
 #       completes quorum ("1": this approval decides whatever the quorum)
 # Time is Redis's own (TIME), never the caller's: a replica whose clock lags cannot decide
 # after the deadline, and one whose clock runs ahead cannot expire a request early.
+# A terminal decision wakes whoever long-polls the request and, if the request has a
+# callback URL, queues its callback, in the same step. A request from an agent that runs
+# elsewhere (origin "external") has no checkpoint here: its decided run resumes nothing.
 DECIDE = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'not_found', 0} end
 local f = redis.call('HMGET', KEYS[1], 'status', 'call_hash', 'quorum', 'run_id', 'pause_id',
-  'expires_at', 'kind')
+  'expires_at', 'kind', 'origin', 'callback_url')
 if f[1] ~= 'pending' then return {'already_decided', 0} end
 local kind = ARGV[2]
 local fits = kind == 'reject' or kind == 'expired'
@@ -130,7 +180,19 @@ redis.call('HINCRBY', KEYS[9], 'decisions_' .. ARGV[3], 1)
 redis.call('XADD', KEYS[4], '*', 'at', now, 'actor', ARGV[5], 'event', ARGV[3],
   'request_id', ARGV[1], 'call_hash', hash, 'detail', ARGV[4])
 redis.call('XADD', KEYS[8], '*', 'type', 'request_decided', 'request_id', ARGV[1])
+redis.call('RPUSH', KEYS[11], ARGV[3])
+redis.call('EXPIRE', KEYS[11], 300)
+if f[9] and f[9] ~= '' then
+  redis.call('XADD', KEYS[12], '*', 'request_id', ARGV[1], 'attempt', '1', 'not_before', '0')
+end
 local left = redis.call('HINCRBY', KEYS[3], 'undecided', -1)
+if f[8] == 'external' then
+  if left == 0 then
+    redis.call('HSET', KEYS[3], 'status', 'succeeded', 'output', ARGV[3], 'decided_at', now,
+      'updated_at', now)
+  end
+  return {'decided', 0}
+end
 if left == 0 then
   redis.call('HSET', KEYS[3], 'status', 'resuming', 'decided_at', now)
   redis.call('XADD', KEYS[7], '*', 'type', 'resume', 'run_id', f[4], 'pause_id', f[5])

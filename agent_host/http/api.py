@@ -23,6 +23,7 @@ from agent_host.runtime import strict_json
 
 __all__ = [
     "HOST_KEY",
+    "authorized",
     "error",
     "healthz",
     "json_errors",
@@ -67,7 +68,8 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         return error(500, "internal error; the request may be retried")
 
 
-def _authorized(request: web.Request) -> web.Response | None:
+def authorized(request: web.Request) -> web.Response | None:
+    """None when the request carries the API's bearer token, else the answer to send."""
     token = request.app[HOST_KEY].settings.api_token
     if not token:
         return error(503, "the API is disabled: set COUNTERSIGN_API_TOKEN to enable it")
@@ -93,7 +95,7 @@ async def json_object(request: web.Request) -> dict[str, Any] | web.Response:
 
 
 async def start_run(request: web.Request) -> web.Response:
-    if denied := _authorized(request):
+    if denied := authorized(request):
         return denied
     body = await json_object(request)
     if isinstance(body, web.Response):
@@ -113,7 +115,7 @@ async def start_run(request: web.Request) -> web.Response:
 
 
 async def run_detail(request: web.Request) -> web.Response:
-    if denied := _authorized(request):
+    if denied := authorized(request):
         return denied
     host, run_id = request.app[HOST_KEY], request.match_info["run_id"]
     if not K.is_run_id(run_id):
@@ -133,7 +135,7 @@ async def run_detail(request: web.Request) -> web.Response:
         "audit": await host.store.audit(run_id),
     }
     pause_id = info.pause_id
-    if pause_id:
+    if pause_id and info.origin != "external":  # an external request has no checkpoint
         try:
             state = await host.store.load_checkpoint(run_id, pause_id)
             detail["tool_calls"] = [
@@ -152,7 +154,7 @@ async def run_detail(request: web.Request) -> web.Response:
 
 
 async def list_approvals(request: web.Request) -> web.Response:
-    if denied := _authorized(request):
+    if denied := authorized(request):
         return denied
     status = request.query.get("status", "pending")
     if status != "pending":

@@ -15,6 +15,12 @@ from agent_host.http.api import (
     run_detail,
     start_run,
 )
+from agent_host.http.external_api import (
+    approval_by_external_id,
+    approval_detail,
+    create_approval,
+    list_dead_callbacks,
+)
 from agent_host.http.webhook import approval_webhook
 
 __all__ = ["add_api_routes", "create_app"]
@@ -26,6 +32,10 @@ def add_api_routes(app: web.Application, host: Host) -> None:
     app.router.add_post("/api/v1/runs", start_run)
     app.router.add_get("/api/v1/runs/{run_id}", run_detail)
     app.router.add_get("/api/v1/approvals", list_approvals)
+    app.router.add_post("/api/v1/approvals", create_approval)
+    app.router.add_get("/api/v1/approvals/{request_id}", approval_detail)
+    app.router.add_get("/api/v1/approvals/by-external-id/{external_id}", approval_by_external_id)
+    app.router.add_get("/api/v1/callbacks/dead", list_dead_callbacks)
     app.router.add_post("/api/v1/webhooks/approval-response", approval_webhook)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

@@ -138,6 +138,15 @@ class Stack:
 
         return await eventually(done)
 
+    async def posted(self, request_id: str) -> ApprovalRequest:
+        """Wait until the request is posted to Slack (its message ts saved)."""
+
+        async def found() -> ApprovalRequest | None:
+            request = await self.host.store.get_request(request_id)
+            return request if request is not None and request.message_ts else None
+
+        return await eventually(found)
+
     def channel_messages(self, channel: str) -> list[dict[str, Any]]:
         """Top-level messages (no thread replies) in `channel`, oldest first."""
         state = self.standin.workspace.to_dict()
@@ -170,8 +179,10 @@ def stack_settings(standin: SlackStandIn, redis_url: str, tmp_path: Path, **env:
 
 
 def quicken(host: Host) -> None:
-    """Background timings short enough for tests: reclaim after 200 ms, sweep every 100 ms."""
+    """Background timings short enough for tests: reclaim after 200 ms, sweep every 100 ms,
+    retry a failed callback after 50 ms (doubling) and dead-letter it after 3 attempts."""
     host.retry_idle_ms, host.sweep_interval = 200, 0.1
+    host.callback_backoff, host.callback_attempts = 0.05, 3
 
 
 async def serve_app(app: web.Application) -> tuple[web.AppRunner, str]:

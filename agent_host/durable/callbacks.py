@@ -1,0 +1,215 @@
+"""Decision callbacks: a decided external request's decision, POSTed to its callback URL.
+
+DECIDE queues one entry on the shard's `callbacks` stream in the same step as the decision,
+so a crash loses none; this consumer group delivers it at least once. Each POST is signed:
+
+    X-Countersign-Timestamp: <unix seconds>
+    X-Countersign-Delivery:  <delivery id, the same on every retry of one delivery>
+    X-Countersign-Signature: sha256=<hex HMAC-SHA256 of "<timestamp>.<raw body>",
+                                     keyed by COUNTERSIGN_WEBHOOK_SECRET>
+
+A 2xx answer delivers it. Anything else is retried with exponential backoff: the entry is
+re-queued with its next attempt and the time before which it waits, in one MULTI with the
+acknowledgement of the old one. After `attempts` failures, or when the host is no longer
+on COUNTERSIGN_CALLBACK_HOSTS, the delivery goes to the shard's dead-letter stream
+(`GET /api/v1/callbacks/dead`, `countersign_callbacks_total` in /metrics).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import aiohttp
+
+from agent_host.approvals.callback_hosts import callback_refusal, parse_callback_hosts
+from agent_host.approvals.external import external_view
+from agent_host.durable import keys as K
+from agent_host.durable.connections import as_text
+from agent_host.durable.store import RunStore
+from agent_host.durable.streams import RetryLater, ShardedConsumer, StreamConsumer
+from agent_host.settings import Settings
+
+__all__ = [
+    "AiohttpSender",
+    "CallbackDelivery",
+    "CallbackSender",
+    "dead_callbacks",
+    "sign_callback",
+]
+
+log = logging.getLogger(__name__)
+
+DEAD_KEPT = 10_000  # per shard; older dead letters are trimmed
+SEND_TIMEOUT = 10.0  # seconds for one POST
+
+
+class CallbackSender(Protocol):
+    async def send(self, url: str, body: bytes, headers: dict[str, str]) -> int:
+        """POST `body`; the HTTP status, or an exception if there was no answer."""
+        ...
+
+
+class AiohttpSender:
+    """POSTs with aiohttp; redirects are not followed (a listed host may not send the
+    signed decision on to one that is not)."""
+
+    def __init__(self) -> None:
+        self._session: aiohttp.ClientSession | None = None
+
+    async def send(self, url: str, body: bytes, headers: dict[str, str]) -> int:
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        async with self._session.post(
+            url,
+            data=body,
+            headers=headers | {"Content-Type": "application/json"},
+            allow_redirects=False,
+            timeout=aiohttp.ClientTimeout(total=SEND_TIMEOUT),
+        ) as resp:
+            return resp.status
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def sign_callback(secret: str, timestamp: int, body: bytes) -> str:
+    mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
+    return "sha256=" + mac.hexdigest()
+
+
+class CallbackDelivery:
+    def __init__(
+        self,
+        store: RunStore,
+        settings: Settings,
+        sender: CallbackSender,
+        consumer: str,
+        *,
+        attempts: int = 8,
+        backoff: float = 2.0,
+        idle_ms: int = 5_000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store, self.settings, self.sender = store, settings, sender
+        self.attempts, self.backoff, self.clock = attempts, backoff, clock
+        self.consumer = ShardedConsumer(
+            [
+                StreamConsumer(
+                    store.redis,
+                    shard.callbacks,
+                    K.CALLBACK_GROUP,
+                    consumer,
+                    self.handle,
+                    idle_ms=idle_ms,
+                    count=50,
+                    concurrent=True,  # one slow receiver must not hold up the others
+                )
+                for shard in K.shards()
+            ]
+        )
+
+    async def handle(self, entry_id: str, fields: dict[str, str]) -> None:
+        if float(fields.get("not_before") or 0) > self.clock():
+            raise RetryLater("its backoff has not passed yet")
+        request = await self.store.get_request(fields.get("request_id", ""))
+        if request is None or not request.callback_url:
+            return
+        delivery_id = fields.get("delivery_id") or f"dlv_{entry_id}"
+        attempt = int(fields.get("attempt") or 1)
+        allowed = parse_callback_hosts(self.settings.callback_hosts)
+        if refusal := callback_refusal(request.callback_url, allowed):
+            await self._dead(fields, delivery_id, attempt, f"not sent: {refusal}")
+            return
+        secret = self.settings.webhook_secret
+        if not secret:
+            reason = "not sent: COUNTERSIGN_WEBHOOK_SECRET is unset, so it cannot be signed"
+            await self._dead(fields, delivery_id, attempt, reason)
+            return
+        body = json.dumps(external_view(request), separators=(",", ":")).encode()
+        timestamp = int(self.clock())
+        headers = {
+            "X-Countersign-Timestamp": str(timestamp),
+            "X-Countersign-Delivery": delivery_id,
+            "X-Countersign-Signature": sign_callback(secret, timestamp, body),
+        }
+        try:
+            status = await self.sender.send(request.callback_url, body, headers)
+            error = "" if 200 <= status < 300 else f"answered HTTP {status}"
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            error = f"no answer ({type(exc).__name__}: {exc})"
+        metrics = K.Keys(request.request_id).shard.metrics
+        if not error:
+            await self.store.redis.hincrby(metrics, "callbacks:delivered", 1)
+            return
+        log.info("callback %s of %s failed: %s", delivery_id, request.request_id, error)
+        if attempt >= self.attempts:
+            await self._dead(fields, delivery_id, attempt, error)
+            return
+        retry = {
+            "request_id": request.request_id,
+            "delivery_id": delivery_id,
+            "attempt": str(attempt + 1),
+            "not_before": repr(self.clock() + self.backoff * 2 ** (attempt - 1)),
+            "last_error": error[:500],
+        }
+        shard = K.Keys(request.request_id).shard
+        async with self.store.redis.pipeline(transaction=True) as pipe:
+            pipe.xadd(shard.callbacks, retry)  # type: ignore[arg-type]
+            pipe.xack(shard.callbacks, K.CALLBACK_GROUP, entry_id)
+            pipe.hincrby(metrics, "callbacks:retried", 1)
+            await pipe.execute()
+
+    async def _dead(
+        self, fields: dict[str, str], delivery_id: str, attempts: int, error: str
+    ) -> None:
+        request_id = fields.get("request_id", "")
+        request = await self.store.get_request(request_id)
+        k = K.Keys(request_id)
+        letter = {
+            "request_id": request_id,
+            "delivery_id": delivery_id,
+            "callback_url": request.callback_url if request is not None else "",
+            "attempts": str(attempts),
+            "error": error[:500],
+            "at": repr(self.clock()),
+        }
+        log.warning("callback %s of %s dead-lettered: %s", delivery_id, request_id, error)
+        async with self.store.redis.pipeline(transaction=True) as pipe:
+            pipe.xadd(
+                k.shard.callbacks_dead,
+                letter,  # type: ignore[arg-type]
+                maxlen=DEAD_KEPT,
+                approximate=True,
+            )
+            pipe.xadd(
+                k.audit,
+                {
+                    "at": letter["at"],
+                    "actor": "countersign",
+                    "event": "callback_failed",
+                    "request_id": request_id,
+                    "detail": error[:500],
+                },
+            )
+            pipe.hincrby(k.shard.metrics, "callbacks:dead", 1)
+            await pipe.execute()
+
+
+async def dead_callbacks(redis: Any, limit: int = 100) -> list[dict[str, str]]:
+    """The newest dead-lettered callbacks of every shard, newest first."""
+    letters: list[dict[str, str]] = []
+    for shard in K.shards():
+        entries: Any = await redis.xrevrange(shard.callbacks_dead, count=limit)
+        for entry_id, fields in entries:
+            letter = {as_text(k): as_text(v) for k, v in fields.items()}
+            letters.append(letter | {"id": as_text(entry_id)})
+    letters.sort(key=lambda letter: float(letter.get("at") or 0), reverse=True)
+    return letters[:limit]

@@ -1,0 +1,143 @@
+"""External approval requests in Redis: create (idempotent by the caller's id) and wait.
+
+Creation is one Lua script (`CREATE_EXTERNAL`) over the keys of a fresh run: the run, its
+one request, the indexes, the deadline and the outbox entry that posts it, and, with an
+external id, the idempotency key, which lives in the same hash tag (the run is placed in
+the shard the external id picks), so the first creation wins on a cluster too.
+
+A long poll blocks on the request's `decided` list, which DECIDE pushes to with a short
+time to live: no polling, and it works across processes. Each waiter that is woken puts
+the token back, so every waiter of one request wakes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from redis.asyncio import Redis
+
+from agent_host.approvals import ApprovalRequest, Router
+from agent_host.approvals.external import EXTERNAL, ExternalRequestSpec
+from agent_host.durable import keys as K
+from agent_host.durable.connections import as_text, unavailable_on_redis_errors
+from agent_host.durable.scripts import CREATE_EXTERNAL
+from agent_host.durable.store import RunStore, _score
+
+__all__ = ["Created", "ExternalRequests"]
+
+EXTERNAL_CALL_ID = "call_external"
+BLOCK_SLICE = 4.0  # seconds; below the Redis client's socket timeout of 5 s
+
+
+@dataclass(frozen=True)
+class Created:
+    outcome: Literal["created", "exists", "conflict"]
+    request_id: str
+
+
+@unavailable_on_redis_errors
+class ExternalRequests:
+    def __init__(self, store: RunStore) -> None:
+        self.store = store
+        self.redis: Redis = store.redis
+        self.router: Router = store.router
+        self._create = self.redis.register_script(CREATE_EXTERNAL)
+
+    async def create(self, spec: ExternalRequestSpec, actor: str = "api") -> Created:
+        shard = K.external_shard(spec.external_id) if spec.external_id else None
+        run_id = K.new_run_id_in(shard) if shard is not None else K.new_run_id()
+        k, now = K.Keys(run_id), self.store.clock()
+        request_id = K.request_id(run_id, 1)
+        route = await self.router.route(spec.agent, spec.tool, spec.severity)
+        if spec.expires_in_hours is not None:
+            route = replace(route, expiry_seconds=spec.expires_in_hours * 3600)
+        request = ApprovalRequest(
+            request_id=request_id,
+            run_id=run_id,
+            call_id=EXTERNAL_CALL_ID,
+            agent=spec.agent,
+            tool=spec.tool,
+            arguments=spec.arguments,
+            call_hash=spec.call_hash,
+            kind="question" if spec.question else "approval",
+            reason=spec.reason,
+            severity=spec.severity,
+            requested_by=spec.requested_by,
+            created_at=now,
+            expires_at=now + route.expiry_seconds,
+            route=route,
+            allow_always=False,  # there is no run here for a standing approval to cover
+            question=spec.question,
+            pause_id=request_id,
+            origin=EXTERNAL,
+            callback_url=spec.callback_url,
+        )
+        run = {
+            "run_id": run_id,
+            "agent": spec.agent,
+            "input": "",
+            "requested_by": spec.requested_by,
+            "status": "waiting",
+            "pause_id": request_id,
+            "undecided": "1",
+            "pause_requests": json.dumps([request_id]),
+            "request_seq": "1",
+            "origin": EXTERNAL,
+            "created_at": repr(now),
+            "updated_at": repr(now),
+        }
+        fields = request.to_hash() | {"quorum": str(route.quorum)}
+        external_key = k.shard.external(spec.external_id) if spec.external_id else k.run
+        outcome, rid = await self._create(
+            keys=[
+                external_key,
+                k.run,
+                k.requests,
+                k.audit,
+                k.shard.pending,
+                k.shard.deadlines,
+                k.shard.outbox,
+                k.shard.runs,
+                k.request(request_id),
+                k.shard.pending_in(route.destination),
+            ],
+            args=[
+                "1" if spec.external_id else "0",
+                spec.fingerprint,
+                run_id,
+                request_id,
+                json.dumps(run),
+                json.dumps(fields),
+                _score(now),
+                route.expiry_seconds,
+                repr(now),
+                actor,
+            ],
+        )
+        return Created(as_text(outcome), as_text(rid))  # type: ignore[arg-type]
+
+    async def by_external_id(self, external_id: str) -> str | None:
+        """The request id an external id created, if any."""
+        key = K.external_shard(external_id).external(external_id)
+        found: Any = await self.redis.hget(key, "request_id")
+        return as_text(found) if found is not None else None
+
+    async def wait(self, request_id: str, seconds: float) -> ApprovalRequest | None:
+        """The request once decided, or as it is after `seconds` (None if there is none)."""
+        request = await self.store.get_request(request_id)
+        if request is None or request.decided or seconds <= 0:
+            return request
+        wake = K.Keys(request_id).decided(request_id)
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            # In slices shorter than the client's socket timeout (connections.py), which
+            # would otherwise cut a long BLPOP off as a dead connection.
+            token: Any = await self.redis.blpop([wake], timeout=min(left, BLOCK_SLICE))
+            if token is not None:
+                # Put it back for the next waiter; the list's time to live still clears it.
+                await self.redis.rpush(wake, token[1])
+                break
+        return await self.store.get_request(request_id)

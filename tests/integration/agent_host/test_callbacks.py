@@ -1,0 +1,176 @@
+"""Decision callbacks over real HTTP: a receiver on loopback (allowed by
+COUNTERSIGN_CALLBACK_HOSTS) that checks the signature gets each decision at least once,
+again after a failed attempt, and a callback that keeps failing is dead-lettered where the
+API and /metrics show it."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from bot import blocks
+from tests.support.stack import API_TOKEN, REVIEWER, Stack, running_stack, serve_app
+from tests.support.waiting import eventually
+
+SECRET = "callback-secret"
+AUTH = {"Authorization": f"Bearer {API_TOKEN}"}
+
+
+@dataclass
+class Receiver:
+    """Answers each POST with the next status of `statuses` (then 200), and keeps the
+    deliveries whose signature checked out; a bad signature is an assertion failure."""
+
+    url: str = ""
+    statuses: list[int] = field(default_factory=list)
+    received: list[dict[str, Any]] = field(default_factory=list)
+    attempts: int = 0
+    bad_signatures: int = 0
+
+    async def handle(self, request: web.Request) -> web.Response:
+        raw = await request.read()
+        timestamp = request.headers["X-Countersign-Timestamp"]
+        expected = hmac.new(SECRET.encode(), f"{timestamp}.".encode() + raw, hashlib.sha256)
+        given = request.headers["X-Countersign-Signature"]
+        if not hmac.compare_digest(given, "sha256=" + expected.hexdigest()):
+            self.bad_signatures += 1
+            return web.Response(status=401)
+        assert abs(int(timestamp) - time.time()) < 300
+        self.attempts += 1
+        status = self.statuses.pop(0) if self.statuses else 200
+        if status == 200:
+            self.received.append(
+                {"delivery": request.headers["X-Countersign-Delivery"], "body": json.loads(raw)}
+            )
+        return web.Response(status=status)
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    found = Receiver()
+    app = web.Application()
+    app.router.add_post("/hook", found.handle)
+    runner, url = await serve_app(app)
+    found.url = f"{url}/hook"
+    try:
+        yield found
+    finally:
+        await runner.cleanup()
+
+
+def host_of(url: str) -> str:
+    return url.split("/")[2]
+
+
+async def create(stack: Stack, callback_url: str, status: int = 201) -> dict[str, Any]:
+    body = {
+        "agent": "billing-bot",
+        "tool": "issue_refund",
+        "arguments": {"order_id": 7},
+        "callback_url": callback_url,
+    }
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"{stack.url}/api/v1/approvals", json=body, headers=AUTH) as resp,
+    ):
+        answer = dict(await resp.json())
+        assert resp.status == status, answer
+        return answer
+
+
+async def test_a_decision_is_posted_signed_and_retried_after_a_failure(
+    redis_url: str, tmp_path: Path, receiver: Receiver
+) -> None:
+    receiver.statuses = [500]  # the first attempt fails
+    async with running_stack(
+        redis_url,
+        tmp_path,
+        COUNTERSIGN_WEBHOOK_SECRET=SECRET,
+        COUNTERSIGN_CALLBACK_HOSTS=f"example.com, {host_of(receiver.url)}",
+    ) as stack:
+        created = await create(stack, receiver.url)
+        request = await stack.posted(created["request_id"])
+        await stack.click(REVIEWER, request, blocks.APPROVE)
+        [delivery] = await eventually(lambda: _some(receiver.received))
+        assert receiver.attempts == 2 and receiver.bad_signatures == 0
+        body = delivery["body"]
+        assert body["request_id"] == created["request_id"]
+        assert body["verdict"] == "approved" and body["decided_by"] == REVIEWER
+        assert body["call_hash"] == created["call_hash"]
+        metrics = await _metrics(stack)
+        assert 'countersign_callbacks_total{result="delivered"} 1' in metrics
+        assert 'countersign_callbacks_total{result="retried"} 1' in metrics
+
+
+async def test_a_callback_that_keeps_failing_is_dead_lettered(
+    redis_url: str, tmp_path: Path, receiver: Receiver
+) -> None:
+    receiver.statuses = [503, 503, 503, 503]
+    async with running_stack(
+        redis_url,
+        tmp_path,
+        COUNTERSIGN_WEBHOOK_SECRET=SECRET,
+        COUNTERSIGN_CALLBACK_HOSTS=host_of(receiver.url),
+    ) as stack:
+        created = await create(stack, receiver.url)
+        request = await stack.posted(created["request_id"])
+        await stack.click(REVIEWER, request, blocks.APPROVE)
+
+        async def dead() -> list[dict[str, Any]] | None:
+            async with (
+                aiohttp.ClientSession() as http,
+                http.get(f"{stack.url}/api/v1/callbacks/dead", headers=AUTH) as resp,
+            ):
+                assert resp.status == 200
+                return (await resp.json())["dead"] or None
+
+        [letter] = await eventually(dead)
+        assert letter["request_id"] == created["request_id"]
+        assert letter["attempts"] == "3" and "HTTP 503" in letter["error"]
+        assert letter["callback_url"] == receiver.url
+        assert receiver.attempts == 3 and receiver.received == []
+        assert 'countersign_callbacks_total{result="dead"} 1' in await _metrics(stack)
+
+
+async def test_a_callback_host_not_on_the_list_is_refused_at_creation(
+    redis_url: str, tmp_path: Path, receiver: Receiver
+) -> None:
+    async with running_stack(
+        redis_url,
+        tmp_path,
+        COUNTERSIGN_WEBHOOK_SECRET=SECRET,
+        COUNTERSIGN_CALLBACK_HOSTS="hooks.example.com",
+    ) as stack:
+        answer = await create(stack, receiver.url, status=400)
+        assert "COUNTERSIGN_CALLBACK_HOSTS" in answer["error"]
+        assert host_of(receiver.url) in answer["error"]
+        assert await stack.host.store.pending_count() == 0
+
+
+async def test_callbacks_need_the_webhook_secret_to_sign_them(
+    redis_url: str, tmp_path: Path, receiver: Receiver
+) -> None:
+    async with running_stack(
+        redis_url, tmp_path, COUNTERSIGN_CALLBACK_HOSTS=host_of(receiver.url)
+    ) as stack:
+        answer = await create(stack, receiver.url, status=400)
+        assert "COUNTERSIGN_WEBHOOK_SECRET" in answer["error"]
+
+
+async def _some(items: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    return list(items) or None
+
+
+async def _metrics(stack: Stack) -> str:
+    async with aiohttp.ClientSession() as http, http.get(f"{stack.url}/metrics") as resp:
+        return await resp.text()
