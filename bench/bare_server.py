@@ -44,17 +44,19 @@ def create_bare_app(redis: Redis, secret: str, destination: str) -> web.Applicat
         decision = json.dumps({"kind": "approve", "decided_by": user})
         await decide(
             keys=decide_keys(request_id, destination),
-            args=[request_id, "approve", "approved", decision, user, repr(time.time()), ""],
+            # DECIDE's arguments (agent_host/durable/scripts.py): no seen hash, no quorum
+            # override; the time is Redis's own, read inside the script.
+            args=[request_id, "approve", "approved", decision, user, "", "0"],
         )
         return web.Response(status=200)
 
     app = web.Application()
     app.router.add_post("/slack/events", slack_events)
-    app.router.add_get("/healthz", lambda _: _ok())
+    app.router.add_get("/healthz", _ok)
     return app
 
 
-async def _ok() -> web.Response:
+async def _ok(request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
