@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import ResponseError
 
 from agent_host.approvals import (
     ApprovalRequest,
@@ -29,7 +30,7 @@ from agent_host.durable import keys as K
 from agent_host.durable.connections import as_text, unavailable_on_redis_errors
 from agent_host.durable.crypto import KeyRing
 from agent_host.durable.scripts import CREATE, DECIDE, FINISH, PAUSE
-from agent_host.errors import DeliveryFailed, StoreError
+from agent_host.errors import CheckpointError, DeliveryFailed
 from agent_host.runtime.checkpoint import CallRecord, RunState
 from agent_host.runtime.decisions import Approve, Decision, decision_adapter
 from agent_host.runtime.policy import Severity
@@ -182,10 +183,23 @@ class RunStore:
         return bool(await self._pause(keys=script_keys, args=args))
 
     async def load_checkpoint(self, run_id: str, pause_id: str) -> RunState:
-        """Decrypt and parse the run's checkpoint; CheckpointError subclasses if it cannot be."""
-        blob: Any = await self.redis.get(K.Keys(run_id).checkpoint)
+        """Decrypt and parse the run's checkpoint; CheckpointError subclasses if it cannot be.
+
+        A missing checkpoint, or a key that holds another kind of value, is a CheckpointError
+        too: no retry can mend it, so the worker fails the run and says why, rather than
+        retrying its entry for ever."""
+        try:
+            blob: Any = await self.redis.get(K.Keys(run_id).checkpoint)
+        except ResponseError as exc:  # WRONGTYPE: something else was written under the key
+            raise CheckpointError(
+                f"run {run_id}'s checkpoint key holds another kind of value ({exc}); the run "
+                "cannot be resumed: start it again"
+            ) from exc
         if blob is None:
-            raise StoreError(f"run {run_id} has no checkpoint; it cannot be resumed")
+            raise CheckpointError(
+                f"run {run_id} has no checkpoint; it cannot be resumed: restore the checkpoint "
+                "from a backup or start the run again"
+            )
         plaintext = self.keyring.decrypt(blob, run_id=run_id, request_id=pause_id)
         return RunState.from_json(plaintext)
 

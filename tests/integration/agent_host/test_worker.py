@@ -136,6 +136,31 @@ async def test_tampered_checkpoint_fails_the_run_and_never_runs_the_tool(redis: 
     assert not await redis.hexists(K.Keys(run_id).ledger, request.call_id)
 
 
+async def test_a_missing_or_overwritten_checkpoint_fails_the_run_instead_of_retrying(
+    redis: Redis,
+) -> None:
+    """No retry can mend a checkpoint that is gone or that another kind of value replaced:
+    the run is failed with the reason, its entry acknowledged, and nothing runs."""
+    env = make_env(redis)
+    gone = await env.start("refund-agent", "refund order 123")
+    overwritten = await env.start("refund-agent", "refund order 124")
+    for run_id in (gone, overwritten):  # both approved, neither resumed yet
+        (request,) = await env.requests(run_id)
+        assert (await env.store.decide(request.request_id, Approve(decided_by="bob"))).outcome
+    await redis.delete(K.Keys(gone).checkpoint)
+    key = K.Keys(overwritten).checkpoint
+    await redis.delete(key)
+    await redis.rpush(key, "not a checkpoint")
+
+    await env.drain()
+
+    assert "has no checkpoint" in (await env.info(gone)).error
+    assert "another kind of value" in (await env.info(overwritten)).error
+    for run_id in (gone, overwritten):
+        assert (await env.info(run_id)).status == "failed"
+    assert env.effects.count("refund") == 0
+
+
 async def test_checkpoint_copied_from_another_run_fails_closed(redis: Redis) -> None:
     env = make_env(redis)
     donor = await env.start("refund-agent", "refund order 123")
