@@ -6,6 +6,8 @@ the fingerprint recorded here. Versions, one line each:
     1  transcript, the run's tool calls (plan, gate, decision, outcome), sticky decisions.
     2  each call also keeps the model's own id for it (`model_call_id`); `call_id` is the
        runner's. Read from v1: the model's id is the old call id.
+    3  a hosted agent's run (OpenAI Agents SDK, Pydantic AI) keeps its framework's own
+       serialized state (`hosted_state`) and what the model said last. Read from v2: none.
 
 A checkpoint of an unknown or newer version is refused rather than guessed at; an older one
 is migrated to the current version as it is read.
@@ -33,11 +35,12 @@ __all__ = [
     "call_hash",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 CHECKPOINT_VERSIONS = {
     1: "transcript, the run's tool calls (plan, gate, decision, outcome), sticky decisions",
     2: "each call keeps the model's id for it (model_call_id); call_id is the runner's; "
     "approvals for the run are scoped (standing), sticky keeps rejections only",
+    3: "a hosted agent's run keeps its framework's serialized state (hosted_state)",
 }
 
 RunStatus = Literal["running", "paused", "succeeded", "failed"]
@@ -102,6 +105,8 @@ class RunState(BaseModel):
     # "Approve for this run", by tool: the decision, stamped with the route and severity it
     # was given for; the store applies it only to later calls within that scope.
     standing: dict[str, Approve] = Field(default_factory=dict)
+    # A hosted agent's run: its framework's own state (JSON), restored to resume the run.
+    hosted_state: str | None = None
     turns: int = 0
     status: RunStatus = "running"
     output: str | None = None
@@ -155,5 +160,10 @@ def _v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
     return raw | {"schema_version": 2}
 
 
+def _v2_to_v3(raw: dict[str, Any]) -> dict[str, Any]:
+    """v3 only added a field a v2 run never had."""
+    return raw | {"schema_version": 3}
+
+
 # version -> how a document of that version becomes one of the next
-_MIGRATIONS = {1: _v1_to_v2}
+_MIGRATIONS = {1: _v1_to_v2, 2: _v2_to_v3}

@@ -18,8 +18,8 @@ import json
 import logging
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from typing import Any, Literal
+from dataclasses import replace
+from typing import Any
 
 from agent_host.errors import (
     AgentChangedError,
@@ -32,9 +32,12 @@ from agent_host.errors import (
 from agent_host.runtime.agents import Agent, AgentRegistry
 from agent_host.runtime.checkpoint import CallRecord, RunState, call_hash
 from agent_host.runtime.decisions import Answer, Approve, Decision, Expired, Reject, RequestChanges
+from agent_host.runtime.hosted import HostedAgent
+from agent_host.runtime.hosted_runner import HostedRunner
 from agent_host.runtime.journal import NO_JOURNAL, TurnJournal
 from agent_host.runtime.ledger import ExecutionLedger, InMemoryLedger
 from agent_host.runtime.messages import Message, ToolCall
+from agent_host.runtime.outcomes import Failed, Paused, RunOutcome, Succeeded
 from agent_host.runtime.pause import PauseRequest
 from agent_host.runtime.policy import Permission, Verdict
 from agent_host.runtime.tools import InvalidArguments, ToolContext
@@ -49,43 +52,20 @@ UNKNOWN_OUTCOME = (
 )
 
 
-@dataclass(frozen=True)
-class Succeeded:
-    state: RunState
-    output: str
-    kind: Literal["succeeded"] = "succeeded"
-
-
-@dataclass(frozen=True)
-class Paused:
-    state: RunState
-    pending: list[CallRecord]
-    kind: Literal["paused"] = "paused"
-
-
-@dataclass(frozen=True)
-class Failed:
-    state: RunState
-    error: str
-    kind: Literal["failed"] = "failed"
-
-
-RunOutcome = Succeeded | Paused | Failed
-
-
 class Runner:
     def __init__(self, registry: AgentRegistry, ledger: ExecutionLedger | None = None) -> None:
         self.registry = registry
         self.ledger: ExecutionLedger = ledger or InMemoryLedger()
         # Agents are definitions, rebuilt from the registry once per process: building one
         # derives every tool's schema, and doing that per resume costs milliseconds.
-        self._agents: dict[str, tuple[Agent, str]] = {}
+        self._agents: dict[str, tuple[Agent | HostedAgent, str]] = {}
+        self.hosted = HostedRunner(self.ledger)
 
     def reload_agents(self) -> None:
         """Rebuild agents from the registry on next use (after it was changed in place)."""
         self._agents.clear()
 
-    def agent(self, name: str) -> tuple[Agent, str]:
+    def agent(self, name: str) -> tuple[Agent | HostedAgent, str]:
         """The registry's agent of that name, built once, and its fingerprint."""
         if name not in self._agents:
             agent = self.registry.build(name)
@@ -111,14 +91,14 @@ class Runner:
             input=input,
             requested_by=requested_by,
             context=dict(context or {}),
-            transcript=[
-                Message(role="system", content=agent.instructions),
-                Message(role="user", content=input),
-            ],
+            transcript=[Message(role="user", content=input)],
         )
+        if isinstance(agent, HostedAgent):
+            return await self.hosted.start(agent, state)
+        state.transcript.insert(0, Message(role="system", content=agent.instructions))
         return await self._advance(state, agent, journal)
 
-    def restore(self, state: RunState) -> Agent:
+    def restore(self, state: RunState) -> Agent | HostedAgent:
         """Rebuild the run's agent; refuse if its tools or policy changed while it waited."""
         agent, fingerprint = self.agent(state.agent)
         if fingerprint != state.agent_fingerprint:
@@ -155,6 +135,8 @@ class Runner:
         for call_id, record in pending.items():
             _apply(state, record, decisions[call_id])
         state.status = "running"
+        if isinstance(agent, HostedAgent):
+            return await self.hosted.resume(agent, state)
         return await self._advance(state, agent, journal)
 
     async def replay(self, state: RunState, *, journal: TurnJournal = NO_JOURNAL) -> RunOutcome:
@@ -166,6 +148,10 @@ class Runner:
         """
         state = state.model_copy(deep=True)
         agent = self.restore(state)
+        if isinstance(agent, HostedAgent):
+            raise CheckpointError(
+                f"run {state.run_id}: a hosted agent's run has no saved turn to replay"
+            )
         if state.status not in ("running", "succeeded"):
             raise CheckpointError(
                 f"run {state.run_id}: a saved turn is {state.status}, not running; "
