@@ -28,7 +28,7 @@ from agent_host.runtime.hosted import (
 from agent_host.runtime.ledger import ExecutionLedger
 from agent_host.runtime.messages import Message
 from agent_host.runtime.outcomes import Failed, Paused, RunOutcome, Succeeded
-from agent_host.runtime.policy import Permission
+from agent_host.runtime.policy import Permission, Severity
 
 __all__ = ["HostedRunner"]
 
@@ -95,13 +95,32 @@ class HostedRunner:
         if step.last_words:
             state.transcript.append(Message(role="assistant", content=step.last_words))
         context = {**state.context, "run_id": state.run_id, "requested_by": state.requested_by}
+        asked_itself = _asked_itself(guard)
         for index, call in enumerate(step.calls):
-            state.calls.append(_plan(state, agent, call, index, context))
+            record = _plan(state, agent, call, index, context)
+            if record.gate == "allow" and (call.framework_id, call.tool) in asked_itself:
+                record.gate, record.severity = "ask", max(record.severity, "medium", key=_rank)
+                record.reason = "the tool itself asked for a person's approval"
+            state.calls.append(record)
         if pending := state.pending:
             state.status = "paused"
             return Paused(state, pending)
         state.status = "running"
         return None
+
+
+def _asked_itself(guard: CallGuard) -> set[tuple[str, str]]:
+    """Calls the policy let through that stopped again instead of running: the tool asked
+    for approval itself (e.g. Pydantic AI's ApprovalRequired), so a person must decide."""
+    return {
+        (r.model_call_id, r.tool)
+        for r in guard.decided
+        if r.gate == "allow" and r.call_id not in guard.results
+    }
+
+
+def _rank(severity: str) -> int:
+    return Severity(severity).rank if severity in Severity.__members__.values() else 0
 
 
 def _plan(
