@@ -11,8 +11,6 @@ import json
 from typing import Any
 
 import pytest
-
-
 from agents import Agent, FunctionTool, ModelResponse, RunConfig, Usage, function_tool
 from agents.models.interface import Model
 from agents.testing.model import assistant_message, function_call

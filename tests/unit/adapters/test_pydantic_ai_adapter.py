@@ -10,8 +10,6 @@ import json
 from typing import Any
 
 import pytest
-
-
 from pydantic_ai import Agent, RunContext
 from pydantic_ai.exceptions import ApprovalRequired, CallDeferred
 from pydantic_ai.messages import (
