@@ -185,8 +185,8 @@ class CallGuard:
     executes is matched to one of them by the framework's id and the hash of the arguments
     it is about to run with: the model may repeat an id, so two calls can share one, but
     never an id and a hash with a call still unused. The ledger is keyed by countersign's
-    call id, so a resume redelivered after a crash gets the recorded result instead of
-    running the call again.
+    call id and hash, so a resume redelivered after a crash gets the recorded result instead
+    of running the call again.
     """
 
     run_id: str
@@ -215,7 +215,11 @@ class CallGuard:
                 return NOT_WHAT_WAS_APPROVED.format(call_id=same_id[0].call_id)
             return NOT_SEEN
         self._used.add(record.call_id)
-        claim = await self.ledger.claim(self.run_id, record.call_id)
+        # Keyed by the call's hash too: after a crash the framework asks its model again for
+        # the turns since the checkpoint, and a call it plans anew under the same id is
+        # another call, judged anew; only the very same call gets the recorded result.
+        entry = f"{record.call_id}#{record.call_hash[:16]}"
+        claim = await self.ledger.claim(self.run_id, entry)
         if claim.status == "finished":
             self.results[record.call_id] = claim.result or ""
             return claim.result
@@ -224,7 +228,7 @@ class CallGuard:
             return UNKNOWN_OUTCOME
         value = await invoke()  # a tool's exception is the framework's to report
         text = as_text(value)
-        await self.ledger.finish(self.run_id, record.call_id, text)
+        await self.ledger.finish(self.run_id, entry, text)
         self.results[record.call_id] = text
         return value
 
