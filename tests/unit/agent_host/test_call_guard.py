@@ -56,9 +56,7 @@ async def test_only_approved_calls_run_and_only_with_the_approved_arguments() ->
     assert tool.ran == [{"amount": 5}]
 
 
-async def test_a_redone_step_gets_the_recorded_result_and_a_new_call_under_an_old_id_runs() -> (
-    None
-):
+async def test_a_redone_step_gets_the_recorded_result_and_a_new_call_under_an_old_id_runs() -> None:
     tool, ledger = Tool(), InMemoryLedger()
     let_through = record("call_2_1", "fc", {"amount": 5}, gate="allow")
     await CallGuard("run_1", FP, ledger, [let_through]).run(
