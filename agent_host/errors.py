@@ -9,6 +9,7 @@
     │   ├── UnsupportedCheckpointVersion   written by an unknown or newer countersign
     │   ├── AgentChangedError     the agent's tools or policy changed while the run waited
     │   └── CheckpointDecryptError         ciphertext tampered with, moved, or key missing
+    │       └── SealedFieldError  the same, for one sealed field of a run (input, arguments, ...)
     ├── DecisionError
     │   ├── MissingDecisionError  resume called without a decision for every pending call
     │   ├── InvalidDecisionError  a decision that does not fit its pending call
@@ -56,6 +57,7 @@ __all__ = [
     "PolicyRuleError",
     "RetryLater",
     "RunMovedOn",
+    "SealedFieldError",
     "Signal",
     "StoreError",
     "StoreUnavailable",
@@ -99,6 +101,11 @@ class AgentChangedError(CheckpointError):
 
 class CheckpointDecryptError(CheckpointError):
     pass
+
+
+class SealedFieldError(CheckpointDecryptError):
+    """A sealed field (`agent_host.durable.sealed_fields`) cannot be opened. Readers show it
+    as "[unreadable: <message>]"; a worker that needs it to go on fails the run with it."""
 
 
 class DecisionError(CountersignError):

@@ -107,6 +107,9 @@ class ApprovalRequest:
     delivery_error: str = ""  # the chat side's error code, e.g. not_in_channel
     origin: str = ""  # "external": asked by an agent that runs elsewhere (no checkpoint here)
     callback_url: str = ""  # where its decision is POSTed (external requests only)
+    # Fields whose sealed value could not be decrypted, and why (set by the store, never
+    # stored); each such field reads "[unreadable: <why>]".
+    unreadable: dict[str, str] = field(default_factory=dict)
 
     @property
     def decided(self) -> bool:
@@ -119,6 +122,7 @@ class ApprovalRequest:
 
     def to_hash(self) -> dict[str, str]:
         data = asdict(self)
+        del data["unreadable"]
         data["route"] = json.dumps(data["route"])
         data["arguments"] = json.dumps(self.arguments)
         data["decision"] = (

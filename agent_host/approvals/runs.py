@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import enum
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 __all__ = ["RunRecord", "RunStatus"]
 
@@ -42,6 +43,9 @@ class RunRecord:
     decided_at: float | None = None  # when the last decision of the current pause was made
     pause_requests: tuple[str, ...] = ()  # the request ids of the current pause
     origin: str = ""  # "external": one request of an agent that runs elsewhere, no checkpoint
+    # Fields whose sealed value could not be decrypted, and why (set by the store); each
+    # such field reads "[unreadable: <why>]".
+    unreadable: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_hash(cls, raw: dict[str, str]) -> RunRecord:

@@ -29,6 +29,7 @@ __all__ = [
     "kind_refusal",
     "may_decide",
     "self_approval_refusal",
+    "unreadable_refusal",
 ]
 
 Via = Literal["slack", "webhook", "api", "sweeper"]
@@ -112,6 +113,19 @@ def kind_refusal(request: ApprovalRequest, decision: Decision) -> str:
     return ""
 
 
+def unreadable_refusal(request: ApprovalRequest, decision: Decision) -> str:
+    """Why this decision may not be taken on a request whose content could not be decrypted;
+    empty when it may. Nobody saw what such a request would run, so it can only be rejected
+    (or expire): approve what you saw."""
+    if not request.unreadable or isinstance(decision, Reject | Expired):
+        return ""
+    fields = ", ".join(sorted(request.unreadable))
+    return (
+        f"this request's {fields} could not be decrypted, so nobody can see what it would "
+        "do; reject it, or ask an operator to restore the encryption key it was sealed with"
+    )
+
+
 class ApprovalService:
     def __init__(self, store: Store, directory: ReviewerDirectory | None = None) -> None:
         self.store = store
@@ -156,6 +170,7 @@ class ApprovalService:
         if reason := kind_refusal(request, decision):
             return DecideResult("wrong_kind", request, reason=reason)
         decision, refusal = await self._admit(request, decision, via)
+        refusal = refusal or unreadable_refusal(request, decision)
         if refusal:
             return DecideResult("refused", request, reason=refusal)
         completes = via == "webhook" and request.route.webhook_completes_quorum

@@ -1,4 +1,5 @@
-"""Encryption at rest of run checkpoints: AES-256-GCM under a rotating key ring.
+"""Encryption at rest of run checkpoints and sealed fields: AES-256-GCM under a rotating
+key ring.
 
 Keys come from ``COUNTERSIGN_ENCRYPTION_KEYS``: comma-separated ``kid:base64(32 bytes)``
 entries. The first key encrypts; every key decrypts, so a key is rotated without downtime
@@ -11,6 +12,8 @@ Envelope (version 1)::
 
 The associated data covers the envelope header (version and kid) and the run and request
 ids, so a blob copied to another run or request fails to decrypt instead of resuming there.
+A sealed field (`sealed_fields`) uses the same envelope with associated data of its own
+domain naming its run, its record and its field, so neither kind can pass for the other.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from datetime import UTC, datetime
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from agent_host.errors import CheckpointDecryptError, ConfigurationError
+from agent_host.errors import CheckpointDecryptError, ConfigurationError, SealedFieldError
 
 __all__ = ["ENV_VAR", "KeyRing", "generate_key", "kid_of"]
 
@@ -37,6 +40,7 @@ NONCE_BYTES = 12
 TAG_BYTES = 16
 _KID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _AAD_PREFIX = b"countersign/checkpoint\x00"
+_FIELD_AAD_PREFIX = b"countersign/field\x00"
 _GENERATE = 'python -c "from agent_host.durable.crypto import generate_key; print(generate_key())"'
 
 
@@ -114,11 +118,36 @@ class KeyRing:
         return f"KeyRing(kids={self.kids!r})"
 
     def encrypt(self, plaintext: bytes, *, run_id: str, request_id: str) -> bytes:
+        return self._encrypt(plaintext, _AAD_PREFIX, run_id, request_id)
+
+    def encrypt_field(self, plaintext: bytes, *, run_id: str, record_id: str, field: str) -> bytes:
+        """One stored field's value, bound to its run, its record (a request, a call, the
+        run itself) and its name."""
+        return self._encrypt(plaintext, _FIELD_AAD_PREFIX, run_id, record_id, field)
+
+    def decrypt_field(self, blob: bytes, *, run_id: str, record_id: str, field: str) -> bytes:
+        """The value `encrypt_field` sealed to exactly this run, record and field, or
+        SealedFieldError saying why not (in a few words: it is shown where the value was)."""
+        kid, header, nonce, sealed = _split(blob, "sealed field", SealedFieldError)
+        aead = self._aead.get(kid)
+        if aead is None:
+            raise SealedFieldError(f"sealed under key {kid!r}, which is not in {ENV_VAR}")
+        try:
+            return aead.decrypt(
+                nonce, sealed, _aad(_FIELD_AAD_PREFIX, header, run_id, record_id, field)
+            )
+        except InvalidTag:
+            raise SealedFieldError(
+                f"failed authentication under key {kid!r}: altered, or copied from another "
+                "field, request or run"
+            ) from None
+
+    def _encrypt(self, plaintext: bytes, domain: bytes, *context: str) -> bytes:
         kid = self.active_kid.encode("ascii")
         header = bytes([VERSION, len(kid)]) + kid
         nonce = os.urandom(NONCE_BYTES)
         sealed = self._aead[self.active_kid].encrypt(
-            nonce, plaintext, _aad(header, run_id, request_id)
+            nonce, plaintext, _aad(domain, header, *context)
         )
         return header + nonce + sealed
 
@@ -131,7 +160,7 @@ class KeyRing:
                 f"run {run_id!r} (keys present: {', '.join(self.kids)})."
             )
         try:
-            return aead.decrypt(nonce, sealed, _aad(header, run_id, request_id))
+            return aead.decrypt(nonce, sealed, _aad(_AAD_PREFIX, header, run_id, request_id))
         except InvalidTag:
             raise CheckpointDecryptError(
                 f"checkpoint of run {run_id!r} (request {request_id!r}) failed authentication "
@@ -156,33 +185,34 @@ def _check_kid(kid: str, error: type[Exception]) -> None:
         )
 
 
-def _aad(header: bytes, run_id: str, request_id: str) -> bytes:
-    run, req = run_id.encode(), request_id.encode()
-    return b"".join(
-        (_AAD_PREFIX, header, len(run).to_bytes(4, "big"), run, len(req).to_bytes(4, "big"), req)
-    )
+def _aad(domain: bytes, header: bytes, *context: str) -> bytes:
+    """Domain, envelope header, then each context string length-prefixed (for a checkpoint:
+    run id, request id — the bytes every stored checkpoint was sealed with)."""
+    parts = [domain, header]
+    for text in context:
+        raw = text.encode()
+        parts += [len(raw).to_bytes(4, "big"), raw]
+    return b"".join(parts)
 
 
-def _split(blob: bytes) -> tuple[str, bytes, bytes, bytes]:
-    """(kid, header, nonce, ciphertext+tag) of an envelope, or CheckpointDecryptError."""
+def _split(
+    blob: bytes,
+    what: str = "encrypted checkpoint",
+    error: type[CheckpointDecryptError] = CheckpointDecryptError,
+) -> tuple[str, bytes, bytes, bytes]:
+    """(kid, header, nonce, ciphertext+tag) of an envelope, or `error` saying what is wrong."""
     if len(blob) < 2:
-        raise CheckpointDecryptError(
-            f"encrypted checkpoint is truncated ({len(blob)} bytes): restore it from a backup."
-        )
+        raise error(f"{what} is truncated ({len(blob)} bytes): restore it from a backup.")
     if blob[0] != VERSION:
-        raise CheckpointDecryptError(
-            f"encrypted checkpoint has envelope version {blob[0]}, this countersign reads "
-            f"{VERSION}: upgrade countersign, or the data is not a countersign checkpoint."
+        raise error(
+            f"{what} has envelope version {blob[0]}, this countersign reads "
+            f"{VERSION}: upgrade countersign, or the data was not written by countersign."
         )
     end = 2 + blob[1]
     if len(blob) < end + NONCE_BYTES + TAG_BYTES:
-        raise CheckpointDecryptError(
-            f"encrypted checkpoint is truncated ({len(blob)} bytes): restore it from a backup."
-        )
+        raise error(f"{what} is truncated ({len(blob)} bytes): restore it from a backup.")
     try:
         kid = blob[2:end].decode("ascii")
     except UnicodeDecodeError:
-        raise CheckpointDecryptError(
-            "encrypted checkpoint has a corrupt key id: restore it from a backup."
-        ) from None
+        raise error(f"{what} has a corrupt key id: restore it from a backup.") from None
     return kid, blob[:end], blob[end : end + NONCE_BYTES], blob[end + NONCE_BYTES :]

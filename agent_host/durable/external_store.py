@@ -89,7 +89,7 @@ class ExternalRequests:
             "created_at": repr(now),
             "updated_at": repr(now),
         }
-        fields = request.to_hash() | {"quorum": str(route.quorum)}
+        fields = self.store.sealed.seal_request(request.to_hash() | {"quorum": str(route.quorum)})
         external_key = k.shard.external(spec.external_id) if spec.external_id else k.run
         outcome, rid = await self._create(
             keys=[
@@ -109,7 +109,7 @@ class ExternalRequests:
                 spec.fingerprint,
                 run_id,
                 request_id,
-                json.dumps(run),
+                json.dumps(self.store.sealed.seal_run(run)),
                 json.dumps(fields),
                 _score(now),
                 route.expiry_seconds,

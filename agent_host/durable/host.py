@@ -154,7 +154,7 @@ class Host:
         self.store = RunStore(self.redis, self.keyring, self.router)
         self.approvals = ApprovalService(self.store, self.directory)
         self.external = ExternalRequests(self.store)
-        self.runner = Runner(self.registry, RedisLedger(self.redis))
+        self.runner = Runner(self.registry, RedisLedger(self.redis, self.keyring))
 
     def start_background(
         self, workers: int = 1, *, sweeper: bool = True, outbox: bool = True

@@ -1,31 +1,45 @@
-"""The execution ledger in Redis: one hash per run, call id -> `started` or `done:<result>`."""
+"""The execution ledger in Redis: one hash per run, call id -> `started` or `done:<result>`.
+
+A recorded result is the tool's output, so it is sealed (`sealed_fields`: bound to the run,
+the call and the field `result`); `started` and `done:` stay clear.
+"""
 
 from __future__ import annotations
 
 from redis.asyncio import Redis
 
 from agent_host.durable.connections import as_text
+from agent_host.durable.crypto import KeyRing
 from agent_host.durable.keys import Keys
+from agent_host.durable.sealed_fields import FieldSealer
 from agent_host.runtime.ledger import Claim
 
-__all__ = ["RedisLedger"]
+__all__ = ["DONE", "RESULT_FIELD", "RedisLedger"]
 
-_DONE = "done:"
+DONE = "done:"
+RESULT_FIELD = "result"
 
 
 class RedisLedger:
-    def __init__(self, redis: Redis) -> None:
+    def __init__(self, redis: Redis, keyring: KeyRing) -> None:
         self.redis = redis
+        self.sealer = FieldSealer(keyring)
 
     async def claim(self, run_id: str, call_id: str) -> Claim:
+        """A finished call's result whose seal cannot be opened raises SealedFieldError:
+        the call is not run again, and the run fails saying why."""
         key = Keys(run_id).ledger
         if await self.redis.hsetnx(key, call_id, "started"):
             return Claim("claimed")
         value = await self.redis.hget(key, call_id)
         text = as_text(value or "")
-        if text.startswith(_DONE):
-            return Claim("finished", text[len(_DONE) :])
+        if text.startswith(DONE):
+            result = self.sealer.open(
+                text[len(DONE) :], run_id=run_id, record_id=call_id, field=RESULT_FIELD
+            )
+            return Claim("finished", result)
         return Claim("in_doubt")
 
     async def finish(self, run_id: str, call_id: str, result: str) -> None:
-        await self.redis.hset(Keys(run_id).ledger, call_id, _DONE + result)
+        sealed = self.sealer.seal(result, run_id=run_id, record_id=call_id, field=RESULT_FIELD)
+        await self.redis.hset(Keys(run_id).ledger, call_id, DONE + sealed)

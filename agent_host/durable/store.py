@@ -3,6 +3,10 @@
 Each state change is one Lua script (see `scripts`), so a crash leaves either all of it or
 none. The checkpoint of a pause is written in the same step as its requests, the pending
 index and the outbox entries that will post them: nothing can be clicked before it exists.
+
+The content of runs and requests (input, output, arguments, reasons, decisions...) is
+sealed before it is handed to a script and opened as it is read (`sealed_records`): the
+store takes and returns plain domain objects.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from redis.asyncio import Redis
@@ -30,7 +34,9 @@ from agent_host.durable import keys as K
 from agent_host.durable.connections import as_text, unavailable_on_redis_errors
 from agent_host.durable.crypto import KeyRing
 from agent_host.durable.scripts import CREATE, DECIDE, FINISH, PAUSE
-from agent_host.errors import CheckpointError, DeliveryFailed
+from agent_host.durable.sealed_fields import FieldSealer
+from agent_host.durable.sealed_records import SealedRecords
+from agent_host.errors import CheckpointError, DeliveryFailed, SealedFieldError
 from agent_host.runtime.checkpoint import CallRecord, RunState
 from agent_host.runtime.decisions import Approve, Decision, decision_adapter
 from agent_host.runtime.policy import Severity
@@ -68,6 +74,7 @@ class RunStore:
         self.keyring = keyring
         self.router = router
         self.clock = clock
+        self.sealed = SealedRecords(FieldSealer(keyring))
         self._pause = redis.register_script(PAUSE)
         self._decide = redis.register_script(DECIDE)
         self._finish = redis.register_script(FINISH)
@@ -92,13 +99,19 @@ class RunStore:
         }
         await self._create(
             keys=[k.run, k.audit, k.shard.runs, k.shard.resume],
-            args=[run_id, json.dumps(fields), int(now * 1000), repr(now), requested_by or "api"],
+            args=[
+                run_id,
+                json.dumps(self.sealed.seal_run(fields)),
+                int(now * 1000),
+                repr(now),
+                requested_by or "api",
+            ],
         )
         return run_id
 
     async def run_info(self, run_id: str) -> RunRecord | None:
         raw = _decode_map(await self.redis.hgetall(K.Keys(run_id).run))
-        return RunRecord.from_hash(raw) if raw else None
+        return self._run_from(raw) if raw else None
 
     async def save_outcome(self, outcome: RunOutcome, expected_pause_id: str, actor: str) -> bool:
         """Persist a run's outcome if nobody else did first (fenced by the pause id)."""
@@ -133,6 +146,8 @@ class RunStore:
             blob = self.keyring.encrypt(
                 state.to_json().encode(), run_id=run_id, request_id=final_id
             )
+        output = self.sealed.seal_run_value(run_id, "output", output)
+        error = self.sealed.seal_run_value(run_id, "error", error)
         done = await self._finish(
             keys=[k.run, k.checkpoint, k.audit, k.shard.outbox],
             args=[expected_pause_id, status, output, error, blob, repr(now), actor, final_id],
@@ -169,7 +184,9 @@ class RunStore:
         args: list[Any] = [expected_pause_id, pause_id, blob, repr(now), actor, len(requests)]
         for request in requests:
             request.pause_id = pause_id
-            fields = request.to_hash() | {"quorum": str(request.route.quorum)}
+            fields = self.sealed.seal_request(
+                request.to_hash() | {"quorum": str(request.route.quorum)}
+            )
             script_keys += [
                 k.request(request.request_id),
                 shard.pending_in(request.route.destination),
@@ -204,12 +221,20 @@ class RunStore:
         return RunState.from_json(plaintext)
 
     async def decisions_for(self, run_id: str, pause_id: str) -> dict[str, Decision]:
-        """The recorded decision of every request of a pause, by call id."""
+        """The recorded decision of every request of a pause, by call id; SealedFieldError
+        if one cannot be decrypted (a run never resumes on a decision nobody can read)."""
         info = await self.run_info(run_id)
         ids = list(info.pause_requests) if info is not None else []
         decisions: dict[str, Decision] = {}
         for request in await self.get_requests(run_id, ids):
-            if request.pause_id == pause_id and request.decision is not None:
+            if request.pause_id != pause_id:
+                continue
+            if reason := request.unreadable.get("decision"):
+                raise SealedFieldError(
+                    f"the decision on request {request.request_id} could not be decrypted "
+                    f"({reason}), so the run was not resumed on it"
+                )
+            if request.decision is not None:
                 decisions[request.call_id] = request.decision
         return decisions
 
@@ -220,7 +245,7 @@ class RunStore:
         except ValueError:
             return None
         raw = _decode_map(await self.redis.hgetall(k.request(request_id)))
-        return ApprovalRequest.from_hash(raw) if raw else None
+        return self._request_from(raw) if raw else None
 
     async def get_requests(self, run_id: str, request_ids: list[str]) -> list[ApprovalRequest]:
         k = K.Keys(run_id)
@@ -228,7 +253,7 @@ class RunStore:
             for rid in request_ids:
                 pipe.hgetall(k.request(rid))
             rows = await pipe.execute()
-        return [ApprovalRequest.from_hash(_decode_map(r)) for r in rows if r]
+        return [self._request_from(_decode_map(r)) for r in rows if r]
 
     async def run_requests(self, run_id: str) -> list[ApprovalRequest]:
         ids = [as_text(i) for i in await self.redis.lrange(K.Keys(run_id).requests, 0, -1)]
@@ -260,7 +285,9 @@ class RunStore:
                 request_id,
                 decision.kind,
                 TERMINAL_STATUS[decision.kind],
-                decision_adapter.dump_json(decision).decode(),
+                self.sealed.seal_decision(
+                    current.run_id, request_id, decision_adapter.dump_json(decision).decode()
+                ),
                 decision.decided_by,
                 decision.call_hash or "",
                 "1" if completes_quorum else "0",
@@ -334,7 +361,7 @@ class RunStore:
             for rid in request_ids:
                 pipe.hgetall(K.Keys(rid).request(rid))
             rows = await pipe.execute()
-        return [ApprovalRequest.from_hash(_decode_map(r)) if r else None for r in rows]
+        return [self._request_from(_decode_map(r)) if r else None for r in rows]
 
     async def record_resume_latency(self, info: RunRecord) -> None:
         """Time from the last decision to its resume, for /metrics."""
@@ -355,7 +382,21 @@ class RunStore:
 
     async def audit(self, run_id: str) -> list[dict[str, str]]:
         entries: Any = await self.redis.xrange(K.Keys(run_id).audit)
-        return [_decode_map(fields) | {"id": as_text(entry_id)} for entry_id, fields in entries]
+        return [
+            self.sealed.open_audit_entry(run_id, _decode_map(fields)) | {"id": as_text(entry_id)}
+            for entry_id, fields in entries
+        ]
+
+    def _run_from(self, raw: dict[str, str]) -> RunRecord:
+        opened, unreadable = self.sealed.open_run(raw)
+        record = RunRecord.from_hash(opened)
+        return replace(record, unreadable=unreadable) if unreadable else record
+
+    def _request_from(self, raw: dict[str, str]) -> ApprovalRequest:
+        opened, unreadable = self.sealed.open_request(raw)
+        request = ApprovalRequest.from_hash(opened)
+        request.unreadable = unreadable
+        return request
 
     @staticmethod
     def pending_cursor(request: ApprovalRequest) -> str:

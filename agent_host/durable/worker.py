@@ -20,7 +20,13 @@ from agent_host.durable.crashpoints import NEVER, CrashPoints
 from agent_host.durable.progress import ProgressStore, RedisTurnJournal
 from agent_host.durable.store import RunStore
 from agent_host.durable.streams import ShardedConsumer, StreamConsumer
-from agent_host.errors import CheckpointDecryptError, CheckpointError, CountersignError, StoreError
+from agent_host.errors import (
+    CheckpointDecryptError,
+    CheckpointError,
+    CountersignError,
+    SealedFieldError,
+    StoreError,
+)
 from agent_host.runtime.checkpoint import RunState
 from agent_host.runtime.journal import RunMovedOn
 from agent_host.runtime.runner import Runner, RunOutcome
@@ -72,6 +78,10 @@ class ResumeWorker:
                 log.info("run %s: replaying its saved turn %d", run_id, progress.turns)
                 outcome = await self.runner.replay(progress, journal=journal)
             elif start:
+                if reason := info.unreadable.get("input"):
+                    raise SealedFieldError(
+                        f"the run's input could not be decrypted ({reason}), so it was not started"
+                    )
                 outcome = await self.runner.run(
                     info.agent,
                     info.input,

@@ -132,7 +132,7 @@ def make_env(
     effects = ExampleEffects(journal=journal)
     keyring = keyring or KeyRing.parse(generate_key("k1"))
     store = RunStore(redis, keyring, router or FixedRouter("C-ops"), clock=clock)
-    runner = Runner(registry or build_registry(effects), RedisLedger(redis))
+    runner = Runner(registry or build_registry(effects), RedisLedger(redis, keyring))
     return Env(redis, keyring, store, runner, effects)
 
 

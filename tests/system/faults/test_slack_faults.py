@@ -316,7 +316,9 @@ async def one_hung_channel_does_not_hold_up_another(tmp: Path) -> None:
         routes = RouteBook(w.redis, APPROVALS)
         await routes.add(RouteRule(agent="cleanup-agent", channel=OPS), "test")
         store = RunStore(w.redis, KeyRing.parse(w.keys), routes)
-        runner = Runner(build_registry(ExampleEffects(w.journal)), RedisLedger(w.redis))
+        runner = Runner(
+            build_registry(ExampleEffects(w.journal)), RedisLedger(w.redis, store.keyring)
+        )
         pauser = ResumeWorker(store, runner, "test-pauser")
         await pauser.consumer.ensure_groups()
         # Both runs in one shard: each shard's outbox stream has one consumer per process,

@@ -119,7 +119,7 @@ class Replica:
         self.store = RunStore(
             self.redis, keyring, RouterByAgent(ROUTES), clock=lambda: time.time() + shift
         )
-        self.worker = ResumeWorker(self.store, Runner(reg, RedisLedger(self.redis)), name)
+        self.worker = ResumeWorker(self.store, Runner(reg, RedisLedger(self.redis, keyring)), name)
 
     async def close(self) -> None:
         await self.redis.aclose()
