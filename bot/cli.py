@@ -113,7 +113,8 @@ async def _check() -> int:
 
 
 async def _rotate(settings: ServiceSettings) -> int:
-    """0 when every checkpoint is under the active key now, 1 when some are damaged."""
+    """0 when every checkpoint and sealed field is under the active key now, 1 when some
+    are damaged."""
     keyring = load_keyring(settings, create=False)
     if not settings.redis_url and (pid := running_in(embedded_dir(settings))) is not None:
         raise ConfigurationError(
@@ -134,16 +135,19 @@ async def _rotate(settings: ServiceSettings) -> int:
     print(
         f"examined {report.examined} runs, re-encrypted {report.rotated} checkpoints "
         f"under key {keyring.active_kid!r}, {len(report.damaged)} damaged, "
-        f"{report.skipped} already current or empty"
+        f"{report.skipped} already current or empty; re-sealed {report.fields} fields"
     )
+    if report.aof:
+        print(report.aof)
     if not report.damaged:
         return 0
     print(
-        f"countersign: {len(report.damaged)} damaged checkpoints were left as they are "
-        f"(runs: {', '.join(report.damaged)}); every other checkpoint was rotated. Keep "
-        "the old keys in COUNTERSIGN_ENCRYPTION_KEYS until these runs are restored from a "
-        "backup, cancelled or failed (a worker fails a run whose checkpoint it cannot read "
-        "when it is resumed); then run `countersign keys rotate` again.",
+        f"countersign: {len(report.damaged)} damaged runs were left as they are "
+        f"(runs: {', '.join(report.damaged)}); every other checkpoint and sealed field was "
+        "rotated. Keep the old keys in COUNTERSIGN_ENCRYPTION_KEYS until these runs are "
+        "restored from a backup, cancelled or failed (a worker fails a run whose checkpoint "
+        "or sealed fields it cannot read when it needs them); then run `countersign keys "
+        "rotate` again.",
         file=sys.stderr,
     )
     return 1

@@ -1,4 +1,5 @@
-"""`countersign keys rotate`: re-encrypt every stored checkpoint under the active key.
+"""`countersign keys rotate`: re-encrypt every stored checkpoint, and re-seal every sealed
+field (`sealed_rotation`), under the active key.
 
 Runs are walked through each shard's runs index (never SCAN) in creation order; the
 position is saved after each batch, so an interrupted rotation resumes where it stopped.
@@ -10,22 +11,30 @@ authentication, not even a string in Redis) is left as it is and reported with i
 and the rotation goes on with the others: one bad blob must not keep all the rest under the
 old key. Such a run fails with the reason when a worker tries to resume it, as any run with
 an unreadable checkpoint does; rotation itself changes no run's state, since a missing key
-can still be added back and the rotation run again.
+can still be added back and the rotation run again. Sealed fields are treated alike.
+
+When anything was rewritten, Redis is asked to rewrite its append-only file (BGREWRITEAOF),
+which otherwise keeps every old value — ciphertexts under the old key, and the plaintext of
+fields written before they were sealed — until its next rewrite.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisError, ResponseError
 
 from agent_host.durable import keys as K
 from agent_host.durable.connections import as_text
 from agent_host.durable.crypto import KeyRing
+from agent_host.durable.sealed_fields import FieldSealer
+from agent_host.durable.sealed_rotation import RESEAL, reseal_run
 from agent_host.errors import CheckpointError
 
 __all__ = ["RotationReport", "rotate_checkpoints"]
@@ -39,6 +48,8 @@ class RotationReport:
     rotated: int = 0
     skipped: int = 0  # already under the active key, no checkpoint, or moved on meanwhile
     damaged: dict[str, str] = field(default_factory=dict)  # run id -> what is wrong
+    fields: int = 0  # sealed fields re-sealed (or sealed for the first time)
+    aof: str = ""  # what became of Redis's append-only file
 
 
 class _Damaged(Exception):
@@ -54,9 +65,13 @@ return 1
 """
 
 
-async def rotate_checkpoints(redis: Redis, keyring: KeyRing, batch: int = 200) -> RotationReport:
+async def rotate_checkpoints(
+    redis: Redis, keyring: KeyRing, batch: int = 200, aof_wait: float = 120.0
+) -> RotationReport:
     report = RotationReport()
     swap = redis.register_script(_SWAP)
+    reseal = redis.register_script(RESEAL)
+    sealer = FieldSealer(keyring)
     for shard in K.shards():
         field = str(shard.number)
         start = int(await redis.hget(K.ROTATION, field) or 0)
@@ -64,20 +79,53 @@ async def rotate_checkpoints(redis: Redis, keyring: KeyRing, batch: int = 200) -
             for raw in run_ids:
                 run_id = as_text(raw)
                 report.examined += 1
+                problems = []
                 try:
                     rotated = await _rotate_one(redis, swap, keyring, run_id)
                 except _Damaged as exc:
                     log.warning("run %s: checkpoint not rotated: %s", run_id, exc)
-                    report.damaged[run_id] = str(exc)
-                    continue
-                if rotated:
-                    report.rotated += 1
+                    problems.append(str(exc))
                 else:
-                    report.skipped += 1
+                    if rotated:
+                        report.rotated += 1
+                    else:
+                        report.skipped += 1
+                fields = await reseal_run(redis, reseal, sealer, run_id)
+                report.fields += fields.fields
+                for problem in fields.damaged:
+                    log.warning("run %s: %s", run_id, problem)
+                if problems or fields.damaged:
+                    report.damaged[run_id] = "; ".join(problems + fields.damaged)
             start += len(run_ids)
             await redis.hset(K.ROTATION, field, start)
     await redis.delete(K.ROTATION)
+    if report.rotated or report.fields:
+        report.aof = await compact_aof(redis, aof_wait)
     return report
+
+
+async def compact_aof(redis: Redis, wait: float) -> str:
+    """Ask Redis to rewrite its append-only file and wait for it (within `wait` seconds):
+    until then the file still holds the values that were replaced. Says what happened."""
+    try:
+        info: Any = await redis.info("persistence")
+        if "aof_enabled" not in info:  # a cluster client answers per node
+            return "append-only files not rewritten: run BGREWRITEAOF on every Redis node"
+        if not int(info["aof_enabled"]):
+            return "append-only file off: nothing to rewrite"
+        await redis.bgrewriteaof()
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+            info = await redis.info("persistence")
+            if not int(info["aof_rewrite_in_progress"]) and not int(info["aof_rewrite_scheduled"]):
+                if info.get("aof_last_bgrewrite_status") != "ok":
+                    return "append-only file rewrite failed: see the Redis log, run BGREWRITEAOF"
+                return "append-only file rewritten"
+        return f"append-only file rewrite still running after {wait:g}s"
+    except RedisError as exc:  # e.g. a managed Redis that refuses BGREWRITEAOF
+        log.warning("could not rewrite Redis's append-only file: %s", exc)
+        return f"append-only file not rewritten ({exc}): run BGREWRITEAOF on the Redis server"
 
 
 async def _rotate_one(redis: Redis, swap: AsyncScript, keyring: KeyRing, run_id: str) -> bool:
