@@ -5,6 +5,7 @@ data written before sealing still reads, and `keys rotate` seals it and re-seals
 from __future__ import annotations
 
 import secrets
+from pathlib import Path
 from typing import Any
 
 import redis as redis_sync
@@ -20,8 +21,10 @@ from agent_host.durable.sealed_records import SealedRecords
 from agent_host.durable.sealed_rotation import RESEAL, reseal_run
 from agent_host.errors import SealedFieldError
 from agent_host.runtime.decisions import Answer, Approve, Reject
-from tests.support.at_rest import keys_holding, sealed_kids
+from tests.support.at_rest import files_holding, keys_holding, sealed_kids
 from tests.support.host_env import Env, make_env
+from tests.support.redis_fixtures import RedisServerFactory
+from tests.support.waiting import eventually
 
 KEY_A = generate_key("kA")
 KEY_B = generate_key("kB")
@@ -179,8 +182,15 @@ def as_before_sealing(env: Env) -> Env:
 
 
 async def test_data_written_before_sealing_reads_and_rotation_seals_all_of_it(
-    redis: Redis,
+    redis_server_factory: RedisServerFactory,
 ) -> None:
+    # its own Redis, whose append-only file is plain commands (no RDB preamble to compress)
+    server = redis_server_factory(appendfsync="always", extra_args=["--aof-use-rdb-preamble", "no"])
+    async with Redis.from_url(server.url) as redis:
+        await _written_before_sealing_then_rotated(redis, server.data_dir)
+
+
+async def _written_before_sealing_then_rotated(redis: Redis, data_dir: Path) -> None:
     secret, why = canary(), canary()
     old = as_before_sealing(make_env(redis, keyring=KeyRing.parse(KEY_A)))
     finished = await old.start("cleanup-agent", f"remove /srv/{secret}.docx")
@@ -191,6 +201,7 @@ async def test_data_written_before_sealing_reads_and_rotation_seals_all_of_it(
     await old.drain()
     assert len(await keys_holding(redis, secret)) >= 8  # run and request hashes, audit, ledger
     assert await keys_holding(redis, why) != []
+    assert files_holding(data_dir, secret) != []
 
     ring = KeyRing.parse(f"{KEY_B},{KEY_A}")
     env = make_env(redis, keyring=ring)
@@ -201,6 +212,8 @@ async def test_data_written_before_sealing_reads_and_rotation_seals_all_of_it(
     assert report.aof == "append-only file rewritten"
     assert await keys_holding(redis, secret) == []
     assert await keys_holding(redis, why) == []
+    assert await eventually(lambda: files_holding(data_dir, secret) == [])
+    assert files_holding(data_dir, why) == []
     assert set.union(*(await sealed_kids(redis)).values()) == {"kB"}
     assert (await env.info(finished)).output == f"Cleanup finished: Deleted /srv/{secret}.docx"
     assert why in (await env.info(rejected)).output
