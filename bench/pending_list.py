@@ -2,7 +2,8 @@
 
 Populating: one real pause is saved through the store and its request hash is the template;
 then 100,000 request hashes in the store's key format (`Keys(rid).request(rid)`, each with
-its own run token, spread evenly over the shards, request id, times and pause id) and their
+its own run token, spread evenly over the shards, request id, times and pause id, and its
+content sealed to its own ids as the store seals it, so each page opens what it reads) and their
 entries in their shard's pending index (`Keys(rid).shard.pending`, scored by creation ms)
 are written directly with pipelined HSET + ZADD. That is all `list_pending` reads; 100,000
 full pauses (checkpoints, audit streams, other indexes) would take minutes and change
@@ -27,6 +28,7 @@ from redis.asyncio import Redis
 
 from agent_host.approvals import Route
 from agent_host.durable import keys as K
+from agent_host.durable.sealed_records import SealedRecords
 from agent_host.durable.store import RunStore
 from tests.support.routers import StaticRouter
 
@@ -46,20 +48,26 @@ def _request_id(n: int) -> str:
     return f"req_{n:08x}{0:012x}_0001"
 
 
-async def _populate(redis: Redis, template: dict[Any, Any], base_ms: int) -> None:
-    fields = {k.decode(): v.decode() for k, v in template.items()}
+async def _populate(
+    redis: Redis, records: SealedRecords, template: dict[Any, Any], base_ms: int
+) -> None:
+    sealed = {k.decode(): v.decode() for k, v in template.items()}
+    fields, _ = records.open_request(sealed)
     for start in range(0, PENDING, PIPELINE):
         async with redis.pipeline(transaction=False) as pipe:
             for n in range(start, min(start + PIPELINE, PENDING)):
                 token = f"{n:08x}{0:012x}"  # in shard n % SHARDS: evenly spread
                 rid, created = _request_id(n), base_ms + n
-                mapping: dict[Any, Any] = fields | {
-                    "request_id": rid,
-                    "run_id": f"run_{token}",
-                    "pause_id": rid,
-                    "created_at": repr(created / 1000),
-                    "expires_at": repr(created / 1000 + 72 * 3600),
-                }
+                mapping: dict[Any, Any] = records.seal_request(
+                    fields
+                    | {
+                        "request_id": rid,
+                        "run_id": f"run_{token}",
+                        "pause_id": rid,
+                        "created_at": repr(created / 1000),
+                        "expires_at": repr(created / 1000 + 72 * 3600),
+                    }
+                )
                 keys = K.Keys(rid)
                 pipe.hset(keys.request(rid), mapping=mapping)
                 pipe.zadd(keys.shard.pending, {rid: created})
@@ -120,7 +128,7 @@ async def run(tmp: Path) -> list[Figure]:
         await redis.delete(*(s.pending for s in K.shards()))  # only the 100,000 below
         base_ms = int(time.time() * 1000) - PENDING
         started = time.perf_counter()
-        await _populate(redis, template, base_ms)
+        await _populate(redis, store.sealed, template, base_ms)
         populate_s = time.perf_counter() - started
         await _quiet(redis)
 
@@ -134,6 +142,8 @@ async def run(tmp: Path) -> list[Figure]:
         heads = (first.requests[0].request_id, later.requests[0].request_id)
         if heads != (_request_id(PENDING - 1), _request_id(n - 1)):
             raise RuntimeError(f"list_pending pages start at {heads}, not newest-first")
+        if any(r.unreadable for r in first.requests + later.requests):
+            raise RuntimeError("list_pending read requests whose sealed fields do not open")
 
         first_ms = await _p50(store.list_pending)
         later_ms = await _p50(lambda: store.list_pending(cursor=cursor))
