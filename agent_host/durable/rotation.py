@@ -26,9 +26,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 from redis.commands.core import AsyncScript
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
 from agent_host.durable import keys as K
 from agent_host.durable.connections import as_text
@@ -107,10 +107,10 @@ async def rotate_checkpoints(
 async def compact_aof(redis: Redis, wait: float) -> str:
     """Ask Redis to rewrite its append-only file and wait for it (within `wait` seconds):
     until then the file still holds the values that were replaced. Says what happened."""
+    if isinstance(redis, RedisCluster):
+        return "append-only files not rewritten: run BGREWRITEAOF on every primary of the cluster"
     try:
         info: Any = await redis.info("persistence")
-        if "aof_enabled" not in info:  # a cluster client answers per node
-            return "append-only files not rewritten: run BGREWRITEAOF on every Redis node"
         if not int(info["aof_enabled"]):
             return "append-only file off: nothing to rewrite"
         await redis.bgrewriteaof()
@@ -123,7 +123,7 @@ async def compact_aof(redis: Redis, wait: float) -> str:
                     return "append-only file rewrite failed: see the Redis log, run BGREWRITEAOF"
                 return "append-only file rewritten"
         return f"append-only file rewrite still running after {wait:g}s"
-    except RedisError as exc:  # e.g. a managed Redis that refuses BGREWRITEAOF
+    except (RedisError, RedisClusterException) as exc:  # e.g. a managed Redis refuses it
         log.warning("could not rewrite Redis's append-only file: %s", exc)
         return f"append-only file not rewritten ({exc}): run BGREWRITEAOF on the Redis server"
 

@@ -1,4 +1,5 @@
-"""Invariant 10: the same store code runs on a Redis Cluster (a real 3-master cluster)."""
+"""Invariant 10: the same store code runs on a Redis Cluster (a real 3-master cluster),
+key rotation (sealed fields, audit streams rewritten in one script) included."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import pytest_asyncio
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from agent_host.durable import keys as K
-from agent_host.runtime.decisions import Approve
+from agent_host.durable.crypto import KeyRing, generate_key
+from agent_host.durable.rotation import rotate_checkpoints
+from agent_host.runtime.decisions import Approve, Reject
 from agent_host.runtime.runner import Paused
 from tests.support.host_env import make_env
 from tests.support.redis_cluster import LocalRedisCluster
@@ -62,3 +65,33 @@ async def test_runs_spread_over_shards_and_list_as_one(client: AsyncRedisCluster
     # earlier tests on this cluster may have left requests pending: all are listed once
     assert len(listed) == len(set(listed)) == await env.store.pending_count()
     assert {K.request_id(r, 1) for r in runs} <= set(listed)
+
+
+async def test_keys_rotate_re_seals_fields_and_rewrites_audit_streams_on_a_cluster(
+    flushed_cluster_url: str,
+) -> None:
+    async with AsyncRedisCluster.from_url(flushed_cluster_url) as client:
+        await _rotate_on(client)
+
+
+async def _rotate_on(client: AsyncRedisCluster) -> None:
+    old = generate_key("kOld")
+    env = make_env(client, keyring=KeyRing.parse(old))  # type: ignore[arg-type]
+    run_id = await env.start("cleanup-agent", "remove /srv/a.docx")
+    [request] = await env.pending_requests(run_id)
+    assert (
+        await env.store.decide(request.request_id, Reject(decided_by="bob", message="no"))
+    ).accepted
+    await env.drain()
+    new = generate_key("kNew")
+    ring = KeyRing.parse(f"{new},{old}")
+
+    report = await rotate_checkpoints(client, ring)  # type: ignore[arg-type]
+
+    assert report.damaged == {} and report.fields >= 4  # input, output, arguments, reason, ...
+    assert "run BGREWRITEAOF on every primary" in report.aof
+    fresh = make_env(client, keyring=KeyRing.parse(new))  # type: ignore[arg-type]
+    details = [e.get("detail", "") for e in await fresh.store.audit(run_id)]
+    assert any('"message":"no"' in d for d in details), details
+    assert not any("unreadable" in d for d in details)
+    assert (await fresh.info(run_id)).input == "remove /srv/a.docx"
