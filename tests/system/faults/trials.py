@@ -28,6 +28,7 @@ from agent_host.durable import keys as K
 from agent_host.durable.connections import as_text
 from agent_host.durable.crypto import KeyRing, generate_key
 from agent_host.durable.redis_ledger import RedisLedger
+from agent_host.durable.sealed_records import SealedRecords
 from agent_host.durable.store import RunStore
 from agent_host.durable.sweeper import Sweeper
 from agent_host.durable.worker import ResumeWorker
@@ -153,7 +154,7 @@ async def run_trials(
             batch_trials = [t for run in batch_runs for t in run.trials]
             await _decide_all(rng, batch_trials, a, b, sweeper)
             last_resume = await _resume_all(rng, a, b, last_resume, stats)
-            await _check(batch_runs, a.redis, executions, stats)
+            await _check(batch_runs, a.redis, a.store.sealed, executions, stats)
     finally:
         for replica in (a, b, sweeper_replica):
             await replica.close()
@@ -256,9 +257,11 @@ async def _resume_all(
 async def _check(
     runs: list[RunTrials],
     redis: Redis,
+    records: SealedRecords,
     executions: Counter[tuple[str, str]],
     stats: TrialStats,
 ) -> None:
+    """Read back raw, as stored (sealed fields opened as the store opens them)."""
     async with redis.pipeline(transaction=False) as pipe:
         for run in runs:
             k = K.Keys(run.run_id)
@@ -269,12 +272,13 @@ async def _check(
         rows = iter(await pipe.execute())
     for run in runs:
         events = [{as_text(k): as_text(v) for k, v in f.items()} for _, f in next(rows)]
-        info = {as_text(k): as_text(v) for k, v in next(rows).items()}
+        info, _ = records.open_run({as_text(k): as_text(v) for k, v in next(rows).items()})
         resumes = stats.resumes.pop(run.run_id, 0)
         statuses = []
         for trial in run.trials:
             raw = next(rows)
-            request = ApprovalRequest.from_hash({as_text(k): as_text(v) for k, v in raw.items()})
+            opened, _ = records.open_request({as_text(k): as_text(v) for k, v in raw.items()})
+            request = ApprovalRequest.from_hash(opened)
             statuses.append(request.status)
             _check_request(trial, request, events, stats)
         where = f"run {run.run_id} ({run.agent}): {statuses}, {info.get('status')}"
