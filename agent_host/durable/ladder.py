@@ -7,7 +7,8 @@ LADDER_STEP, one script that removes the member (of several sweepers, only one r
 it), checks that the request still waits, and writes the step's audit entry and its outbox
 entry in the same step: a claimed step is never lost, never repeated, and never taken for
 a decided request. The outbox then does the step's Slack side (`escalations`), at least
-once; what it posted is recorded here, so a redelivered entry posts nothing again.
+once; what it posted is recorded here, so a redelivered entry posts nothing again
+(invariant 17, docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations
