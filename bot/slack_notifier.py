@@ -35,7 +35,9 @@ __all__ = ["ESCALATION_DMS_MAX", "ChannelPacer", "SlackNotifier"]
 
 log = logging.getLogger(__name__)
 
-ESCALATION_DMS_MAX = 25  # direct messages for an escalation to a user group; the rest are named
+# Direct messages for an escalation to a user group: a larger group gets its first members
+# by id, and a warning in the log.
+ESCALATION_DMS_MAX = 25
 GroupMembers = Callable[[str], Awaitable[frozenset[str] | None]]  # None: Slack could not say
 
 

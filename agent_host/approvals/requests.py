@@ -86,9 +86,10 @@ class FixedRouter:
 
 @dataclass(frozen=True)
 class EscalatedCopy:
-    """A copy of a request posted by its escalation: where it went (`to`: the channel, user
-    group or user it was escalated to), the message (`channel`, `ts`), and the link to the
-    original message it shows (empty when the original has no link)."""
+    """A copy of a request posted by its escalation: where it was sent (`to`: the channel
+    or the user escalated to; for a user group, each of its members), the message it made
+    (`channel`, `ts`: a user's is their direct message with the app), and the link to the
+    original message it shows (empty when the original has none)."""
 
     to: str
     channel: str
