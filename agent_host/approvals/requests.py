@@ -12,6 +12,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
 
+from agent_host.approvals.context import CallContext
 from agent_host.runtime.decisions import Decision, decision_adapter
 
 __all__ = [
@@ -107,6 +108,10 @@ class ApprovalRequest:
     delivery_error: str = ""  # the chat side's error code, e.g. not_in_channel
     origin: str = ""  # "external": asked by an agent that runs elsewhere (no checkpoint here)
     callback_url: str = ""  # where its decision is POSTed (external requests only)
+    # What the run did before this call, sealed by the store like the checkpoint it comes
+    # from (base64 of the encrypted `CallContext`); `context` is it opened, never stored.
+    sealed_context: str = ""
+    context: CallContext | None = field(default=None, compare=False, repr=False)
 
     @property
     def decided(self) -> bool:
@@ -119,6 +124,7 @@ class ApprovalRequest:
 
     def to_hash(self) -> dict[str, str]:
         data = asdict(self)
+        del data["context"]  # only its sealed form is stored
         data["route"] = json.dumps(data["route"])
         data["arguments"] = json.dumps(self.arguments)
         data["decision"] = (
@@ -165,6 +171,7 @@ class ApprovalRequest:
             delivery_error=raw.get("delivery_error", ""),
             origin=raw.get("origin", ""),
             callback_url=raw.get("callback_url", ""),
+            sealed_context=raw.get("sealed_context", ""),
         )
 
     def public(self) -> dict[str, Any]:
