@@ -69,6 +69,8 @@ class SlackNotifier:
         self.admins = tuple(sorted(admins))  # user ids told when a request cannot be delivered
         self.pacer = pacer or ChannelPacer()
         self.attempts, self.timeout, self.backoff = attempts, timeout, backoff
+        # Told of every decision delivered here (the App Home tab refreshes its deciders).
+        self.after_decision: Callable[[ApprovalRequest], Awaitable[None]] | None = None
 
     async def request_posted(self, request: ApprovalRequest) -> MessageRef | None:
         channel = request.route.destination or self.default_channel
@@ -94,6 +96,11 @@ class SlackNotifier:
             lambda: self.client.chat_update(channel=channel, ts=ts, text=text, blocks=body),
             where=channel,
         )
+        if self.after_decision is not None:
+            try:
+                await self.after_decision(request)
+            except Exception as exc:  # the message is updated; the tab mends on next open
+                log.warning("after the decision on %s: %s", request.request_id, exc)
 
     async def run_finished(self, run: RunSummary, requests: list[ApprovalRequest]) -> None:
         requests = [r for r in requests if r.asked]
