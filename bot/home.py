@@ -24,6 +24,7 @@ from agent_host.approvals import ApprovalRequest
 from agent_host.durable.reviewer_log import ReviewerLog
 from agent_host.durable.store import RunStore
 from bot.blocks.home import RECENT_MAX, WAITING_MAX, home_view
+from bot.listeners.after_ack import BackgroundTasks
 from bot.member_channels import MemberChannels
 from bot.permalinks import Permalinks
 from bot.reviewers import SlackReviewerDirectory
@@ -51,12 +52,15 @@ class HomeTab:
         channels: MemberChannels,
         permalinks: Permalinks,
         decisions: ReviewerLog,
+        tasks: BackgroundTasks,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.client, self.store = client, store
         self.visibility = Visibility(reviewers, admins=())  # admins decide like anyone
         self.channels, self.permalinks, self.decisions = channels, permalinks, decisions
-        self.clock = clock
+        self.tasks, self.clock = tasks, clock
+        self._refreshing: set[str] = set()
+        self._again: set[str] = set()
 
     async def view(self, user_id: str, notice: str = "") -> dict[str, Any]:
         """The tab as `user_id` should see it now."""
@@ -100,12 +104,33 @@ class HomeTab:
 
     async def after_decision(self, request: ApprovalRequest) -> None:
         """A decision (or a quorum vote) on `request` was delivered: remember it for each
-        person who made it, and publish their tabs again."""
+        person who made it (before the delivery is acknowledged, so it is never lost), then
+        publish their tabs again after (so the delivery never waits on Slack for it)."""
         people = _deciders(request)
         at = request.decided_at if request.decided_at is not None else self.clock()
         for user_id in people:
             await self.decisions.note(user_id, request.request_id, at)
-        await asyncio.gather(*(self.publish(user_id) for user_id in people))
+        for user_id in people:
+            self.refresh(user_id)
+
+    def refresh(self, user_id: str) -> None:
+        """Publish `user_id`'s tab soon. A burst of decisions costs one publish at a time
+        per person, and one more after the last of them."""
+        if user_id in self._refreshing:
+            self._again.add(user_id)
+            return
+        self._refreshing.add(user_id)
+        self.tasks.spawn(self._refresh(user_id))
+
+    async def _refresh(self, user_id: str) -> None:
+        try:
+            while True:
+                self._again.discard(user_id)
+                await self.publish(user_id)
+                if user_id not in self._again:
+                    return
+        finally:
+            self._refreshing.discard(user_id)
 
     async def _recent(self, user_id: str) -> list[ApprovalRequest]:
         ids = await self.decisions.recent(user_id, RECENT_MAX)

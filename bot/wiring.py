@@ -86,6 +86,7 @@ async def build(settings: ServiceSettings) -> tuple[Host, SlackBot]:
         channels=MemberChannels(client),
         permalinks=permalinks,
         decisions=ReviewerLog(redis),
+        tasks=tasks,
     )
     notifier.after_decision = home.after_decision
     bolt = build_bolt_app(

@@ -181,6 +181,9 @@ async def slash(
     return reply
 
 
+EVENTS_KEPT = 1000  # deliveries remembered for retries
+
+
 def new_event_id() -> str:
     return "Ev" + secrets.token_hex(5).upper()
 
@@ -189,10 +192,16 @@ async def open_home(
     core: SandboxCore, user_id: str, *, event_id: str | None = None, retry: int = 0
 ) -> AppReply:
     """``user_id`` opens the app's Home tab: an ``app_home_opened`` event, delivered as the
-    Events API does. ``retry`` > 0 delivers it again as Slack's retry number ``retry`` (same
-    ``event_id``, with ``X-Slack-Retry-Num`` and ``X-Slack-Retry-Reason``)."""
+    Events API does. ``retry`` > 0 delivers event ``event_id`` again as Slack's retry number
+    ``retry``: the same body, with ``X-Slack-Retry-Num`` and ``X-Slack-Retry-Reason`` (an id
+    never delivered before is delivered for the first time, as a retry)."""
     user = _user(core, user_id)
     ws = core.workspace
+    headers = {"X-Slack-Retry-Num": str(retry), "X-Slack-Retry-Reason": "http_timeout"}
+    sent = core.events_sent.get(event_id or "")
+    if retry and sent is not None:  # a retry is the very delivery again
+        logger.info("sandbox: event %s delivered again (retry %d)", event_id, retry)
+        return await _send(core, sent, content_type=JSON_CONTENT_TYPE, headers=headers)
     home = ws.home(user.id)
     event: JsonDict = {
         "type": "app_home_opened",
@@ -203,12 +212,13 @@ async def open_home(
     }
     if home is not None:
         event["view"] = copy.deepcopy(home.view)
-    payload = event_callback(
-        core, event, event_id=event_id or new_event_id(), event_time=int(time.time())
-    )
-    headers = {"X-Slack-Retry-Num": str(retry), "X-Slack-Retry-Reason": "http_timeout"}
+    event_id = event_id or new_event_id()
+    payload = event_callback(core, event, event_id=event_id, event_time=int(time.time()))
     logger.info("sandbox: %s opens the app's Home tab (retry %d)", user.name, retry)
     body = json.dumps(payload, separators=(",", ":")).encode()
+    if len(core.events_sent) >= EVENTS_KEPT:
+        core.events_sent.pop(next(iter(core.events_sent)))
+    core.events_sent[event_id] = body
     return await _send(
         core, body, content_type=JSON_CONTENT_TYPE, headers=headers if retry else None
     )
