@@ -47,8 +47,8 @@ def link(request: ApprovalRequest, url: str) -> str:
 
 
 def request_line(request: ApprovalRequest, now: float, url: str = "") -> str:
-    """`• `req_…` *tool* by `agent` — severity, asked by …, 12m ago, expires …` and, on a
-    second line, the arguments in one line and the link to the message."""
+    """`• `req_…` *tool* by `agent` — severity, asked by … · waiting 12m · expires …` and,
+    on a second line, the arguments in one line and the link to the message."""
     what = request.question if request.kind == "question" else request.tool
     quorum = request.route.quorum
     progress = f" ({len(request.approvals)}/{quorum})" if quorum > 1 else ""
@@ -56,7 +56,7 @@ def request_line(request: ApprovalRequest, now: float, url: str = "") -> str:
         f"• {inline_code(request.request_id)} *{short(one_line(what), WHAT_MAX)}* by "
         f"{inline_code(one_line(request.agent), AGENT_MAX)} — "
         f"{short(one_line(request.severity), SEVERITY_MAX)}{progress}, asked by "
-        f"{mention(request.requested_by)} {age(now - request.created_at)} ago, "
+        f"{mention(request.requested_by)} · waiting {age(now - request.created_at)} · "
         f"expires {date(request.expires_at)}"
     )
     detail = link(request, url)

@@ -121,8 +121,15 @@ function mrkdwn(text) {
     if (i % 2 === 1 && (balanced || i < parts.length - 1)) {
       return el("pre", { class: "code-block" }, decode(part.replace(/^\n|\n$/g, "")));
     }
-    return inline(i % 2 === 1 ? "```" + part : part);
+    return quoted(i % 2 === 1 ? "```" + part : part);
   }));
+}
+
+// A line starting with ">" is a quote, as Slack shows it (escaped text has "&gt;" instead).
+function quoted(text) {
+  return text.split(/(\n)/).map((line) => (line.startsWith(">")
+    ? el("span", { class: "quote" }, inline(line.slice(1)))
+    : inline(line)));
 }
 
 // Code spans, <...> tokens and emoji first (they are not formatted inside), as placeholders;

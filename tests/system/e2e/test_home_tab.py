@@ -18,6 +18,13 @@ def test_a_reviewer_approves_from_the_home_tab_and_it_refreshes(page: Page, demo
     run_id = sandbox.start_run("refund-agent", "refund order 123")
     expect(sandbox.run(run_id)).to_have_attribute("data-status", "waiting")
 
+    # The message says what the run did before asking, and what the agent said.
+    message = sandbox.pending_message("issue_refund")
+    expect(message).to_contain_text("Before this call, the run")
+    expect(message).to_contain_text("lookup_order")
+    expect(message).to_contain_text("The agent said before asking")
+    expect(message).to_contain_text("Order 123 is paid ($42.50)")
+
     sandbox.act_as(OUTSIDER)  # the demo's refund route names two reviewers, not them
     home = sandbox.open_home()
     expect(home).to_contain_text("Nothing is waiting for your decision")
