@@ -21,6 +21,7 @@ from agent_host.settings import Settings
 from bot import blocks
 from bot.slash_commands import help_text
 from slack_sandbox.blockkit import check_blocks
+from tests.support.replies import flat
 from tests.support.stack import (
     ADMIN,
     CHANNEL,
@@ -59,20 +60,6 @@ def registry(settings: Settings) -> AgentRegistry:
     examples = build_registry(ExampleEffects(settings.example_journal))
     examples.register("deployer", deployer)
     return examples
-
-
-def flat(text: str, shown: list[dict[str, Any]] | None) -> str:
-    """A reply's text and blocks as one text: each section and context on its lines, a
-    button as `[label:value]`."""
-    parts = [text]
-    for block in shown or []:
-        if block["type"] == "section":
-            parts.append(block["text"]["text"])
-        elif block["type"] == "context":
-            parts += [e["text"] for e in block["elements"]]
-        elif block["type"] == "actions":
-            parts += [f"[{e['text']['text']}:{e.get('value', '')}]" for e in block["elements"]]
-    return "\n".join(parts)
 
 
 async def approvals(stack: Stack, user: str, text: str, channel: str = CHANNEL) -> str:
