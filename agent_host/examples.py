@@ -79,9 +79,11 @@ def refund_agent(effects: ExampleEffects) -> Agent:
         if not found.get("found"):
             return reply(f"Order {order} was not found, so nothing was refunded.")
         refund = c.result("issue_refund")
-        if refund is None:
+        if refund is None:  # what it says shows in the approval message, for the reviewer
+            amount = found["amount"]
             return ModelResponse(
-                tool_calls=[call("issue_refund", order_id=order, amount=found["amount"])]
+                text=f"Order {order} is paid (${amount:.2f}); I will refund it in full.",
+                tool_calls=[call("issue_refund", order_id=order, amount=amount)],
             )
         if refund.startswith("Refund issued"):
             return reply(f"Done. {refund}.")

@@ -82,6 +82,8 @@ class SlackNotifier:
         self.admins = tuple(sorted(admins))  # user ids told when a request cannot be delivered
         self.pacer = pacer or ChannelPacer()
         self.attempts, self.timeout, self.backoff = attempts, timeout, backoff
+        # Told of every decision delivered here (the App Home tab refreshes its deciders).
+        self.after_decision: Callable[[ApprovalRequest], Awaitable[None]] | None = None
 
     async def request_posted(self, request: ApprovalRequest) -> MessageRef | None:
         channel = request.route.destination or self.default_channel
@@ -118,6 +120,11 @@ class SlackNotifier:
                 await self._update(copy.channel, copy.ts, *escalation.with_note(note, text, body))
             except DeliveryFailed as failure:
                 refused = refused or failure
+        if self.after_decision is not None:
+            try:
+                await self.after_decision(request)
+            except Exception as exc:  # the message is updated; the tab mends on next open
+                log.warning("after the decision on %s: %s", request.request_id, exc)
         if refused is not None:
             raise refused
 

@@ -12,6 +12,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
 
+from agent_host.approvals.context import CallContext
 from agent_host.runtime.decisions import Decision, decision_adapter
 
 __all__ = [
@@ -129,6 +130,10 @@ class ApprovalRequest:
     callback_url: str = ""  # where its decision is POSTed (external requests only)
     reminder_ts: str = ""  # the reminder posted in the message's thread, once posted
     escalations: list[EscalatedCopy] = field(default_factory=list)  # copies, kept in step
+    # What the run did before this call, sealed by the store like the checkpoint it comes
+    # from (base64 of the encrypted `CallContext`); `context` is it opened, never stored.
+    sealed_context: str = ""
+    context: CallContext | None = field(default=None, compare=False, repr=False)
 
     @property
     def decided(self) -> bool:
@@ -141,6 +146,7 @@ class ApprovalRequest:
 
     def to_hash(self) -> dict[str, str]:
         data = asdict(self)
+        del data["context"]  # only its sealed form is stored
         data["route"] = json.dumps(data["route"])
         data["arguments"] = json.dumps(self.arguments)
         data["decision"] = (
@@ -190,6 +196,7 @@ class ApprovalRequest:
             callback_url=raw.get("callback_url", ""),
             reminder_ts=raw.get("reminder_ts", ""),
             escalations=escalated_copies(raw.get("escalations", "")),
+            sealed_context=raw.get("sealed_context", ""),
         )
 
     def posted_in(self, channel: str) -> bool:

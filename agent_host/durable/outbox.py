@@ -60,6 +60,7 @@ class Outbox:
         request = await self.store.get_request(fields.get("request_id", ""))
         if request is None:
             return
+        request = self.store.open_context(request)  # what the run did before: in the message
         if kind == "request_posted":
             await self._post(request, fields | {"entry_id": entry_id})
         elif kind == REMINDED:

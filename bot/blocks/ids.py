@@ -9,6 +9,7 @@ __all__ = [
     "ANSWER_MODAL",
     "APPROVE",
     "APPROVE_ALWAYS",
+    "PENDING_NEXT",
     "REASON_BLOCK",
     "REASON_INPUT",
     "REJECT",
@@ -21,6 +22,8 @@ APPROVE = "countersign_approve"
 APPROVE_ALWAYS = "countersign_approve_always"
 REJECT = "countersign_reject"
 ANSWER = "countersign_answer"
+# The Next page button of `/approvals pending`; its value is `here|all:<sealed page marker>`.
+PENDING_NEXT = "countersign_pending_next"
 # Modal callback ids; private_metadata is `<request id>|<pause id>` (bot.parsing).
 REJECT_MODAL = "countersign_reject_modal"
 ANSWER_MODAL = "countersign_answer_modal"

@@ -90,3 +90,9 @@ def approval_message(request: ApprovalRequest) -> tuple[str, list[Block]]:
             f"({request.severity}), request {request.request_id}"
         )
     return short(fallback, FALLBACK_TEXT_MAX), blocks[:MESSAGE_BLOCKS_MAX]
+
+
+def buttons_block(request: ApprovalRequest) -> Block:
+    """The request's buttons as its message has them, for another surface (the App Home
+    tab): the same action ids, values and block id, so the same listener decides."""
+    return _actions(request)
