@@ -6,6 +6,10 @@ the fingerprint recorded here. Versions, one line each:
     1  transcript, the run's tool calls (plan, gate, decision, outcome), sticky decisions.
     2  each call also keeps the model's own id for it (`model_call_id`); `call_id` is the
        runner's. Read from v1: the model's id is the old call id.
+    3  a gated call lists the arguments a reviewer may edit (`editable`), and an approval
+       may carry a comment and edited arguments, which the tool then runs with. Read from
+       v2 as is (nothing editable, no comments). A countersign that knows only v2 refuses
+       a v3 checkpoint instead of running the model's arguments in place of edited ones.
 
 A checkpoint of an unknown or newer version is refused rather than guessed at; an older one
 is migrated to the current version as it is read.
@@ -33,11 +37,13 @@ __all__ = [
     "call_hash",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 CHECKPOINT_VERSIONS = {
     1: "transcript, the run's tool calls (plan, gate, decision, outcome), sticky decisions",
     2: "each call keeps the model's id for it (model_call_id); call_id is the runner's; "
     "approvals for the run are scoped (standing), sticky keeps rejections only",
+    3: "a gated call lists its editable arguments; an approval may carry a comment and "
+    "edited arguments (with the edited call's hash), which the tool runs with",
 }
 
 RunStatus = Literal["running", "paused", "succeeded", "failed"]
@@ -75,9 +81,17 @@ class CallRecord(BaseModel):
     severity: str = "medium"
     allow_always: bool = True
     question: str | None = None  # set when gate == "question" (a tool-initiated pause)
+    editable: list[str] = Field(default_factory=list)  # what a reviewer may edit (gate "ask")
     decision: Decision | None = None
     outcome: Outcome | None = None
     result: str | None = None
+
+    @property
+    def run_arguments(self) -> dict[str, Any] | str:
+        """The arguments the tool runs with: a reviewer's edited ones, else the model's."""
+        if isinstance(self.decision, Approve) and self.decision.edited_arguments is not None:
+            return self.decision.edited_arguments
+        return self.arguments
 
     @property
     def waiting(self) -> bool:
@@ -155,5 +169,10 @@ def _v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
     return raw | {"schema_version": 2}
 
 
+def _v2_to_v3(raw: dict[str, Any]) -> dict[str, Any]:
+    """v3 only added fields whose defaults say what v2 meant: nothing editable, no comment."""
+    return raw | {"schema_version": 3}
+
+
 # version -> how a document of that version becomes one of the next
-_MIGRATIONS = {1: _v1_to_v2}
+_MIGRATIONS = {1: _v1_to_v2, 2: _v2_to_v3}
