@@ -10,7 +10,13 @@ import logging
 from typing import Any
 
 from slack_sandbox.app_client import AppReply, post_signed
-from slack_sandbox.blockkit import action_ids, find_element, input_elements, state_value
+from slack_sandbox.blockkit import (
+    action_ids,
+    find_element,
+    initial_value,
+    input_elements,
+    state_value,
+)
 from slack_sandbox.core import SandboxCore
 from slack_sandbox.payloads import (
     block_actions_payload,
@@ -92,11 +98,13 @@ async def click(
 
 
 def build_state(view_blocks: list[JsonDict], values: dict[str, dict[str, Any]]) -> JsonDict:
-    """``state.values`` for a submission, refusing what the Slack client would refuse."""
+    """``state.values`` for a submission, refusing what the Slack client would refuse. An
+    input not in ``values`` is submitted as it was pre-filled, as Slack does."""
     state: JsonDict = {}
     for block_id, element, optional in input_elements(view_blocks):
         action_id = str(element.get("action_id"))
-        value = values.get(block_id, {}).get(action_id)
+        given = values.get(block_id, {})
+        value = given[action_id] if action_id in given else initial_value(element)
         if value in (None, "", []) and not optional:
             raise ValueError(
                 f"input {block_id}/{action_id} is required; Slack would not submit the view"
