@@ -249,6 +249,9 @@ class ApprovalService:
             return plain, None  # nothing changed: a plain approval
         edited = decision.model_copy(
             update={
+                # the edit was made on the request's arguments: bound to them, whatever
+                # channel it came through (a hash the caller gave must match, in DECIDE)
+                "call_hash": decision.call_hash or request.call_hash,
                 "edited_arguments": check.arguments,
                 "original_arguments": dict(request.arguments),
                 "edited_hash": check.edited_hash,
