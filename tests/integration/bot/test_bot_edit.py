@@ -20,7 +20,16 @@ from bot import blocks
 from slack_sandbox.payloads import payload_body
 from slack_sandbox.signing import sign_request
 from tests.support.edit_agents import PAYOUT_AGENT
-from tests.support.stack import CHANNEL, REQUESTER, REVIEWER, SECRET, Stack, running_stack
+from tests.support.stack import (
+    ADMIN,
+    CHANNEL,
+    REQUESTER,
+    REVIEWER,
+    REVIEWER2,
+    SECRET,
+    Stack,
+    running_stack,
+)
 
 from .test_bot_signing import click_body, post
 
@@ -324,3 +333,34 @@ async def test_a_tool_that_does_not_allow_edits_has_no_edit_button_and_a_forged_
         assert "cannot be edited" in refusal and "does not let a reviewer edit" in refusal
         assert stack.standin.calls_to("views.open") == []
         await assert_pending(stack, request, "delete_file")
+
+
+async def test_a_comment_on_a_vote_towards_a_quorum_is_kept_in_the_audit_trail(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A quorum route offers no edit (every approver would have to see the edited call);
+    each approver's comment is kept, the deciding one's on the message."""
+    async with running_stack(redis_url, tmp_path) as stack:
+        reply = await stack.standin.slash(
+            ADMIN, CHANNEL, "/approvals", f"route add tool=issue_refund channel={CHANNEL} quorum=2"
+        )
+        assert "Added route" in reply.json()["text"], reply.body
+        run_id = await stack.start_run("refund-agent", "refund order 123")
+        [request] = await stack.pending_requests(run_id)
+        assert blocks.EDIT not in buttons_of(stack, request)
+
+        for reviewer, words in ((REVIEWER, "first look: fine"), (REVIEWER2, "second look: fine")):
+            await stack.click(reviewer, request, blocks.APPROVE_COMMENT)
+            view = await stack.opened_view(reviewer, blocks.COMMENT_MODAL)
+            submitted = await stack.standin.submit_view(
+                reviewer, view["id"], {blocks.COMMENT_BLOCK: {blocks.COMMENT_INPUT: words}}
+            )
+            assert submitted.json() is None
+        await stack.run_status(run_id, "succeeded")
+        assert stack.effects.count("refund") == 1
+
+        audit = {e["event"]: e for e in await stack.host.store.audit(run_id)}
+        assert "first look: fine" in audit["approval"]["decision"]
+        assert "second look: fine" in audit["approved"]["detail"]
+        message = await stack.decided_message(CHANNEL, request.message_ts)
+        assert "second look: fine" in str(message["blocks"])
