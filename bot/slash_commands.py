@@ -47,7 +47,8 @@ def help_text() -> str:
         "• `/approvals show <request-id>` — details and history of one request\n"
         "• `/approvals routes` — where requests go and who may decide them\n"
         "• `/approvals route add agent=<glob> tool=<glob> severity=<min> channel=<#channel> "
-        "reviewers=<@user>,<@group> quorum=<n> expiry=<24h> self=<yes|no>` — admins only\n"
+        "reviewers=<@user>,<@group> quorum=<n> expiry=<24h> self=<yes|no> remind_after=<30m> "
+        "escalate_after=<4h> escalate_to=<#channel|@group|@user>` — admins only\n"
         "• `/approvals route remove <id>` — admins only\n"
         "• `/approvals help` — this text"
     )
@@ -162,10 +163,15 @@ class SlashCommands:
             rule = parse_spec(spec)
         except RouteSpecError as exc:
             return f":warning: {escape(str(exc))}"
-        # A route into a channel the bot cannot post in would strand every request it takes.
-        problem = await self.channel_problem(rule.channel) if self.channel_problem else None
-        if problem:
-            return f":warning: Route not added: {problem}"
+        # A route into a channel the bot cannot post in would strand every request it takes;
+        # one escalating into such a channel would escalate into silence.
+        channels = [rule.channel]
+        if rule.escalate_to[:1] in ("C", "G"):
+            channels.append(rule.escalate_to)
+        check = self.channel_problem
+        for channel in channels:
+            if check is not None and (problem := await check(channel)):
+                return f":warning: Route not added: {problem}"
         saved = await self.routes.add(rule, user_id)
         return f":white_check_mark: Added route `{saved.id}`.\n" + format_rules(
             [saved], self.routes.default_channel

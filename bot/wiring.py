@@ -59,9 +59,14 @@ async def build(settings: ServiceSettings) -> tuple[Host, SlackBot]:
     routes = RouteBook(redis, settings.default_channel)
     if settings.routes_file is not None:
         await routes.seed(load_routes_file(settings.routes_file))
-    notifier = SlackNotifier(client, settings.default_channel, admins=settings.admin_ids)
-    # One directory for clicks and `/approvals`, so both share the user-group cache.
+    # One directory for clicks, `/approvals` and escalations, sharing the user-group cache.
     directory = SlackReviewerDirectory(client)
+    notifier = SlackNotifier(
+        client,
+        settings.default_channel,
+        admins=settings.admin_ids,
+        group_members=directory.group_members,
+    )
     host = Host(
         settings=settings,
         redis=redis,

@@ -5,7 +5,7 @@ A tool opts in (`@tool(..., editable=True)` or a list of names); its requests li
 arguments (`ApprovalRequest.editable`). An edit is merged over the arguments the reviewer
 was shown, validated by the tool itself (its JSON schema), and judged again by the policy:
 an edit the policy denies, or that would need a higher severity or another route, is
-refused with the reason, so an edit never lowers the bar (invariant 17,
+refused with the reason, so an edit never lowers the bar (invariant 19,
 docs/ARCHITECTURE.md). The runner checks it all again at resume.
 
 The tool and its policy come from the agent registry every process builds at start
@@ -22,6 +22,7 @@ from agent_host.approvals.requests import ApprovalRequest, Router
 from agent_host.errors import CountersignError, InvalidArguments
 from agent_host.runtime.agents import Agent, canonical_json
 from agent_host.runtime.checkpoint import call_hash
+from agent_host.runtime.hosted import HostedAgent
 from agent_host.runtime.policy import Permission, Severity
 from agent_host.runtime.tools import Tool
 
@@ -157,7 +158,8 @@ def editable_fields(tool: Tool, names: tuple[str, ...] | list[str]) -> tuple[Edi
     )
 
 
-AgentLookup = Callable[[str], tuple[Agent, str]]  # an agent's name -> it and its fingerprint
+# an agent's name -> it and its fingerprint (`Runner.agent`)
+AgentLookup = Callable[[str], tuple["Agent | HostedAgent", str]]
 
 
 class ArgumentEditor:
@@ -233,6 +235,8 @@ class ArgumentEditor:
             agent, fingerprint = self.agents(request.agent)
         except CountersignError:
             return f"agent {request.agent} is not known here, so its call cannot be edited"
+        if not isinstance(agent, Agent):  # a hosted framework's agent runs its own calls
+            return f"agent {request.agent} is hosted, so its calls cannot be edited"
         tool = agent.tool(request.tool)
         if (
             tool is None

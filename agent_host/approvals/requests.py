@@ -19,6 +19,7 @@ __all__ = [
     "TERMINAL",
     "ApprovalRequest",
     "DecideResult",
+    "EscalatedCopy",
     "FixedRouter",
     "RequestStatus",
     "Route",
@@ -56,6 +57,12 @@ class Route:
     # A webhook approval is one identity (`webhook`); with this set it completes a quorum
     # on its own, for routes whose second approver is an outside system by design.
     webhook_completes_quorum: bool = False
+    # The escalation ladder (0 / "": off): a reminder in the message's thread after
+    # `remind_after_seconds`, a copy posted to `escalate_to` (a channel, a user group or a
+    # user) after `escalate_after_seconds`; both before `expiry_seconds`.
+    remind_after_seconds: int = 0
+    escalate_after_seconds: int = 0
+    escalate_to: str = ""
 
     @property
     def allows_standing_approval(self) -> bool:
@@ -75,6 +82,19 @@ class FixedRouter:
 
     async def route(self, agent: str, tool: str, severity: str) -> Route:
         return self._route
+
+
+@dataclass(frozen=True)
+class EscalatedCopy:
+    """A copy of a request posted by its escalation: where it was sent (`to`: the channel
+    or the user escalated to; for a user group, each of its members), the message it made
+    (`channel`, `ts`: a user's is their direct message with the app), and the link to the
+    original message it shows (empty when the original has none)."""
+
+    to: str
+    channel: str
+    ts: str
+    link: str = ""
 
 
 @dataclass
@@ -108,6 +128,8 @@ class ApprovalRequest:
     origin: str = ""  # "external": asked by an agent that runs elsewhere (no checkpoint here)
     callback_url: str = ""  # where its decision is POSTed (external requests only)
     editable: tuple[str, ...] = ()  # arguments a reviewer may edit before approving
+    reminder_ts: str = ""  # the reminder posted in the message's thread, once posted
+    escalations: list[EscalatedCopy] = field(default_factory=list)  # copies, kept in step
 
     @property
     def decided(self) -> bool:
@@ -128,6 +150,7 @@ class ApprovalRequest:
         data["status"] = str(self.status)
         data["approvals"] = json.dumps(self.approvals)
         data["editable"] = json.dumps(list(self.editable))
+        data["escalations"] = json.dumps(data["escalations"])
         data["allow_always"] = "1" if self.allow_always else "0"
         data["decided_at"] = "" if self.decided_at is None else repr(self.decided_at)
         return {k: v if isinstance(v, str) else repr(v) for k, v in data.items()}
@@ -168,7 +191,16 @@ class ApprovalRequest:
             origin=raw.get("origin", ""),
             callback_url=raw.get("callback_url", ""),
             editable=tuple(json.loads(raw.get("editable") or "[]")),
+            reminder_ts=raw.get("reminder_ts", ""),
+            escalations=escalated_copies(raw.get("escalations", "")),
         )
+
+    def posted_in(self, channel: str) -> bool:
+        """Whether a message of this request (the original, or an escalated copy) is in
+        `channel`; True while the original's channel is not recorded yet."""
+        if not self.message_channel or channel == self.message_channel:
+            return True
+        return any(copy.channel == channel for copy in self.escalations)
 
     def public(self) -> dict[str, Any]:
         """The request as the HTTP API shows it."""
@@ -200,6 +232,11 @@ class ApprovalRequest:
             "origin": self.origin or "countersign",
             "editable": list(self.editable),
         }
+
+
+def escalated_copies(raw: str) -> list[EscalatedCopy]:
+    """The `escalations` field as stored (a JSON list of objects); [] when absent."""
+    return [EscalatedCopy(**item) for item in json.loads(raw or "[]")]
 
 
 @dataclass(frozen=True)

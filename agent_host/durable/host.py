@@ -33,7 +33,7 @@ from agent_host.durable.store import RunStore
 from agent_host.durable.sweeper import Sweeper
 from agent_host.durable.worker import ResumeWorker
 from agent_host.errors import ConfigurationError
-from agent_host.runtime.agents import AgentRegistry
+from agent_host.runtime.agents import Agent, AgentRegistry
 from agent_host.runtime.runner import Runner
 from agent_host.settings import Settings
 
@@ -95,7 +95,7 @@ def check_agents(registry: AgentRegistry, spec: str) -> None:
                 f"agent {name!r} (COUNTERSIGN_AGENTS={spec!r}) could not be built: "
                 f"{type(exc).__name__}: {exc}; fix its factory"
             ) from exc
-        if not callable(getattr(agent.model, "respond", None)):
+        if isinstance(agent, Agent) and not callable(getattr(agent.model, "respond", None)):
             raise ConfigurationError(
                 f"agent {name!r} (COUNTERSIGN_AGENTS={spec!r}) has no model (model="
                 f"{agent.model!r}): give it one, e.g. "

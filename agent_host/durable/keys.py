@@ -72,6 +72,10 @@ class Shard:
         return f"{self.tag}:deadlines"
 
     @property
+    def ladder(self) -> str:  # zset "<step>|<request_id>" -> due ms (reminders, escalations)
+        return f"{self.tag}:ladder"
+
+    @property
     def resume(self) -> str:  # stream: one entry per run to start or fully decided turn
         return f"{self.tag}:resume"
 

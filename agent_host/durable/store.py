@@ -180,6 +180,7 @@ class RunStore:
                 request.route.expiry_seconds,
                 json.dumps(fields),
             ]
+        script_keys.append(shard.ladder)  # last: the per-request keys come before it
         return bool(await self._pause(keys=script_keys, args=args))
 
     async def load_checkpoint(self, run_id: str, pause_id: str) -> RunState:
@@ -506,6 +507,7 @@ def decide_keys(request_id: str, destination: str) -> list[str]:
         k.shard.pending_in(destination),
         k.decided(request_id),
         k.shard.callbacks,
+        k.shard.ladder,
     ]
 
 

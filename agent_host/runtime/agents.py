@@ -11,7 +11,7 @@ import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_host.errors import UnknownAgentError
 from agent_host.runtime.messages import ToolSpec
@@ -19,7 +19,10 @@ from agent_host.runtime.models.base import Model
 from agent_host.runtime.policy import RuleSet, Verdict
 from agent_host.runtime.tools import Tool
 
-__all__ = ["Agent", "AgentRegistry", "canonical_json"]
+if TYPE_CHECKING:
+    from agent_host.runtime.hosted import HostedAgent
+
+__all__ = ["Agent", "AgentRegistry", "canonical_json", "describe_changes"]
 
 
 def canonical_json(value: Any) -> str:
@@ -71,20 +74,26 @@ class Agent:
 
     def describe_changes(self, parts: Mapping[str, Any]) -> str:
         """What differs between these fingerprint parts and this agent's, in words."""
-        now = self.fingerprint_parts()
-        old_tools, new_tools = parts.get("tools", {}), now["tools"]
-        changes = [f"tool {n} removed" for n in sorted(set(old_tools) - set(new_tools))]
-        changes += [f"tool {n} added" for n in sorted(set(new_tools) - set(old_tools))]
-        for name in sorted(set(old_tools) & set(new_tools)):
-            for aspect in ("schema", "policy", "severity"):
-                if old_tools[name].get(aspect) != new_tools[name].get(aspect):
-                    changes.append(f"{aspect} of tool {name} changed")
-        if parts.get("rules") != now["rules"]:
-            changes.append("operator policy rules changed")
-        return ", ".join(changes) or "the agent definition changed"
+        return describe_changes(parts, self.fingerprint_parts())
 
 
-AgentFactory = Callable[[], Agent]
+def describe_changes(old: Mapping[str, Any], now: Mapping[str, Any]) -> str:
+    """What differs between two agents' fingerprint parts, in words."""
+    old_tools, new_tools = old.get("tools", {}), now.get("tools", {})
+    changes = [f"tool {n} removed" for n in sorted(set(old_tools) - set(new_tools))]
+    changes += [f"tool {n} added" for n in sorted(set(new_tools) - set(old_tools))]
+    for name in sorted(set(old_tools) & set(new_tools)):
+        for aspect in ("schema", "policy", "severity"):
+            if old_tools[name].get(aspect) != new_tools[name].get(aspect):
+                changes.append(f"{aspect} of tool {name} changed")
+    if old.get("rules") != now.get("rules"):
+        changes.append("operator policy rules changed")
+    if old.get("framework") != now.get("framework"):
+        changes.append("the agent's framework changed")
+    return ", ".join(changes) or "the agent definition changed"
+
+
+AgentFactory = Callable[[], "Agent | HostedAgent"]
 
 
 class AgentRegistry:
@@ -99,7 +108,7 @@ class AgentRegistry:
     def names(self) -> Iterable[str]:
         return sorted(self._factories)
 
-    def build(self, name: str) -> Agent:
+    def build(self, name: str) -> Agent | HostedAgent:
         factory = self._factories.get(name)
         if factory is None:
             known = ", ".join(self.names()) or "none"

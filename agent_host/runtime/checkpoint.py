@@ -6,10 +6,12 @@ the fingerprint recorded here. Versions, one line each:
     1  transcript, the run's tool calls (plan, gate, decision, outcome), sticky decisions.
     2  each call also keeps the model's own id for it (`model_call_id`); `call_id` is the
        runner's. Read from v1: the model's id is the old call id.
-    3  a gated call lists the arguments a reviewer may edit (`editable`), and an approval
+    3  a hosted agent's run (OpenAI Agents SDK, Pydantic AI) keeps its framework's own
+       serialized state (`hosted_state`) and what the model said last. Read from v2: none.
+    4  a gated call lists the arguments a reviewer may edit (`editable`), and an approval
        may carry a comment and edited arguments, which the tool then runs with. Read from
-       v2 as is (nothing editable, no comments). A countersign that knows only v2 refuses
-       a v3 checkpoint instead of running the model's arguments in place of edited ones.
+       v3 as is (nothing editable, no comments). A countersign that knows only v3 refuses
+       a v4 checkpoint instead of running the model's arguments in place of edited ones.
 
 A checkpoint of an unknown or newer version is refused rather than guessed at; an older one
 is migrated to the current version as it is read.
@@ -37,12 +39,13 @@ __all__ = [
     "call_hash",
 ]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 CHECKPOINT_VERSIONS = {
     1: "transcript, the run's tool calls (plan, gate, decision, outcome), sticky decisions",
     2: "each call keeps the model's id for it (model_call_id); call_id is the runner's; "
     "approvals for the run are scoped (standing), sticky keeps rejections only",
-    3: "a gated call lists its editable arguments; an approval may carry a comment and "
+    3: "a hosted agent's run keeps its framework's serialized state (hosted_state)",
+    4: "a gated call lists its editable arguments; an approval may carry a comment and "
     "edited arguments (with the edited call's hash), which the tool runs with",
 }
 
@@ -116,6 +119,8 @@ class RunState(BaseModel):
     # "Approve for this run", by tool: the decision, stamped with the route and severity it
     # was given for; the store applies it only to later calls within that scope.
     standing: dict[str, Approve] = Field(default_factory=dict)
+    # A hosted agent's run: its framework's own state (JSON), restored to resume the run.
+    hosted_state: str | None = None
     turns: int = 0
     status: RunStatus = "running"
     output: str | None = None
@@ -170,9 +175,14 @@ def _v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def _v2_to_v3(raw: dict[str, Any]) -> dict[str, Any]:
-    """v3 only added fields whose defaults say what v2 meant: nothing editable, no comment."""
+    """v3 only added a field a v2 run never had."""
     return raw | {"schema_version": 3}
 
 
+def _v3_to_v4(raw: dict[str, Any]) -> dict[str, Any]:
+    """v4 only added fields whose defaults say what v3 meant: nothing editable, no comment."""
+    return raw | {"schema_version": 4}
+
+
 # version -> how a document of that version becomes one of the next
-_MIGRATIONS = {1: _v1_to_v2, 2: _v2_to_v3}
+_MIGRATIONS = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}

@@ -4,7 +4,7 @@
 a decision whose hash differs from the pending call's (approve what you saw). An approval
 may carry the reviewer's comment, and the arguments they edited before approving: the
 decision then keeps the arguments they were shown, the edited ones, who edited, and the hash
-of the edited call, and the tool runs with the edited arguments (invariant 17,
+of the edited call, and the tool runs with the edited arguments (invariant 19,
 docs/ARCHITECTURE.md).
 """
 

@@ -23,8 +23,8 @@ import json
 import logging
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from typing import Any, Literal
+from dataclasses import replace
+from typing import Any
 
 from agent_host.errors import (
     AgentChangedError,
@@ -37,9 +37,12 @@ from agent_host.errors import (
 from agent_host.runtime.agents import Agent, AgentRegistry, canonical_json
 from agent_host.runtime.checkpoint import CallRecord, RunState, call_hash
 from agent_host.runtime.decisions import Answer, Approve, Decision, Expired, Reject, RequestChanges
+from agent_host.runtime.hosted import HostedAgent
+from agent_host.runtime.hosted_runner import HostedRunner
 from agent_host.runtime.journal import NO_JOURNAL, TurnJournal
 from agent_host.runtime.ledger import ExecutionLedger, InMemoryLedger
 from agent_host.runtime.messages import Message, ToolCall
+from agent_host.runtime.outcomes import Failed, Paused, RunOutcome, Succeeded
 from agent_host.runtime.pause import PauseRequest
 from agent_host.runtime.policy import Permission, Severity, Verdict
 from agent_host.runtime.tools import InvalidArguments, ToolContext
@@ -54,43 +57,20 @@ UNKNOWN_OUTCOME = (
 )
 
 
-@dataclass(frozen=True)
-class Succeeded:
-    state: RunState
-    output: str
-    kind: Literal["succeeded"] = "succeeded"
-
-
-@dataclass(frozen=True)
-class Paused:
-    state: RunState
-    pending: list[CallRecord]
-    kind: Literal["paused"] = "paused"
-
-
-@dataclass(frozen=True)
-class Failed:
-    state: RunState
-    error: str
-    kind: Literal["failed"] = "failed"
-
-
-RunOutcome = Succeeded | Paused | Failed
-
-
 class Runner:
     def __init__(self, registry: AgentRegistry, ledger: ExecutionLedger | None = None) -> None:
         self.registry = registry
         self.ledger: ExecutionLedger = ledger or InMemoryLedger()
         # Agents are definitions, rebuilt from the registry once per process: building one
         # derives every tool's schema, and doing that per resume costs milliseconds.
-        self._agents: dict[str, tuple[Agent, str]] = {}
+        self._agents: dict[str, tuple[Agent | HostedAgent, str]] = {}
+        self.hosted = HostedRunner(self.ledger)
 
     def reload_agents(self) -> None:
         """Rebuild agents from the registry on next use (after it was changed in place)."""
         self._agents.clear()
 
-    def agent(self, name: str) -> tuple[Agent, str]:
+    def agent(self, name: str) -> tuple[Agent | HostedAgent, str]:
         """The registry's agent of that name, built once, and its fingerprint."""
         if name not in self._agents:
             agent = self.registry.build(name)
@@ -116,14 +96,14 @@ class Runner:
             input=input,
             requested_by=requested_by,
             context=dict(context or {}),
-            transcript=[
-                Message(role="system", content=agent.instructions),
-                Message(role="user", content=input),
-            ],
+            transcript=[Message(role="user", content=input)],
         )
+        if isinstance(agent, HostedAgent):
+            return await self.hosted.start(agent, state)
+        state.transcript.insert(0, Message(role="system", content=agent.instructions))
         return await self._advance(state, agent, journal)
 
-    def restore(self, state: RunState) -> Agent:
+    def restore(self, state: RunState) -> Agent | HostedAgent:
         """Rebuild the run's agent; refuse if its tools or policy changed while it waited."""
         agent, fingerprint = self.agent(state.agent)
         if fingerprint != state.agent_fingerprint:
@@ -160,6 +140,8 @@ class Runner:
         for call_id, record in pending.items():
             _apply(state, agent, record, decisions[call_id])
         state.status = "running"
+        if isinstance(agent, HostedAgent):
+            return await self.hosted.resume(agent, state)
         return await self._advance(state, agent, journal)
 
     async def replay(self, state: RunState, *, journal: TurnJournal = NO_JOURNAL) -> RunOutcome:
@@ -171,6 +153,10 @@ class Runner:
         """
         state = state.model_copy(deep=True)
         agent = self.restore(state)
+        if isinstance(agent, HostedAgent):
+            raise CheckpointError(
+                f"run {state.run_id}: a hosted agent's run has no saved turn to replay"
+            )
         if state.status not in ("running", "succeeded"):
             raise CheckpointError(
                 f"run {state.run_id}: a saved turn is {state.status}, not running; "
@@ -355,7 +341,9 @@ def _apply_sticky(state: RunState, record: CallRecord, verdict: Verdict) -> None
         record.decision = Reject(decided_by="reject-always", call_hash=record.call_hash)
 
 
-def _apply(state: RunState, agent: Agent, record: CallRecord, decision: Decision) -> None:
+def _apply(
+    state: RunState, agent: Agent | HostedAgent, record: CallRecord, decision: Decision
+) -> None:
     if decision.call_hash is not None and decision.call_hash != record.call_hash:
         raise DecisionMismatchError(
             f"call {record.call_id}: the decision was made on a different call "
@@ -376,12 +364,18 @@ def _apply(state: RunState, agent: Agent, record: CallRecord, decision: Decision
     record.decision = decision
 
 
-def _check_edit(state: RunState, agent: Agent, record: CallRecord, decision: Approve) -> None:
+def _check_edit(
+    state: RunState, agent: Agent | HostedAgent, record: CallRecord, decision: Approve
+) -> None:
     """An approval with edited arguments, checked again before anything runs (the approval
     service checked it when it was recorded): on the arguments the reviewer was shown, only
     what the tool lets them edit, valid for the tool, hashed as recorded, and judged by the
     policy no lower than the call was asked at. Anything else fails the run, closed."""
     where = f"call {record.call_id}: the edited arguments"
+    if isinstance(agent, HostedAgent):  # its framework runs the call as the model made it
+        raise InvalidDecisionError(
+            f"{where} cannot be used: a hosted agent's calls cannot be edited; nothing was run"
+        )
     tool = agent.tool(record.tool)
     if record.gate != "ask" or tool is None or decision.always:
         raise InvalidDecisionError(

@@ -77,13 +77,14 @@ def refusal(request: ApprovalRequest | None, click: Click) -> str:
 
 
 def _click_belongs(click: Click, request: ApprovalRequest) -> bool:
-    """The button sits in the block built for this very request, in its channel, on its
-    message: a value naming another request is refused. (A message posted twice after a
-    lost answer from Slack carries the same block, so either copy works.)"""
+    """The button sits in the block built for this very request, in its channel (or that
+    of one of its escalated copies), on its message: a value naming another request is
+    refused. (A message posted twice after a lost answer from Slack carries the same
+    block, so either copy works.)"""
     block = blocks.actions_block_id(request.request_id)
     if click.block_id != block:
         return False
-    if request.message_channel and click.channel != request.message_channel:
+    if not request.posted_in(click.channel):
         return False
     return click.message_ts == request.message_ts or block in click.message_block_ids
 

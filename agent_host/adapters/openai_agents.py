@@ -1,0 +1,199 @@
+"""Host an OpenAI Agents SDK agent (`pip install 'countersign[openai-agents]'`).
+
+The agent runs unchanged. For each run countersign uses a copy of it whose function tools
+all need approval, so the SDK stops on every call of a model turn (`result.interruptions`)
+before any of it runs. countersign judges each `ToolApprovalItem`: a tool the agent marks
+`needs_approval` (True, or a function: then always, to be safe) asks a person, any other
+is let through, unless the operator's policy for it (`policy=`) or its rules say otherwise.
+The SDK's serialized `RunState` is the checkpoint; decisions become `state.approve()` and
+`state.reject(rejection_message=...)`, and the run goes on with `Runner.run(agent, state)`
+in whichever worker picks it up. Every call runs through countersign's call guard: as
+approved, at most once. "Approve for this run" is countersign's own (scoped to the route
+and severity it was given for), so each later call is still judged and recorded.
+
+    from agents import Agent, function_tool
+    from agent_host.adapters.openai_agents import OpenAIAgentsAgent
+
+    support = Agent(name="support", tools=[lookup_order, issue_refund])
+    registry.register("support", lambda: OpenAIAgentsAgent(support))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agents import Agent, FunctionTool, MessageOutputItem, RunConfig, Runner, RunResult
+from agents import RunState as SDKRunState
+from agents.items import ItemHelpers, ToolApprovalItem
+from agents.tool_context import ToolContext
+
+from agent_host.adapters.gates import gates_for
+from agent_host.errors import CheckpointError, ConfigurationError
+from agent_host.runtime.decisions import Approve
+from agent_host.runtime.hosted import (
+    CallGuard,
+    Finished,
+    GatedCall,
+    HostedAgent,
+    HostedDecision,
+    Interrupted,
+    Step,
+    ToolGate,
+    parse_arguments,
+)
+from agent_host.runtime.policy import Permission, PermissionFunction, RuleSet
+
+__all__ = ["OpenAIAgentsAgent"]
+
+
+class OpenAIAgentsAgent(HostedAgent):
+    framework = "openai-agents"
+
+    def __init__(
+        self,
+        agent: Agent[Any],
+        *,
+        name: str | None = None,
+        policy: Mapping[str, ToolGate | Permission | PermissionFunction] | None = None,
+        rules: RuleSet | None = None,
+        context: Any = None,
+        run_config: RunConfig | None = None,
+        max_turns: int = 20,
+    ) -> None:
+        _check_supported(agent)
+        self.agent = agent
+        self.name = name or agent.name
+        self.rules = rules or RuleSet()
+        self.context = context
+        self.run_config = run_config
+        self.max_turns = max_turns
+        self._tools: dict[str, FunctionTool] = {
+            t.name: t for t in agent.tools if isinstance(t, FunctionTool)
+        }
+        self._gates = gates_for(
+            {name: tool.needs_approval is not False for name, tool in self._tools.items()},
+            policy,
+        )
+
+    def tool_schemas(self) -> dict[str, dict[str, Any]]:
+        return {name: tool.params_json_schema for name, tool in self._tools.items()}
+
+    def gates(self) -> dict[str, ToolGate]:
+        return self._gates
+
+    async def start(self, input: str, guard: CallGuard) -> Step:
+        guarded = self._guarded(guard)
+        result = await Runner.run(
+            guarded,
+            input,
+            context=self.context,
+            max_turns=self.max_turns,
+            run_config=self.run_config,
+        )
+        return _step(result)
+
+    async def resume(
+        self, state: str, decisions: Sequence[HostedDecision], guard: CallGuard
+    ) -> Step:
+        guarded = self._guarded(guard)
+        try:
+            run_state = await SDKRunState.from_string(guarded, state)
+        except Exception as exc:
+            raise CheckpointError(
+                f"the Agents SDK run state in the checkpoint is unreadable: {exc}"
+            ) from exc
+        _apply(run_state, run_state.get_interruptions(), decisions)
+        result = await Runner.run(
+            guarded,
+            run_state,
+            context=self.context,
+            max_turns=self.max_turns,
+            run_config=self.run_config,
+        )
+        return _step(result)
+
+    def _guarded(self, guard: CallGuard) -> Agent[Any]:
+        """This run's copy of the agent: every function tool stops for a decision, and runs
+        through the call guard once decided."""
+        return self.agent.clone(
+            tools=[
+                _guarded_tool(t, guard) if isinstance(t, FunctionTool) else t
+                for t in self.agent.tools
+            ]
+        )
+
+
+def _guarded_tool(tool: FunctionTool, guard: CallGuard) -> FunctionTool:
+    invoke_original = tool.on_invoke_tool
+
+    async def invoke(ctx: ToolContext[Any], input: str) -> Any:
+        return await guard.run(
+            ctx.tool_call_id,
+            tool.name,
+            parse_arguments(input),
+            lambda: invoke_original(ctx, input),
+        )
+
+    return dataclasses.replace(tool, needs_approval=True, on_invoke_tool=invoke)
+
+
+def _apply(
+    run_state: SDKRunState[Any, Any],
+    items: Sequence[ToolApprovalItem],
+    decisions: Sequence[HostedDecision],
+) -> None:
+    """Approve or reject each interruption by the decisions on the calls with its id; a
+    call id the model repeated is approved only if every call with it was (fail closed)."""
+    by_id: dict[tuple[str, str], list[HostedDecision]] = {}
+    for item in decisions:
+        by_id.setdefault((item.call.framework_id, item.call.tool), []).append(item)
+    for approval in items:
+        decided = by_id.get((approval.call_id or "", approval.tool_name or ""), [])
+        if decided and all(isinstance(d.decision, Approve) for d in decided):
+            run_state.approve(approval)
+            continue
+        refusal = next((d for d in decided if not isinstance(d.decision, Approve)), None)
+        message = _refusal(refusal.decision) if refusal else "This call was never decided."
+        run_state.reject(approval, rejection_message=message)
+
+
+def _refusal(decision: Any) -> str:
+    text = getattr(decision, "text", None)
+    return text() if callable(text) else "Tool execution was not approved."
+
+
+def _step(result: RunResult) -> Step:
+    if not result.interruptions:
+        output = result.final_output
+        return Finished(output if isinstance(output, str) else str(output))
+    calls = [
+        GatedCall(item.call_id or "", item.tool_name or "", parse_arguments(item.arguments))
+        for item in result.interruptions
+    ]
+    return Interrupted(result.to_state().to_string(), calls, last_words=_last_words(result))
+
+
+def _last_words(result: RunResult) -> str:
+    texts = [
+        ItemHelpers.text_message_output(item)
+        for item in result.new_items
+        if isinstance(item, MessageOutputItem)
+    ]
+    return texts[-1].strip() if texts else ""
+
+
+def _check_supported(agent: Agent[Any]) -> None:
+    """Only function tools can be gated call by call; refuse what would run unseen."""
+    if agent.handoffs:
+        raise ConfigurationError(
+            f"agent {agent.name!r} has handoffs, which countersign cannot gate yet: the "
+            "agents handed to would run their tools unseen; register each agent separately"
+        )
+    if others := [t for t in agent.tools if not isinstance(t, FunctionTool)]:
+        names = ", ".join(f"{getattr(t, 'name', '?')} ({type(t).__name__})" for t in others)
+        raise ConfigurationError(
+            f"agent {agent.name!r} has tools countersign cannot gate call by call: {names}; "
+            "only function tools can be hosted"
+        )

@@ -1,0 +1,242 @@
+"""Host a Pydantic AI agent (`pip install 'countersign[pydantic-ai]'`).
+
+The agent runs unchanged. For each run countersign puts one toolset around all of the
+agent's tools, which defers every call of a model turn (`ApprovalRequired`), so the turn
+ends in `DeferredToolRequests` before any of it runs. countersign judges each call: a tool
+made with `requires_approval=True` asks a person, any other is let through, unless the
+operator's policy for it (`policy=`) or its rules say otherwise. The checkpoint is the
+message history (`ModelMessagesTypeAdapter`); decisions become `DeferredToolResults`
+(`ToolApproved`, `ToolDenied(message)`); a tool that defers a call itself (`CallDeferred`)
+asks a person a question, and the answer is the call's result. Every call then runs
+through countersign's call guard: as approved, at most once.
+
+    from pydantic_ai import Agent
+    from agent_host.adapters.pydantic_ai import PydanticAIAgent
+
+    support = Agent("openai:gpt-5", tools=[...])
+    registry.register("support", lambda: PydanticAIAgent(support, name="support"))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, ToolDenied
+from pydantic_ai.exceptions import ApprovalRequired
+from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelResponse, TextPart
+from pydantic_ai.tools import RunContext, ToolApproved, ToolDefinition
+from pydantic_ai.toolsets import CombinedToolset, FunctionToolset
+from pydantic_ai.toolsets.abstract import ToolsetTool
+from pydantic_ai.toolsets.wrapper import WrapperToolset
+
+from agent_host.adapters.gates import gates_for
+from agent_host.errors import CheckpointError
+from agent_host.runtime.decisions import Answer, Approve
+from agent_host.runtime.hosted import (
+    CallGuard,
+    Finished,
+    GatedCall,
+    HostedAgent,
+    HostedDecision,
+    Interrupted,
+    Step,
+    ToolGate,
+    parse_arguments,
+)
+from agent_host.runtime.policy import Permission, PermissionFunction, RuleSet
+
+__all__ = ["PydanticAIAgent"]
+
+
+class PydanticAIAgent(HostedAgent):
+    framework = "pydantic-ai"
+
+    def __init__(
+        self,
+        agent: Agent[Any, Any],
+        *,
+        name: str | None = None,
+        policy: Mapping[str, ToolGate | Permission | PermissionFunction] | None = None,
+        rules: RuleSet | None = None,
+        deps: Any = None,
+        max_turns: int = 20,
+    ) -> None:
+        self.agent = agent
+        self.name = name or agent.name or "pydantic-ai-agent"
+        self.rules = rules or RuleSet()
+        self.deps = deps
+        self.max_turns = max_turns
+        self._tools = _declared_tools(agent)
+        self._gates = gates_for(
+            {name: tool.requires_approval for name, tool in self._tools.items()}, policy
+        )
+
+    def tool_schemas(self) -> dict[str, dict[str, Any]]:
+        return {name: tool.tool_def.parameters_json_schema for name, tool in self._tools.items()}
+
+    def gates(self) -> dict[str, ToolGate]:
+        return self._gates
+
+    async def start(self, input: str, guard: CallGuard) -> Step:
+        return await self._run(guard, user_prompt=input)
+
+    async def resume(
+        self, state: str, decisions: Sequence[HostedDecision], guard: CallGuard
+    ) -> Step:
+        try:
+            saved = json.loads(state)
+            history = ModelMessagesTypeAdapter.validate_python(saved["messages"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CheckpointError(
+                f"the Pydantic AI message history in the checkpoint is unreadable: {exc}"
+            ) from exc
+        return await self._run(guard, message_history=history, results=_results(decisions))
+
+    async def _run(
+        self,
+        guard: CallGuard,
+        *,
+        user_prompt: str | None = None,
+        message_history: Any = None,
+        results: DeferredToolResults | None = None,
+    ) -> Step:
+        guarded = _GuardedToolset(CombinedToolset(list(self.agent.toolsets)), guard=guard)
+        with self.agent.override(tools=[], toolsets=[guarded]):
+            result: Any = await self.agent.run(
+                user_prompt,
+                message_history=message_history,
+                deferred_tool_results=results,
+                output_type=[self.agent.output_type, DeferredToolRequests],
+                deps=self.deps,
+            )
+        if not isinstance(result.output, DeferredToolRequests):
+            output = result.output
+            return Finished(output if isinstance(output, str) else _as_json(output))
+        requests = result.output
+        messages = ModelMessagesTypeAdapter.dump_python(result.all_messages(), mode="json")
+        calls = [
+            GatedCall(part.tool_call_id, part.tool_name, parse_arguments(part.args))
+            for part in requests.approvals
+        ]
+        calls += [
+            GatedCall(
+                part.tool_call_id,
+                part.tool_name,
+                parse_arguments(part.args),
+                kind="question",
+                question=_question(
+                    part.tool_name, part.args, requests.metadata.get(part.tool_call_id)
+                ),
+            )
+            for part in requests.calls
+        ]
+        return Interrupted(
+            json.dumps({"messages": messages}),
+            calls,
+            last_words=_last_words(result.all_messages()),
+        )
+
+
+@dataclasses.dataclass
+class _GuardedToolset(WrapperToolset[Any]):
+    """Every call deferred until decided; a decided call runs through the call guard."""
+
+    guard: CallGuard = dataclasses.field(kw_only=True)
+
+    async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
+        tools = await super().get_tools(ctx)
+        return {
+            name: dataclasses.replace(tool, tool_def=_deferred(tool.tool_def))
+            for name, tool in tools.items()
+        }
+
+    async def call_tool(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
+    ) -> Any:
+        if not ctx.tool_call_approved:
+            raise ApprovalRequired()
+        call_id = ctx.tool_call_id or ""
+        # A call the policy let through runs as unapproved, so a tool that asks for approval
+        # itself (raising ApprovalRequired) still does; a person's approval is passed on.
+        inner = ctx if not self.guard.approved_by_policy(call_id) else _unapproved(ctx)
+        return await self.guard.run(
+            call_id,
+            name,
+            tool_args,
+            lambda: self.wrapped.call_tool(name, tool_args, inner, tool),
+        )
+
+
+def _deferred(tool_def: ToolDefinition) -> ToolDefinition:
+    if tool_def.kind == "function":
+        return dataclasses.replace(tool_def, kind="unapproved")
+    return tool_def
+
+
+def _unapproved(ctx: RunContext[Any]) -> RunContext[Any]:
+    return dataclasses.replace(ctx, tool_call_approved=False)
+
+
+def _results(decisions: Sequence[HostedDecision]) -> DeferredToolResults:
+    """One result per framework id; a call shares its id with another only if the model
+    repeated it, and then the id is approved only if every call with it was (fail closed)."""
+    results = DeferredToolResults()
+    for item in decisions:
+        call_id, decision = item.call.framework_id, item.decision
+        if item.call.kind == "question":
+            if isinstance(decision, Answer):
+                results.calls[call_id] = decision.text
+            else:
+                results.calls[call_id] = f"No answer was given: {_refusal(decision)}"
+            continue
+        denied = results.approvals.get(call_id)
+        if isinstance(denied, ToolDenied):
+            continue
+        if isinstance(decision, Approve):
+            results.approvals[call_id] = ToolApproved()
+        else:
+            results.approvals[call_id] = ToolDenied(_refusal(decision))
+    return results
+
+
+def _refusal(decision: Any) -> str:
+    text = getattr(decision, "text", None)
+    return text() if callable(text) else "The tool call was not approved."
+
+
+def _declared_tools(agent: Agent[Any, Any]) -> dict[str, Any]:
+    """The agent's function tools by name (toolsets of other kinds list theirs only per
+    run; their calls are asked about as tools the agent did not declare)."""
+    tools: dict[str, Any] = {}
+    for toolset in agent.toolsets:
+        if isinstance(toolset, FunctionToolset):
+            tools.update(toolset.tools)
+    return tools
+
+
+def _question(tool: str, args: Any, metadata: Mapping[str, Any] | None) -> str:
+    """What the person is asked: the deferral's `question` metadata, else the call's own
+    `question` argument, else the call itself."""
+    if metadata and isinstance(metadata.get("question"), str):
+        return str(metadata["question"])
+    arguments = parse_arguments(args)
+    if isinstance(arguments, dict) and isinstance(arguments.get("question"), str):
+        return str(arguments["question"])
+    return f"{tool} waits for a result from a person: {_as_json(arguments)}"
+
+
+def _last_words(messages: Sequence[Any]) -> str:
+    for message in reversed(messages):
+        if isinstance(message, ModelResponse):
+            return " ".join(p.content for p in message.parts if isinstance(p, TextPart)).strip()
+    return ""
+
+
+def _as_json(value: Any) -> str:
+    try:
+        return json.dumps(value, default=str)
+    except (TypeError, ValueError):
+        return str(value)

@@ -1,0 +1,203 @@
+"""Running a hosted agent: its framework's steps, countersign's calls, pauses and decisions.
+
+Each time the framework stops on a model turn's tool calls, every call becomes a
+`CallRecord` with countersign's own id (`call_<turn>_<n>`) and is judged by countersign's
+policy: DENY is refused, ALLOW is let through, ASK waits for a person. The run pauses if
+any call waits; otherwise the framework goes on at once with the policy's decisions. The
+framework's serialized state is kept in the checkpoint, which the store encrypts and seals
+to the pause.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from agent_host.errors import CheckpointError, CountersignError
+from agent_host.runtime.checkpoint import CallRecord, RunState, call_hash
+from agent_host.runtime.decisions import Answer, Approve, Decision, Expired, Reject, RequestChanges
+from agent_host.runtime.hosted import (
+    CallGuard,
+    Finished,
+    GatedCall,
+    HostedAgent,
+    HostedDecision,
+    Step,
+)
+from agent_host.runtime.ledger import ExecutionLedger
+from agent_host.runtime.messages import Message
+from agent_host.runtime.outcomes import Failed, Paused, RunOutcome, Succeeded
+from agent_host.runtime.policy import Permission, Severity
+
+__all__ = ["HostedRunner"]
+
+log = logging.getLogger(__name__)
+
+NOT_RUN_BY_FRAMEWORK = "Approved, but the framework did not run this call."
+POLICY = "policy"  # who decided a call the policy let through or refused
+
+
+class HostedRunner:
+    def __init__(self, ledger: ExecutionLedger) -> None:
+        self.ledger = ledger
+
+    async def start(self, agent: HostedAgent, state: RunState) -> RunOutcome:
+        guard = CallGuard(state.run_id, state.agent_fingerprint, self.ledger)
+        try:
+            step = await agent.start(state.input, guard)
+        except CountersignError:
+            raise
+        except Exception as exc:
+            return _failed(state, agent, exc)
+        outcome = await self._continue(agent, state, step, guard)
+        return outcome if outcome is not None else await self.resume(agent, state)
+
+    async def resume(self, agent: HostedAgent, state: RunState) -> RunOutcome:
+        """Go on after every call of the last interruption was decided (`record.decision`)."""
+        while True:
+            decided = [c for c in state.calls if c.turn == state.turns]
+            guard = CallGuard(state.run_id, state.agent_fingerprint, self.ledger, decided)
+            decisions = [
+                HostedDecision(_gated(record), _effective(record), record.call_id)
+                for record in decided
+            ]
+            if state.hosted_state is None:
+                raise CheckpointError(
+                    f"run {state.run_id}: the checkpoint holds no {agent.framework} state "
+                    "to resume from"
+                )
+            try:
+                step = await agent.resume(state.hosted_state, decisions, guard)
+            except CountersignError:
+                raise
+            except Exception as exc:
+                return _failed(state, agent, exc)
+            outcome = await self._continue(agent, state, step, guard)
+            if outcome is not None:
+                return outcome
+
+    async def _continue(
+        self, agent: HostedAgent, state: RunState, step: Step, guard: CallGuard
+    ) -> RunOutcome | None:
+        """Record what the step did; the outcome, or None to go on with the policy's decisions."""
+        _settle(state, guard)
+        if isinstance(step, Finished):
+            state.transcript.append(Message(role="assistant", content=step.output))
+            state.status, state.output = "succeeded", step.output
+            return Succeeded(state, step.output)
+        if state.turns >= agent.max_turns:
+            state.status = "failed"
+            state.error = f"the agent took more than {agent.max_turns} turns; stopped"
+            return Failed(state, state.error)
+        state.turns += 1
+        state.hosted_state = step.state
+        if step.last_words:
+            state.transcript.append(Message(role="assistant", content=step.last_words))
+        context = {**state.context, "run_id": state.run_id, "requested_by": state.requested_by}
+        asked_itself = _asked_itself(guard)
+        for index, call in enumerate(step.calls):
+            record = _plan(state, agent, call, index, context)
+            if record.gate == "allow" and (call.framework_id, call.tool) in asked_itself:
+                record.gate, record.severity = "ask", max(record.severity, "medium", key=_rank)
+                record.reason = "the tool itself asked for a person's approval"
+            state.calls.append(record)
+        if pending := state.pending:
+            state.status = "paused"
+            return Paused(state, pending)
+        state.status = "running"
+        return None
+
+
+def _asked_itself(guard: CallGuard) -> set[tuple[str, str]]:
+    """Calls the policy let through that stopped again instead of running: the tool asked
+    for approval itself (e.g. Pydantic AI's ApprovalRequired), so a person must decide."""
+    return {
+        (r.model_call_id, r.tool)
+        for r in guard.decided
+        if r.gate == "allow" and r.call_id not in guard.results
+    }
+
+
+def _rank(severity: str) -> int:
+    return Severity(severity).rank if severity in Severity.__members__.values() else 0
+
+
+def _plan(
+    state: RunState,
+    agent: HostedAgent,
+    call: GatedCall,
+    index: int,
+    context: Mapping[str, Any],
+) -> CallRecord:
+    record = CallRecord(
+        call_id=f"call_{state.turns - 1}_{index + 1}",
+        model_call_id=call.framework_id,
+        tool=call.tool,
+        arguments=call.arguments,
+        call_hash=call_hash(state.agent_fingerprint, call.tool, call.arguments),
+        turn=state.turns,
+        gate="ask",
+    )
+    if call.kind == "question":
+        record.gate, record.question = "question", call.question or "The tool asks a question."
+        record.reason, record.allow_always = record.question, False
+        return record
+    verdict = agent.judge(call, context)
+    record.reason, record.severity = verdict.reason, verdict.severity.value
+    record.allow_always = verdict.allow_always
+    if verdict.permission is Permission.DENY:
+        record.gate = "deny"
+        record.result = (
+            f"Tool {call.tool} is not permitted: {verdict.reason or 'denied by policy'}."
+        )
+    elif verdict.permission is Permission.ALLOW:
+        record.gate = "allow"
+    elif state.sticky.get(call.tool) == "reject":
+        record.decision = Reject(decided_by="reject-always", call_hash=record.call_hash)
+    return record
+
+
+def _effective(record: CallRecord) -> Decision:
+    """What the framework is told for one call: a person's decision, or the policy's."""
+    if record.decision is not None:
+        return record.decision
+    if record.gate == "allow":
+        return Approve(decided_by=POLICY, via=POLICY, call_hash=record.call_hash)
+    return Reject(decided_by=POLICY, via=POLICY, message=record.result or "")
+
+
+def _gated(record: CallRecord) -> GatedCall:
+    return GatedCall(
+        framework_id=record.model_call_id,
+        tool=record.tool,
+        arguments=record.arguments,
+        kind="question" if record.gate == "question" else "approval",
+        question=record.question,
+    )
+
+
+def _settle(state: RunState, guard: CallGuard) -> None:
+    """The outcomes of the calls the framework was just told about."""
+    for record in guard.decided:
+        if record.outcome is not None:
+            continue
+        decision = _effective(record)
+        if record.call_id in guard.results:
+            record.outcome, record.result = "executed", guard.results[record.call_id]
+        elif isinstance(decision, Answer):
+            record.outcome, record.result = "answered", decision.text
+        elif isinstance(decision, Reject | RequestChanges):
+            record.outcome = "denied" if record.gate == "deny" else "rejected"
+            record.result = record.result or decision.text()
+        elif isinstance(decision, Expired):
+            record.outcome, record.result = "expired", decision.text()
+        else:  # approved, yet the framework did not run it
+            record.outcome, record.result = "unknown_outcome", NOT_RUN_BY_FRAMEWORK
+
+
+def _failed(state: RunState, agent: HostedAgent, exc: Exception) -> RunOutcome:
+    log.info("run %s: the %s agent raised %s", state.run_id, agent.framework, type(exc).__name__)
+    state.status = "failed"
+    state.error = f"the {agent.framework} agent failed: {type(exc).__name__}: {exc}"
+    return Failed(state, state.error)
