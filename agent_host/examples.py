@@ -61,7 +61,12 @@ def refund_agent(effects: ExampleEffects) -> Agent:
             return {"order_id": order_id, "found": False}
         return {"order_id": order_id, "found": True, "amount": ORDERS[order_id], "paid": True}
 
-    @tool(permission=Permission.ASK, reason="moves money back to the customer", severity="high")
+    @tool(
+        permission=Permission.ASK,
+        reason="moves money back to the customer",
+        severity="high",
+        editable=["amount"],  # a reviewer may refund less (or more) than the model proposed
+    )
     def issue_refund(order_id: str, amount: float, ctx: ToolContext) -> str:
         """Refund an order. Irreversible."""
         effects.record("refund", order_id=order_id, amount=amount, key=ctx.idempotency_key)

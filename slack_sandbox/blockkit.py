@@ -197,8 +197,23 @@ def state_value(element: JsonDict, value: Any) -> JsonDict:
     return {"type": kind, "value": value}  # text inputs and anything else with a value
 
 
+def initial_value(element: JsonDict) -> Any:
+    """What an input holds before anyone types, in `state_value`'s terms: Slack submits a
+    pre-filled input as it was filled unless the person changed it."""
+    kind = str(element.get("type", ""))
+    if kind in _SINGLE_SELECTS:
+        option = element.get("initial_option")
+        return option.get("value") if isinstance(option, dict) else None
+    if kind in ("checkboxes", "multi_static_select"):
+        options = element.get("initial_options") or []
+        return [o.get("value") for o in options if isinstance(o, dict)]
+    if kind == "datepicker":
+        return element.get("initial_date")
+    return element.get("initial_value")
+
+
 def _option(element: JsonDict, value: Any) -> JsonDict | None:
-    if value is None:
+    if value is None or value == "":  # nothing chosen (the page sends "" for that)
         return None
     for option in element.get("options") or []:
         if isinstance(option, dict) and option.get("value") == value:

@@ -18,6 +18,7 @@ from slack_sandbox.blockkit import (
     action_ids,
     block_elements,
     find_element,
+    initial_value,
     input_elements,
     state_value,
 )
@@ -118,11 +119,13 @@ async def click(
 
 
 def build_state(view_blocks: list[JsonDict], values: dict[str, dict[str, Any]]) -> JsonDict:
-    """``state.values`` for a submission, refusing what the Slack client would refuse."""
+    """``state.values`` for a submission, refusing what the Slack client would refuse. An
+    input not in ``values`` is submitted as it was pre-filled, as Slack does."""
     state: JsonDict = {}
     for block_id, element, optional in input_elements(view_blocks):
         action_id = str(element.get("action_id"))
-        value = values.get(block_id, {}).get(action_id)
+        given = values.get(block_id, {})
+        value = given[action_id] if action_id in given else initial_value(element)
         if value in (None, "", []) and not optional:
             raise ValueError(
                 f"input {block_id}/{action_id} is required; Slack would not submit the view"

@@ -1,6 +1,7 @@
 """The approval domain, without transport: requests and runs as stored, routes, and the one
 approval service every decision goes through."""
 
+from agent_host.approvals.edits import ArgumentEditor, EditableField, EditCheck, EditForm
 from agent_host.approvals.requests import (
     DEFAULT_EXPIRY_SECONDS,
     TERMINAL,
@@ -31,7 +32,11 @@ __all__ = [
     "WEBHOOK",
     "ApprovalRequest",
     "ApprovalService",
+    "ArgumentEditor",
     "DecideResult",
+    "EditCheck",
+    "EditForm",
+    "EditableField",
     "Eligibility",
     "EscalatedCopy",
     "FixedRouter",

@@ -128,6 +128,7 @@ class ApprovalRequest:
     delivery_error: str = ""  # the chat side's error code, e.g. not_in_channel
     origin: str = ""  # "external": asked by an agent that runs elsewhere (no checkpoint here)
     callback_url: str = ""  # where its decision is POSTed (external requests only)
+    editable: tuple[str, ...] = ()  # arguments a reviewer may edit before approving
     reminder_ts: str = ""  # the reminder posted in the message's thread, once posted
     escalations: list[EscalatedCopy] = field(default_factory=list)  # copies, kept in step
     # What the run did before this call, sealed by the store like the checkpoint it comes
@@ -154,6 +155,7 @@ class ApprovalRequest:
         )
         data["status"] = str(self.status)
         data["approvals"] = json.dumps(self.approvals)
+        data["editable"] = json.dumps(list(self.editable))
         data["escalations"] = json.dumps(data["escalations"])
         data["allow_always"] = "1" if self.allow_always else "0"
         data["decided_at"] = "" if self.decided_at is None else repr(self.decided_at)
@@ -194,6 +196,7 @@ class ApprovalRequest:
             delivery_error=raw.get("delivery_error", ""),
             origin=raw.get("origin", ""),
             callback_url=raw.get("callback_url", ""),
+            editable=tuple(json.loads(raw.get("editable") or "[]")),
             reminder_ts=raw.get("reminder_ts", ""),
             escalations=escalated_copies(raw.get("escalations", "")),
             sealed_context=raw.get("sealed_context", ""),
@@ -234,6 +237,7 @@ class ApprovalRequest:
             "delivery": self.delivery or None,  # "undeliverable" when its channel refused it
             "delivery_error": self.delivery_error or None,
             "origin": self.origin or "countersign",
+            "editable": list(self.editable),
         }
 
 
@@ -264,6 +268,9 @@ class DecideResult:
     resume_queued: bool = False
     approvals: int = 0  # with outcome "progress": approvals recorded so far, this one included
     reason: str = ""  # with outcome "refused": why, in words for the decider
+    # with outcome "refused" of edited arguments that do not fit the tool: the problem of
+    # each argument by its name ("" for the arguments as a whole)
+    errors: dict[str, str] = field(default_factory=dict)
 
     @property
     def accepted(self) -> bool:

@@ -165,6 +165,7 @@ return {'created', ARGV[4]}
 # A terminal decision wakes whoever long-polls the request and, if the request has a
 # callback URL, queues its callback, in the same step. A request from an agent that runs
 # elsewhere (origin "external") has no checkpoint here: its decided run resumes nothing.
+# An approval towards a quorum keeps its decision (e.g. the approver's comment) in the audit.
 DECIDE = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'not_found', 0} end
 local f = redis.call('HMGET', KEYS[1], 'status', 'call_hash', 'quorum', 'run_id', 'pause_id',
@@ -194,7 +195,8 @@ if kind == 'approve' then
   redis.call('HSET', KEYS[1], 'approvals', cjson.encode(list))
   if #list < tonumber(f[3] or '1') and ARGV[7] ~= '1' then
     redis.call('XADD', KEYS[4], '*', 'at', now, 'actor', ARGV[5], 'event', 'approval',
-      'request_id', ARGV[1], 'call_hash', hash, 'detail', #list .. ' of ' .. f[3])
+      'request_id', ARGV[1], 'call_hash', hash, 'detail', #list .. ' of ' .. f[3],
+      'decision', ARGV[4])
     redis.call('XADD', KEYS[8], '*', 'type', 'request_progress', 'request_id', ARGV[1])
     return {'progress', #list}
   end

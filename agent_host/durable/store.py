@@ -494,6 +494,7 @@ def _new_request(
         route=route,
         allow_always=record.allow_always and route.allows_standing_approval,
         question=record.question or "",
+        editable=tuple(record.editable),
     )
 
 

@@ -50,9 +50,10 @@ def quorum_line(request: ApprovalRequest) -> str:
 
 
 def decision_detail(request: ApprovalRequest) -> str:
-    """The free text of the decision: reject message, requested changes, or the answer."""
+    """The free text of the decision: reject message, requested changes, the answer, or an
+    approval's comment."""
     decision = request.decision
-    for key in ("message", "feedback", "text"):
+    for key in ("message", "feedback", "text", "comment"):
         value = getattr(decision, key, None)
         if isinstance(value, str) and value.strip():
             return value.strip()

@@ -1,5 +1,6 @@
 """Clicks on a request's buttons: Approve and Approve for this run decide at once through
-the approval service; Reject and Answer open their form.
+the approval service; Reject, Answer, Approve with comment and Edit & approve open their
+form (the edit form built from the tool's schema, from the agent registry).
 
 A click is first checked against the request it names (it exists, is still pending, and the
 button sits on that request's own message, or in the block for it in the clicker's App
@@ -32,15 +33,39 @@ from bot.listeners.replies import (
     already_decided,
     result_text,
 )
-from bot.mrkdwn import channel_link
+from bot.mrkdwn import channel_link, escape
 from bot.parsing import Click, parse_click
 
 __all__ = ["ACTIONS", "button_listener", "refusal"]
 
 log = logging.getLogger(__name__)
 
-ACTIONS = (blocks.APPROVE, blocks.APPROVE_ALWAYS, blocks.REJECT, blocks.ANSWER)
-_FORMS = {blocks.REJECT: blocks.reject_modal, blocks.ANSWER: blocks.answer_modal}
+ACTIONS = (
+    blocks.APPROVE,
+    blocks.APPROVE_ALWAYS,
+    blocks.REJECT,
+    blocks.ANSWER,
+    blocks.APPROVE_COMMENT,
+    blocks.EDIT,
+)
+_FORMS = {
+    blocks.REJECT: blocks.reject_modal,
+    blocks.ANSWER: blocks.answer_modal,
+    blocks.APPROVE_COMMENT: blocks.comment_modal,
+}
+
+
+def _form(action_id: str, request: ApprovalRequest, approvals: ApprovalService) -> Any:
+    """The view the button opens (a dict), why it cannot open (a str), or None (no form)."""
+    if action_id == blocks.EDIT:
+        if approvals.editor is None:
+            return "Editing arguments is not available here."
+        form = approvals.editor.form(request)
+        if isinstance(form, str):
+            return f":no_entry: This call cannot be edited: {escape(form)}."
+        return blocks.edit_modal(request, form)
+    build = _FORMS.get(action_id)
+    return build(request) if build is not None else None
 
 
 def refusal(request: ApprovalRequest | None, click: Click) -> str:
@@ -104,12 +129,14 @@ async def _on_click(
     assert request is not None
     if outside := await _outside_channel(click, request, home):
         return f":no_entry: Not allowed: {outside}. Nothing was changed."
-    form = _FORMS.get(click.action_id)
-    if form is not None:
+    if click.action_id in _FORMS or click.action_id == blocks.EDIT:
         eligibility = await approvals.may_decide(click.user, request)
         if not eligibility.allowed:
             return f":no_entry: Not allowed: {eligibility.reason}."
-        replies.open_form(click.trigger_id, form(request), click.channel, click.user)
+        view = _form(click.action_id, request, approvals)
+        if isinstance(view, str):
+            return view
+        replies.open_form(click.trigger_id, view, click.channel, click.user)
         return ""
     decision = Approve(
         decided_by=click.user,

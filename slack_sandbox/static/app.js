@@ -310,8 +310,7 @@ function inputBlock(block, ctx) {
   const attrs = { class: "modal-input", "data-testid": `modal-input-${block.block_id}`,
     "data-block": block.block_id, "data-action": e.action_id, maxlength: e.max_length,
     placeholder: e.placeholder && e.placeholder.text, oninput: (ev) => { ui.drafts[draftKey] = ev.target.value; } };
-  const field = e.multiline ? el("textarea", { ...attrs, rows: 4 }) : el("input", { ...attrs, type: "text" });
-  field.value = ui.drafts[draftKey] || e.initial_value || "";
+  const field = inputElement(e, attrs, draftKey);
   const error = (ctx.errors || {})[block.block_id];
   return el("label", { class: `b-input${error ? " has-error" : ""}` },
     el("span", { class: "input-label" }, plain(block.label && block.label.text),
@@ -321,11 +320,43 @@ function inputBlock(block, ctx) {
     error && el("span", { class: "input-error", "data-testid": `modal-error-${block.block_id}` }, error));
 }
 
+// The element of an input block: a select, a group of checkboxes, or a text field.
+function inputElement(e, attrs, draftKey) {
+  const drafted = ui.drafts[draftKey];
+  if (e.type === "static_select") {
+    const choose = el("option", { value: "" }, plain((e.placeholder && e.placeholder.text) || "Choose"));
+    const options = (e.options || []).map((o) => el("option", { value: o.value }, plain(o.text && o.text.text)));
+    const select = el("select", { ...attrs, oninput: (ev) => { ui.drafts[draftKey] = ev.target.value; } },
+      choose, options);
+    select.value = drafted !== undefined ? drafted : (e.initial_option ? e.initial_option.value : "");
+    return select;
+  }
+  if (e.type === "checkboxes") {
+    const initial = (e.initial_options || []).map((o) => o.value);
+    const ticked = drafted !== undefined ? drafted : initial;
+    const group = el("span", { ...attrs, class: "modal-checkboxes", "data-kind": "checkboxes" });
+    for (const o of e.options || []) {
+      const box = el("input", { type: "checkbox", value: o.value, checked: ticked.includes(o.value),
+        onchange: () => { ui.drafts[draftKey] = checkedValues(group); } });
+      group.append(el("label", {}, box, " ", plain(o.text && o.text.text)));
+    }
+    return group;
+  }
+  const field = e.multiline ? el("textarea", { ...attrs, rows: 4 }) : el("input", { ...attrs, type: "text" });
+  field.value = drafted || e.initial_value || "";
+  return field;
+}
+
+function checkedValues(group) {
+  return [...group.querySelectorAll("input[type=checkbox]")].filter((b) => b.checked).map((b) => b.value);
+}
+
 async function submitView(view, form) {
   const values = {};
   for (const field of form.querySelectorAll("[data-block]")) {
     const { block, action } = field.dataset;
-    values[block] = { ...values[block], [action]: field.value };
+    const value = field.dataset.kind === "checkboxes" ? checkedValues(field) : field.value;
+    values[block] = { ...values[block], [action]: value };
   }
   const submit = form.querySelector("[data-testid=modal-submit]");
   if (submit) submit.disabled = true;

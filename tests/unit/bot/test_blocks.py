@@ -212,28 +212,34 @@ def test_approval_message_fields_and_buttons() -> None:
     (actions,) = by_type(body, "actions")
     assert actions["block_id"] == "actions:req_abc123_1"
     found = buttons(body)
-    assert list(found) == [B.APPROVE, B.APPROVE_ALWAYS, B.REJECT]
+    assert list(found) == [B.APPROVE, B.APPROVE_COMMENT, B.APPROVE_ALWAYS, B.REJECT]
     assert [b["text"]["text"] for b in found.values()] == [
         "Approve",
+        "Approve with comment",
         "Approve for this run",
         "Reject",
     ]
     assert all(b["value"] == "req_abc123_1" for b in found.values())
     assert found[B.APPROVE]["style"] == "primary"
     assert "style" not in found[B.APPROVE_ALWAYS]
+    assert "style" not in found[B.APPROVE_COMMENT] and "confirm" not in found[B.APPROVE_COMMENT]
     assert found[B.REJECT]["style"] == "danger"
 
 
 def test_action_ids_are_the_documented_constants() -> None:
-    assert (B.APPROVE, B.APPROVE_ALWAYS, B.REJECT, B.ANSWER) == (
+    assert (B.APPROVE, B.APPROVE_ALWAYS, B.REJECT, B.ANSWER, B.APPROVE_COMMENT, B.EDIT) == (
         "countersign_approve",
         "countersign_approve_always",
         "countersign_reject",
         "countersign_answer",
+        "countersign_approve_comment",
+        "countersign_edit",
     )
-    assert (B.REJECT_MODAL, B.ANSWER_MODAL) == (
+    assert (B.REJECT_MODAL, B.ANSWER_MODAL, B.COMMENT_MODAL, B.EDIT_MODAL) == (
         "countersign_reject_modal",
         "countersign_answer_modal",
+        "countersign_comment_modal",
+        "countersign_edit_modal",
     )
     assert (B.REASON_BLOCK, B.REASON_INPUT, B.ANSWER_BLOCK, B.ANSWER_INPUT) == (
         "reason",
@@ -273,7 +279,7 @@ def test_confirm_dialog_only_for_high_and_critical(severity: str, confirmed: boo
 
 def test_no_approve_always_when_not_allowed() -> None:
     _, body = B.approval_message(make_request(allow_always=False))
-    assert list(buttons(body)) == [B.APPROVE, B.REJECT]
+    assert list(buttons(body)) == [B.APPROVE, B.APPROVE_COMMENT, B.REJECT]
 
 
 def test_question_has_answer_and_reject() -> None:
