@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Mapping
 from datetime import date
-from pathlib import Path
 from typing import Any
 
 from agents import Agent as SDKAgent
@@ -55,7 +53,6 @@ from agent_host.examples import ExampleEffects
 from agent_host.runtime.agents import AgentRegistry
 from agent_host.runtime.policy import Permission
 from agent_host.settings import Settings
-from tests.support.stack import Stack, running_stack
 
 __all__ = [
     "AGENTS",
@@ -66,7 +63,6 @@ __all__ = [
     "LIMITED",
     "REGISTRY",
     "build_registry",
-    "hosted_stack",
     "plan",
     "registry",
 ]
@@ -314,18 +310,9 @@ def build_registry(effects: ExampleEffects, *, changed: bool = False) -> AgentRe
     return registry
 
 
+REGISTRY = "tests.support.hosted_agents:registry"  # for COUNTERSIGN_AGENTS
+
+
 def registry(settings: Settings) -> AgentRegistry:
     """COUNTERSIGN_AGENTS=tests.support.hosted_agents:registry (effects to the journal)."""
     return build_registry(ExampleEffects(settings.example_journal))
-
-
-# -- a whole stack serving them -----------------------------------------------------------------
-
-REGISTRY = "tests.support.hosted_agents:registry"
-
-
-@asynccontextmanager
-async def hosted_stack(redis_url: str, tmp_path: Path, **env: str) -> AsyncIterator[Stack]:
-    """`running_stack` with these agents registered (COUNTERSIGN_AGENTS)."""
-    async with running_stack(redis_url, tmp_path, COUNTERSIGN_AGENTS=REGISTRY, **env) as stack:
-        yield stack

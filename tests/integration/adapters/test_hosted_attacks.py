@@ -13,10 +13,10 @@ import pytest
 from agent_host.durable import keys as K
 from agent_host.runtime.checkpoint import call_hash
 from bot import blocks
-from tests.support.hosted_agents import AGENTS, CALLBACKS, FINAL, LIMITED, hosted_stack
+from tests.support.hosted_agents import AGENTS, CALLBACKS, FINAL, LIMITED
 from tests.support.stack import CHANNEL, REVIEWER, Stack
 
-from .test_hosted_in_slack import effects, run_detail
+from .test_hosted_in_slack import effects, hosted_stack, run_detail
 
 FRAMEWORKS = [pytest.param(agent, id=framework) for framework, agent in AGENTS.items()]
 

@@ -5,6 +5,8 @@ and the OpenAI Agents SDK, each on its own offline model: tests/support/hosted_a
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +14,18 @@ import aiohttp
 import pytest
 
 from bot import blocks
-from tests.support.hosted_agents import AGENTS, FINAL, build_registry, hosted_stack
-from tests.support.stack import API_TOKEN, CHANNEL, REVIEWER, Stack
+from tests.support.hosted_agents import AGENTS, FINAL, REGISTRY, build_registry
+from tests.support.stack import API_TOKEN, CHANNEL, REVIEWER, Stack, running_stack
 
 FRAMEWORKS = [pytest.param(agent, id=framework) for framework, agent in AGENTS.items()]
 REFUND = {"order_id": "124", "amount": 12.5}
+
+
+@asynccontextmanager
+async def hosted_stack(redis_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
+    """The whole stack in one process, serving tests/support/hosted_agents.py's agents."""
+    async with running_stack(redis_url, tmp_path, COUNTERSIGN_AGENTS=REGISTRY) as stack:
+        yield stack
 
 
 def effects(stack: Stack, kind: str, agent: str) -> list[dict[str, Any]]:
