@@ -25,6 +25,7 @@ from agent_host.runtime.hosted import (
     HostedDecision,
     Step,
 )
+from agent_host.runtime.journal import NO_JOURNAL, TurnJournal
 from agent_host.runtime.ledger import ExecutionLedger
 from agent_host.runtime.messages import Message
 from agent_host.runtime.outcomes import Failed, Paused, RunOutcome, Succeeded
@@ -48,7 +49,9 @@ class HostedRunner:
     def __init__(self, ledger: ExecutionLedger) -> None:
         self.ledger = ledger
 
-    async def start(self, agent: HostedAgent, state: RunState) -> RunOutcome:
+    async def start(
+        self, agent: HostedAgent, state: RunState, journal: TurnJournal = NO_JOURNAL
+    ) -> RunOutcome:
         guard = CallGuard(state.run_id, state.agent_fingerprint, self.ledger)
         try:
             step = await agent.start(state.input, guard)
@@ -57,10 +60,21 @@ class HostedRunner:
         except Exception as exc:
             return _failed(state, agent, exc)
         outcome = await self._continue(agent, state, step, guard)
-        return outcome if outcome is not None else await self.resume(agent, state)
+        if outcome is not None:
+            return outcome
+        return await self.resume(agent, await journal.planned(state), journal)
 
-    async def resume(self, agent: HostedAgent, state: RunState) -> RunOutcome:
-        """Go on after every call of the last interruption was decided (`record.decision`)."""
+    async def resume(
+        self, agent: HostedAgent, state: RunState, journal: TurnJournal = NO_JOURNAL
+    ) -> RunOutcome:
+        """Go on after every call of the last interruption was decided (`record.decision`).
+
+        An interruption whose calls were all decided by the policy goes on at once; it is
+        handed to the journal first, before any of its calls runs (invariant 13), so a
+        worker that takes the run over after a crash continues from it instead of running
+        the framework again from the checkpoint: asked again, the model could word an
+        ALLOW call differently, and the ledger would take it for a new call and run it.
+        """
         while True:
             decided = [c for c in state.calls if c.turn == state.turns]
             guard = CallGuard(state.run_id, state.agent_fingerprint, self.ledger, decided)
@@ -82,6 +96,7 @@ class HostedRunner:
             outcome = await self._continue(agent, state, step, guard)
             if outcome is not None:
                 return outcome
+            state = await journal.planned(state)
 
     async def _continue(
         self, agent: HostedAgent, state: RunState, step: Step, guard: CallGuard

@@ -7,13 +7,14 @@ COUNTERSIGN_AGENTS=tests.support.hosted_agents:registry.
 - `sdk-refunds`: an OpenAI Agents SDK agent (a `Model` of its own), `issue_refund` made
   with `needs_approval=True`.
 
-Both have `lookup_order` (let through) and `issue_refund` (asks a person). Their models are
-stateless: each answers from the conversation it is shown, as a real model does, so every
-process that rebuilds the agent gets the same answers. What the request says picks the
-script (`plan`): "refund order N" calls both tools in one turn; "amount A" sets the refund's
-amount as written (so "amount 12" sends the integer 12); "twice" asks for two refunds (A
-and A + 10) in that turn. Once the turn's tools have answered, the model's final output
-quotes every tool result, rejections included.
+Both have `lookup_order` and `notify` (let through) and `issue_refund` (asks a person).
+Their models are stateless: each answers from the conversation it is shown, as a real model
+does, so every process that rebuilds the agent gets the same answers (but for the wording
+of a note). What the request says picks the script (`answer`): "refund order N" calls
+lookup and refund in one turn; "amount A" sets the refund's amount as written (so "amount
+12" sends the integer 12); "twice" asks for two refunds (A and A + 10) in that turn, "same
+id" under one id; "tell them" adds a turn with a note to the customer, worded afresh on
+every request. Then the model's final output quotes every tool result, rejections included.
 
 Each real invocation of a tool, and each model request with the tool results it was shown,
 goes to `ExampleEffects` (journalled to COUNTERSIGN_EXAMPLE_JOURNAL), so tests count them
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections.abc import Callable, Mapping
 from datetime import date
 from typing import Any
@@ -72,6 +74,7 @@ AGENTS = {"pydantic-ai": PYDANTIC, "openai-agents": SDK}  # framework -> agent n
 DEFAULT_AMOUNT = 12.5
 FINAL = "Done. "  # the final output: this, then every tool result, "; "-separated
 ORDER_INFO = "order {order_id}: paid twice"
+TOLD = "the customer was told"
 
 Call = tuple[str, dict[str, Any], str]  # tool, arguments, the model's call id
 
@@ -105,6 +108,19 @@ def final_output(results: list[str]) -> str:
     return FINAL + "; ".join(results)
 
 
+def answer(prompt: str, results: list[str], prefix: str) -> tuple[str, list[Call]]:
+    """What the model says and calls next, from the request and the tool results so far:
+    the `plan` turn; then, if the request says "tell them", a note to the customer worded
+    afresh (and under a fresh id) on every request, as a real model's may be; then the
+    final output."""
+    if not results:
+        return "Looking the order up and refunding it.", plan(prompt, prefix)
+    if "tell them" in prompt and TOLD not in results:
+        note = f"Your refund is on its way (note {uuid.uuid4().hex[:8]})."
+        return "", [("notify", {"text": note}, f"{prefix}_note_{uuid.uuid4().hex[:8]}")]
+    return final_output(results), []
+
+
 # -- Pydantic AI ------------------------------------------------------------------------------
 
 
@@ -123,15 +139,17 @@ def pydantic_agent(
             if isinstance(p, ToolReturnPart | RetryPromptPart)
         ]
         effects.record("model_request", agent=name, results=results)
-        if results:
-            return ModelResponse(parts=[TextPart(final_output(results))])
         prompt = " ".join(
             str(getattr(p, "content", "")) for p in parts if p.part_kind == "user-prompt"
         )
-        calls = [
-            ToolCallPart(tool, args, tool_call_id=cid) for tool, args, cid in plan(prompt, "pc")
-        ]
-        return ModelResponse(parts=[TextPart("Looking the order up and refunding it."), *calls])
+        text, calls = answer(prompt, results, "pc")
+        said = [TextPart(text)] if text else []
+        return ModelResponse(
+            parts=[
+                *said,
+                *(ToolCallPart(tool, args, tool_call_id=cid) for tool, args, cid in calls),
+            ]
+        )
 
     agent: PydanticAgent[None, str] = PydanticAgent(FunctionModel(respond), name=name)
 
@@ -140,6 +158,12 @@ def pydantic_agent(
         """Look an order up."""
         effects.record("lookup", agent=name, order_id=order_id, call=ctx.tool_call_id)
         return ORDER_INFO.format(order_id=order_id)
+
+    @agent.tool
+    def notify(ctx: RunContext[None], text: str) -> str:
+        """Send the customer a note."""
+        effects.record("notify", agent=name, text=text, call=ctx.tool_call_id)
+        return TOLD
 
     def refund(ctx: RunContext[None], order_id: str, amount: float) -> str:
         effects.record(
@@ -217,18 +241,14 @@ class ScriptedSDKModel(SDKModel):
             if isinstance(i, dict) and i.get("type") == "function_call_output"
         ]
         self.effects.record("model_request", agent=self.name, results=results)
-        if results:
-            output = [assistant_message(final_output(results))]
-        else:
-            prompt = " ".join(
-                str(i.get("content", ""))
-                for i in items
-                if isinstance(i, dict) and i.get("role") == "user"
-            )
-            calls = [
-                function_call(tool, args, call_id=cid) for tool, args, cid in plan(prompt, "fc")
-            ]
-            output = [assistant_message("Looking the order up and refunding it."), *calls]
+        prompt = " ".join(
+            str(i.get("content", ""))
+            for i in items
+            if isinstance(i, dict) and i.get("role") == "user"
+        )
+        text, calls = answer(prompt, results, "fc")
+        said = [assistant_message(text)] if text else []
+        output = [*said, *(function_call(tool, args, call_id=cid) for tool, args, cid in calls)]
         return SDKModelResponse(output=output, usage=Usage(), response_id=None)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> Any:
@@ -247,6 +267,12 @@ def sdk_agent(
         """Look an order up."""
         effects.record("lookup", agent=name, order_id=order_id, call=ctx.tool_call_id)
         return ORDER_INFO.format(order_id=order_id)
+
+    @function_tool
+    def notify(ctx: SDKToolContext[Any], text: str) -> str:
+        """Send the customer a note."""
+        effects.record("notify", agent=name, text=text, call=ctx.tool_call_id)
+        return TOLD
 
     def refund(ctx: SDKToolContext[Any], order_id: str, amount: float) -> str:
         effects.record(
@@ -273,7 +299,7 @@ def sdk_agent(
     agent = SDKAgent(
         name=name,
         instructions="You refund orders: look the order up, then refund it.",
-        tools=[lookup_order, issue_refund],
+        tools=[lookup_order, issue_refund, notify],
         model=ScriptedSDKModel(effects, name),
     )
     return OpenAIAgentsAgent(agent, policy=policy, run_config=RunConfig(tracing_disabled=True))

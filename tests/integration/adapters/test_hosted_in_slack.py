@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from agent_host.runtime.decisions import DEFAULT_EXPIRED_MESSAGE
 from bot import blocks
 from tests.support.hosted_agents import AGENTS, FINAL, REGISTRY, build_registry
 from tests.support.stack import API_TOKEN, CHANNEL, REVIEWER, Stack, running_stack
@@ -22,9 +23,9 @@ REFUND = {"order_id": "124", "amount": 12.5}
 
 
 @asynccontextmanager
-async def hosted_stack(redis_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
+async def hosted_stack(redis_url: str, tmp_path: Path, **env: str) -> AsyncIterator[Stack]:
     """The whole stack in one process, serving tests/support/hosted_agents.py's agents."""
-    async with running_stack(redis_url, tmp_path, COUNTERSIGN_AGENTS=REGISTRY) as stack:
+    async with running_stack(redis_url, tmp_path, COUNTERSIGN_AGENTS=REGISTRY, **env) as stack:
         yield stack
 
 
@@ -139,3 +140,30 @@ async def test_a_hosted_agent_changed_while_paused_is_refused_at_resume(
         [outcome] = await stack.thread_replies(CHANNEL, request.message_ts)
         assert outcome["text"].startswith("Run failed: ")
         assert "schema of tool issue_refund changed" in outcome["text"]
+
+
+@pytest.mark.parametrize("agent", FRAMEWORKS)
+async def test_a_request_nobody_decided_expires_and_the_refund_never_runs(
+    agent: str, redis_url: str, tmp_path: Path
+) -> None:
+    routes = tmp_path / "routes.yml"
+    routes.write_text(f"routes:\n  - tool: issue_refund\n    channel: {CHANNEL}\n    expiry: 1s\n")
+    async with hosted_stack(redis_url, tmp_path, COUNTERSIGN_ROUTES_FILE=str(routes)) as stack:
+        run_id = await stack.start_run(agent, "refund order 124")
+        [request] = await stack.pending_requests(run_id)
+
+        info = await stack.run_status(run_id, "succeeded", "failed")  # the sweeper decides
+
+        assert info.status == "succeeded", info.error
+        assert effects(stack, "refund", agent) == []
+        assert effects(stack, "model_request", agent)[-1]["results"] == [
+            "order 124: paid twice",
+            DEFAULT_EXPIRED_MESSAGE,
+        ]
+        expired = await stack.decided(request.request_id)
+        assert expired.status == "expired"
+        detail = await run_detail(stack, run_id)
+        assert [(c["tool"], c["outcome"]) for c in detail["tool_calls"]] == [
+            ("lookup_order", "executed"),
+            ("issue_refund", "expired"),
+        ]
