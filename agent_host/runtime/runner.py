@@ -99,7 +99,7 @@ class Runner:
             transcript=[Message(role="user", content=input)],
         )
         if isinstance(agent, HostedAgent):
-            return await self.hosted.start(agent, state)
+            return await self.hosted.start(agent, state, journal)
         state.transcript.insert(0, Message(role="system", content=agent.instructions))
         return await self._advance(state, agent, journal)
 
@@ -141,7 +141,7 @@ class Runner:
             _apply(state, agent, record, decisions[call_id])
         state.status = "running"
         if isinstance(agent, HostedAgent):
-            return await self.hosted.resume(agent, state)
+            return await self.hosted.resume(agent, state, journal)
         return await self._advance(state, agent, journal)
 
     async def replay(self, state: RunState, *, journal: TurnJournal = NO_JOURNAL) -> RunOutcome:
@@ -153,15 +153,18 @@ class Runner:
         """
         state = state.model_copy(deep=True)
         agent = self.restore(state)
-        if isinstance(agent, HostedAgent):
-            raise CheckpointError(
-                f"run {state.run_id}: a hosted agent's run has no saved turn to replay"
-            )
         if state.status not in ("running", "succeeded"):
             raise CheckpointError(
                 f"run {state.run_id}: a saved turn is {state.status}, not running; "
                 "it cannot be replayed"
             )
+        if isinstance(agent, HostedAgent):  # an interruption the policy decided in full
+            if state.status != "running":
+                raise CheckpointError(
+                    f"run {state.run_id}: a hosted agent's saved turn is {state.status}, "
+                    "not running; it cannot be replayed"
+                )
+            return await self.hosted.resume(agent, state, journal)
         return await self._advance(state, agent, journal)
 
     async def _advance(self, state: RunState, agent: Agent, journal: TurnJournal) -> RunOutcome:
