@@ -20,6 +20,7 @@ through countersign's call guard: as approved, at most once.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -39,7 +40,7 @@ from pydantic_ai.toolsets.wrapper import WrapperToolset
 from pydantic_core import to_jsonable_python
 
 from agent_host.adapters.gates import gates_for
-from agent_host.errors import CheckpointError
+from agent_host.errors import CheckpointError, ConfigurationError
 from agent_host.runtime.decisions import Answer, Approve
 from agent_host.runtime.hosted import (
     CallGuard,
@@ -70,6 +71,7 @@ class PydanticAIAgent(HostedAgent):
         deps: Any = None,
         max_turns: int = 20,
     ) -> None:
+        _check_supported(agent)
         self.agent = agent
         self.name = name or agent.name or "pydantic-ai-agent"
         self.rules = rules or RuleSet()
@@ -268,3 +270,38 @@ def _as_json(value: Any) -> str:
         return json.dumps(value, default=str)
     except (TypeError, ValueError):
         return str(value)
+
+
+# Native tools the model's provider runs itself, with effects countersign never sees.
+_UNSEEN_NATIVE_TOOLS = ("MCPServerTool", "CodeExecutionTool", "MemoryTool")
+
+
+def _check_supported(agent: Agent[Any, Any]) -> None:
+    """Refuse what would run without being judged: output functions (the framework calls
+    them with the model's arguments as the run's output) and provider-run tools that act."""
+    if functions := sorted(_output_functions(agent.output_type)):
+        raise ConfigurationError(
+            f"agent {agent.name!r} has output functions ({', '.join(functions)}), which "
+            "Pydantic AI runs with the model's arguments and countersign cannot gate; make "
+            "them tools (requires_approval=True) and keep a plain output type"
+        )
+    native = getattr(agent, "_cap_native_tools", None) or []
+    if acting := sorted({type(t).__name__ for t in native} & set(_UNSEEN_NATIVE_TOOLS)):
+        raise ConfigurationError(
+            f"agent {agent.name!r} has native tools its model's provider runs itself "
+            f"({', '.join(acting)}), whose calls countersign cannot see or gate; remove "
+            "them, or expose what they do as function tools"
+        )
+
+
+def _output_functions(output: Any) -> set[str]:
+    """The names of the functions an output spec would call (through any of its wrappers)."""
+    if isinstance(output, list | tuple):
+        return set().union(*(_output_functions(o) for o in output)) if output else set()
+    if inspect.isfunction(output) or inspect.ismethod(output):
+        return {output.__name__}
+    for attribute in ("output", "outputs", "output_function"):
+        inner = getattr(output, attribute, None)
+        if inner is not None and inner is not output and not isinstance(output, type):
+            return _output_functions(inner)
+    return set()
