@@ -48,8 +48,9 @@ class ApprovalClientError(CountersignError):
 
 @dataclass(frozen=True)
 class ApprovalResult:
-    """A decided request: the verdict, the reviewer's words (a rejection's reason, the
-    changes asked for, an answer), who decided, and the hash of what they saw."""
+    """A decided request: the verdict, the reviewer's words (an approval's comment, a
+    rejection's reason, the changes asked for, an answer), who decided, and the hash of what
+    they saw."""
 
     decision: Verdict
     feedback: str

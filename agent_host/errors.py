@@ -174,7 +174,14 @@ class PauseRequest(Signal):
 
 
 class InvalidArguments(Signal):
-    """The model's arguments do not fit the tool's schema; the text goes back to the model."""
+    """The model's arguments do not fit the tool's schema; the text goes back to the model.
+
+    `problems` holds the first problem of each top-level argument by its name ("" for the
+    arguments as a whole), for a form that shows each under its field."""
+
+    def __init__(self, message: str, problems: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.problems = problems or {}
 
 
 class RetryLater(Signal):

@@ -61,7 +61,12 @@ def refund_agent(effects: ExampleEffects) -> Agent:
             return {"order_id": order_id, "found": False}
         return {"order_id": order_id, "found": True, "amount": ORDERS[order_id], "paid": True}
 
-    @tool(permission=Permission.ASK, reason="moves money back to the customer", severity="high")
+    @tool(
+        permission=Permission.ASK,
+        reason="moves money back to the customer",
+        severity="high",
+        editable=["amount"],  # a reviewer may refund less (or more) than the model proposed
+    )
     def issue_refund(order_id: str, amount: float, ctx: ToolContext) -> str:
         """Refund an order. Irreversible."""
         effects.record("refund", order_id=order_id, amount=amount, key=ctx.idempotency_key)
@@ -79,9 +84,11 @@ def refund_agent(effects: ExampleEffects) -> Agent:
         if not found.get("found"):
             return reply(f"Order {order} was not found, so nothing was refunded.")
         refund = c.result("issue_refund")
-        if refund is None:
+        if refund is None:  # what it says shows in the approval message, for the reviewer
+            amount = found["amount"]
             return ModelResponse(
-                tool_calls=[call("issue_refund", order_id=order, amount=found["amount"])]
+                text=f"Order {order} is paid (${amount:.2f}); I will refund it in full.",
+                tool_calls=[call("issue_refund", order_id=order, amount=amount)],
             )
         if refund.startswith("Refund issued"):
             return reply(f"Done. {refund}.")

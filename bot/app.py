@@ -20,11 +20,16 @@ from slack_bolt.async_app import AsyncApp
 from slack_bolt.logger.messages import warning_client_prioritized_and_token_skipped
 
 from agent_host.approvals import ApprovalService
+from agent_host.durable.seen_once import SeenOnce
+from bot import blocks
+from bot.home import HomeTab
 from bot.listeners.after_ack import BackgroundTasks, Replies
 from bot.listeners.budget import LISTENER_BUDGET
 from bot.listeners.buttons import ACTIONS, button_listener
 from bot.listeners.commands import COMMAND, command_listener
+from bot.listeners.events import HOME_OPENED, home_opened_listener, once_per_event
 from bot.listeners.forms import FORMS, form_listener
+from bot.listeners.pages import pages_listener
 from bot.middleware import installed_workspace_only
 from bot.slack_notifier import SlackNotifier
 from bot.slash_commands import SlashCommands
@@ -63,6 +68,8 @@ def build_bolt_app(
     approvals: ApprovalService,
     commands: SlashCommands,
     tasks: BackgroundTasks,
+    home: HomeTab | None = None,
+    seen_events: SeenOnce | None = None,
 ) -> AsyncApp:
     app = AsyncApp(
         client=client,
@@ -75,11 +82,16 @@ def build_bolt_app(
     )
     replies = Replies(client, notifier, tasks)
     app.use(installed_workspace_only(replies))
-    on_button = button_listener(approvals, replies)
+    if seen_events is not None:  # after the team check: only events of this workspace
+        app.use(once_per_event(seen_events))
+    on_button = button_listener(approvals, replies, home)
     for action_id in ACTIONS:
         app.action(action_id)(on_button)
     on_submit = form_listener(approvals)
     for callback_id in FORMS:
         app.view(callback_id)(on_submit)
     app.command(COMMAND)(command_listener(commands))
+    app.action(blocks.PENDING_NEXT)(pages_listener(commands, tasks))
+    if home is not None:
+        app.event(HOME_OPENED)(home_opened_listener(home, tasks))
     return app

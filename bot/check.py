@@ -167,7 +167,10 @@ async def _channels(
     if settings.default_channel:
         wanted[settings.default_channel] = "COUNTERSIGN_DEFAULT_CHANNEL"
     for rule in rules:
-        wanted.setdefault(rule.channel, f"route {rule.id or rule.agent + '/' + rule.tool}")
+        name = f"route {rule.id or rule.agent + '/' + rule.tool}"
+        wanted.setdefault(rule.channel, name)
+        if rule.escalate_to[:1] in ("C", "G"):  # a user group or a user is a direct message
+            wanted.setdefault(rule.escalate_to, f"{name}'s escalation")
     for channel, why in wanted.items():
         findings.append(await _channel(client, channel, why))
     return findings

@@ -1,4 +1,5 @@
-"""Bolt middleware: clicks, forms and commands only from the workspace the bot is installed in.
+"""Bolt middleware: clicks, forms, commands and events only from the workspace the bot is
+installed in.
 
 A workspace install has a team id; an org-wide (Enterprise Grid) install has only an
 enterprise id. A request is accepted only when every team it names (the workspace it was
@@ -25,7 +26,7 @@ __all__ = ["foreign_request", "installed_workspace_only", "request_origin"]
 
 log = logging.getLogger(__name__)
 
-CHECKED = ("block_actions", "view_submission")
+CHECKED = ("block_actions", "view_submission", "event_callback")
 
 Middleware = Callable[[dict[str, Any], AsyncBoltContext, Any], Awaitable[BoltResponse | None]]
 
@@ -41,7 +42,7 @@ def _text(value: Any) -> str:
 def request_origin(body: dict[str, Any]) -> tuple[set[str], set[str]]:
     """(the team ids a request names, the enterprise ids it names): the workspace or org it
     was sent from and the clicking user's own, which differ for a Slack Connect guest."""
-    if "command" in body:  # a slash command: form fields
+    if "command" in body or body.get("type") == "event_callback":  # top-level ids
         return {_text(body.get("team_id"))} - {""}, {_text(body.get("enterprise_id"))} - {""}
     user = _dict(body.get("user"))
     teams = {_text(_dict(body.get("team")).get("id")), _text(user.get("team_id"))} - {""}
@@ -50,7 +51,7 @@ def request_origin(body: dict[str, Any]) -> tuple[set[str], set[str]]:
 
 
 def foreign_request(body: Any, installation: Any) -> bool:
-    """True when a click, form or command must be refused as coming from elsewhere."""
+    """True when a click, form, command or event must be refused as coming from elsewhere."""
     body = _dict(body)
     if body.get("type") not in CHECKED and "command" not in body:
         return False

@@ -40,6 +40,9 @@ class Click:
     message_block_ids: frozenset[str]
     request_id: str
     trigger_id: str
+    # Clicked in the App Home tab: no channel, no message; `message_block_ids` are then the
+    # tab's blocks, as published.
+    from_home: bool = False
 
 
 @dataclass(frozen=True)
@@ -69,21 +72,25 @@ def parse_click(body: Any) -> Click | None:
         return None
     action = _dict(actions[0])
     container = _dict(body.get("container"))
+    view = _dict(body.get("view"))
+    from_home = container.get("type") == "view" and view.get("type") == "home"
+    shown = view if from_home else _dict(body.get("message"))
     click = Click(
         user=_text(_dict(body.get("user")).get("id")),
-        channel=_text(_dict(body.get("channel")).get("id")),
-        message_ts=_text(container.get("message_ts")),
+        channel="" if from_home else _text(_dict(body.get("channel")).get("id")),
+        message_ts="" if from_home else _text(container.get("message_ts")),
         block_id=_text(action.get("block_id")),
         action_id=_text(action.get("action_id")),
         message_block_ids=frozenset(
             _text(_dict(b).get("block_id"))
-            for b in _list(_dict(body.get("message")).get("blocks"))
+            for b in _list(shown.get("blocks"))
             if isinstance(b, dict)
         ),
         request_id=_text(action.get("value")),
         trigger_id=_text(body.get("trigger_id")),
+        from_home=from_home,
     )
-    if not (click.user and click.channel and click.action_id and click.request_id):
+    if not (click.user and (click.channel or from_home) and click.action_id and click.request_id):
         return None
     return click
 
@@ -116,7 +123,11 @@ def well_formed(body: Any) -> bool:
             and bool(actions)
             and all(isinstance(a, dict) and isinstance(a.get("action_id"), str) for a in actions)
             and _message_well_formed(body.get("message"))
+            and _message_well_formed(body.get("view"))
         )
+    if kind == "event_callback":
+        event = body.get("event")
+        return isinstance(event, dict) and isinstance(event.get("type"), str)
     if kind in ("view_submission", "view_closed"):
         view = body.get("view")
         return isinstance(view, dict) and isinstance(view.get("callback_id", ""), str)
@@ -126,8 +137,9 @@ def well_formed(body: Any) -> bool:
 
 
 def _message_well_formed(message: Any) -> bool:
-    """The clicked message, when present, is an object whose blocks are a list of objects:
-    a click is matched to its request by those blocks, so any other shape is refused."""
+    """The clicked message (or view), when present, is an object whose blocks are a list of
+    objects: a click is matched to its request by those blocks, so any other shape is
+    refused."""
     if message is None:
         return True
     if not isinstance(message, dict):

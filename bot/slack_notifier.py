@@ -5,6 +5,11 @@ waiting its Retry-After, 5xx and timeouts by retrying with backoff. When Slack s
 unavailable the call raises, and the outbox keeps the notification for later. An error no
 retry can change (`bot.delivery.PERMANENT`) raises `DeliveryFailed` at once: the outbox
 then reroutes the request to the default channel and this notifier tells the admins.
+
+The escalation ladder: a reminder is a reply in the request's thread; an escalation posts
+a copy, buttons included, to a channel, a user, or each member of a user group (a direct
+message each, at most ESCALATION_DMS_MAX), linking the original (`chat.getPermalink`).
+Every update of the request is made to the original and to each copy alike.
 """
 
 from __future__ import annotations
@@ -19,15 +24,21 @@ from typing import Any
 
 from slack_sdk.errors import SlackApiError
 
-from agent_host.approvals import ApprovalRequest
+from agent_host.approvals import ApprovalRequest, EscalatedCopy
 from agent_host.approvals.notifier import MessageRef, RunSummary
 from agent_host.durable.outbox import RetryLater
 from agent_host.errors import DeliveryFailed
 from bot import blocks, delivery
+from bot.blocks import escalation
 
-__all__ = ["ChannelPacer", "SlackNotifier"]
+__all__ = ["ESCALATION_DMS_MAX", "ChannelPacer", "SlackNotifier"]
 
 log = logging.getLogger(__name__)
+
+# Direct messages for an escalation to a user group: a larger group gets its first members
+# by id, and a warning in the log.
+ESCALATION_DMS_MAX = 25
+GroupMembers = Callable[[str], Awaitable[frozenset[str] | None]]  # None: Slack could not say
 
 
 class ChannelPacer:
@@ -64,11 +75,15 @@ class SlackNotifier:
         timeout: float = 10.0,
         backoff: float = 0.5,
         admins: Collection[str] = (),
+        group_members: GroupMembers | None = None,
     ) -> None:
         self.client, self.default_channel = client, default_channel
+        self.group_members = group_members  # the reviewer directory's, for escalations
         self.admins = tuple(sorted(admins))  # user ids told when a request cannot be delivered
         self.pacer = pacer or ChannelPacer()
         self.attempts, self.timeout, self.backoff = attempts, timeout, backoff
+        # Told of every decision delivered here (the App Home tab refreshes its deciders).
+        self.after_decision: Callable[[ApprovalRequest], Awaitable[None]] | None = None
 
     async def request_posted(self, request: ApprovalRequest) -> MessageRef | None:
         channel = request.route.destination or self.default_channel
@@ -84,16 +99,104 @@ class SlackNotifier:
         return MessageRef(reply["channel"], reply["ts"])
 
     async def request_updated(self, request: ApprovalRequest) -> None:
-        if not request.message_ts:
+        """The original message and every escalated copy; one refused for good (deleted)
+        stops none of the others, and is raised once they are done."""
+        if not request.message_ts and not request.escalations:
             raise RetryLater(f"request {request.request_id} is not posted yet")
         render = blocks.decided_message if request.decided else blocks.approval_message
-        text, body = _noted(request, *render(request))
-        channel, ts = request.message_channel, request.message_ts
+        text, body = render(request)
+        refused: DeliveryFailed | None = None
+        if request.message_ts:
+            original = _noted(request, text, body)
+            if request.escalations:
+                original = escalation.with_note(escalation.escalated_note(request), *original)
+            try:
+                await self._update(request.message_channel, request.message_ts, *original)
+            except DeliveryFailed as failure:
+                refused = failure
+        for copy in request.escalations:
+            note = escalation.copy_note(request, copy.link)
+            try:
+                await self._update(copy.channel, copy.ts, *escalation.with_note(note, text, body))
+            except DeliveryFailed as failure:
+                refused = refused or failure
+        if self.after_decision is not None:
+            try:
+                await self.after_decision(request)
+            except Exception as exc:  # the message is updated; the tab mends on next open
+                log.warning("after the decision on %s: %s", request.request_id, exc)
+        if refused is not None:
+            raise refused
+
+    async def _update(self, channel: str, ts: str, text: str, body: list[Any]) -> None:
         await self._call(
             None,
             lambda: self.client.chat_update(channel=channel, ts=ts, text=text, blocks=body),
             where=channel,
         )
+
+    async def request_reminded(self, request: ApprovalRequest) -> MessageRef | None:
+        """A reply in the request's thread that mentions the route's reviewers."""
+        text = escalation.reminder_text(request)
+        channel, thread = request.message_channel, request.message_ts
+        reply = await self._call(
+            channel,
+            lambda: self.client.chat_postMessage(channel=channel, thread_ts=thread, text=text),
+        )
+        return MessageRef(reply["channel"], reply["ts"])
+
+    async def escalation_targets(self, request: ApprovalRequest) -> list[str]:
+        """The channel or user escalated to, or a user group's members (not the requester
+        where they may not decide their own request)."""
+        target = request.route.escalate_to
+        if not target.startswith("S"):
+            return [target] if target else []
+        if self.group_members is None:
+            raise DeliveryFailed("no_reviewer_directory", target)
+        members = await self.group_members(target)
+        if members is None:
+            raise RetryLater(f"could not list the members of user group {target}")
+        people = sorted(
+            m for m in members if m != request.requested_by or request.route.allow_self_approval
+        )
+        if not people:
+            raise DeliveryFailed("no_members", target, "the user group has nobody to tell")
+        if len(people) > ESCALATION_DMS_MAX:
+            log.warning(
+                "request %s: user group %s has %d members; escalated to the first %d",
+                request.request_id,
+                target,
+                len(people),
+                ESCALATION_DMS_MAX,
+            )
+        return people[:ESCALATION_DMS_MAX]
+
+    async def request_escalated(self, request: ApprovalRequest, target: str) -> EscalatedCopy:
+        """A copy with its buttons at `target` (a channel, or a user: their DM with the
+        app), under a line linking the original message."""
+        link = await self._permalink(request)
+        render = blocks.decided_message if request.decided else blocks.approval_message
+        note = escalation.copy_note(request, link)
+        text, body = escalation.with_note(note, *render(request))
+        reply = await self._call(
+            target,
+            lambda: self.client.chat_postMessage(channel=target, text=text, blocks=body),
+        )
+        return EscalatedCopy(to=target, channel=reply["channel"], ts=reply["ts"], link=link)
+
+    async def _permalink(self, request: ApprovalRequest) -> str:
+        """The original message's permalink; "" if it has none (never posted, or deleted)."""
+        if not request.message_ts:
+            return ""
+        channel, ts = request.message_channel, request.message_ts
+        try:
+            reply = await self._call(
+                None, lambda: self.client.chat_getPermalink(channel=channel, message_ts=ts)
+            )
+        except DeliveryFailed as failure:
+            log.warning("no permalink for request %s: %s", request.request_id, failure)
+            return ""
+        return escalation.safe_link(str(reply.get("permalink") or ""))
 
     async def run_finished(self, run: RunSummary, requests: list[ApprovalRequest]) -> None:
         requests = [r for r in requests if r.asked]

@@ -1,6 +1,8 @@
 """`/approvals`: one slash command, ephemeral replies, read from the pending index.
 
-pending [all] [next:<cursor>]   requests waiting here (or everywhere), newest first
+pending [all]                   requests waiting here (or everywhere), newest first; each
+                                with its arguments in one line, its age and a link to its
+                                message; more behind a **Next page** button
 show <request-id>               one request's details and history
 routes                          the routing rules
 route add <spec>                add a rule (admins)
@@ -17,21 +19,27 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import time
 from collections.abc import Awaitable, Callable, Collection
+from dataclasses import dataclass, field
+from typing import Any
 
-from agent_host.approvals import ApprovalRequest
 from agent_host.approvals.routes import RouteSpecError, format_rules, parse_spec
 from agent_host.durable.route_book import RouteBook
 from agent_host.durable.store import RunStore, parse_cursor
 from agent_host.errors import CheckpointError
-from bot.blocks import mask_secrets
+from bot.blocks import PENDING_NEXT, mask_secrets
+from bot.blocks.limits import FALLBACK_TEXT_MAX, SECTION_TEXT_MAX, plain_within
+from bot.blocks.listing import request_line
 from bot.mrkdwn import channel_link, date, escape, inline_code, mention
+from bot.permalinks import Permalinks
 from bot.reviewers import SlackReviewerDirectory
 from bot.visibility import Viewer, Visibility
 
-__all__ = ["SlashCommands", "help_text"]
+__all__ = ["CommandReply", "SlashCommands", "help_text"]
 
 PAGE = 10
+LINKS_BUDGET = 0.6  # seconds for the page's chat.getPermalink calls (the reply is due in 3 s)
 ARGUMENTS_MAX = 1500  # characters of a request's arguments shown by `show`
 # A `next:` marker is sealed to its user: a page may end on a request they may not see, and
 # a readable marker would name it. The run and request ids of the AEAD's associated data are
@@ -47,7 +55,8 @@ def help_text() -> str:
         "• `/approvals show <request-id>` — details and history of one request\n"
         "• `/approvals routes` — where requests go and who may decide them\n"
         "• `/approvals route add agent=<glob> tool=<glob> severity=<min> channel=<#channel> "
-        "reviewers=<@user>,<@group> quorum=<n> expiry=<24h> self=<yes|no>` — admins only\n"
+        "reviewers=<@user>,<@group> quorum=<n> expiry=<24h> self=<yes|no> remind_after=<30m> "
+        "escalate_after=<4h> escalate_to=<#channel|@group|@user>` — admins only\n"
         "• `/approvals route remove <id>` — admins only\n"
         "• `/approvals help` — this text"
     )
@@ -55,6 +64,14 @@ def help_text() -> str:
 
 # Why the bot cannot post in a channel (with how to fix it), or None: bot.delivery.
 ChannelCheck = Callable[[str], Awaitable[str | None]]
+
+
+@dataclass(frozen=True)
+class CommandReply:
+    """A reply with blocks (`text` is then its notification fallback)."""
+
+    text: str
+    blocks: list[dict[str, Any]] = field(default_factory=list)
 
 
 class SlashCommands:
@@ -65,12 +82,14 @@ class SlashCommands:
         admins: Collection[str],
         reviewers: SlackReviewerDirectory,
         channel_problem: ChannelCheck | None = None,
+        permalinks: Permalinks | None = None,
     ) -> None:
         self.store, self.routes, self.admins = store, routes, frozenset(admins)
         self.visibility = Visibility(reviewers, self.admins)
         self.channel_problem = channel_problem
+        self.permalinks = permalinks
 
-    async def handle(self, user_id: str, channel_id: str, text: str) -> str:
+    async def handle(self, user_id: str, channel_id: str, text: str) -> str | CommandReply:
         words = text.strip().split()
         command, rest = (words[0].lower(), words[1:]) if words else ("help", [])
         if command in ("pending", "route"):  # keywords, not ids or specs: any case
@@ -93,12 +112,26 @@ class SlashCommands:
         prefix = "" if command == "help" else f"Unknown command {inline_code(text.strip())}.\n"
         return prefix + help_text()
 
-    async def pending(self, viewer: Viewer, args: list[str]) -> str:
+    async def pending(self, viewer: Viewer, args: list[str]) -> str | CommandReply:
         everywhere = "all" in args
+        # A `next:` marker typed by hand (replies used to show one) still works; pages come
+        # from the Next page button now.
         marker = next((a.split(":", 1)[1] for a in args if a.startswith("next:")), None)
+        return await self._page(viewer, everywhere, marker)
+
+    async def next_page(self, user_id: str, channel_id: str, value: str) -> str | CommandReply:
+        """The page a **Next page** button (`PENDING_NEXT`) names: its value is the scope
+        and the sealed marker, `here:<marker>` or `all:<marker>`."""
+        scope, _, marker = value.partition(":")
+        viewer = self.visibility.viewer(user_id, channel_id)
+        return await self._page(viewer, scope == "all", marker if scope in _SCOPES else "")
+
+    async def _page(
+        self, viewer: Viewer, everywhere: bool, marker: str | None
+    ) -> str | CommandReply:
         cursor = self._unseal(viewer.user_id, marker) if marker is not None else None
         if marker is not None and cursor is None:
-            return "That `next:` page marker is not one countersign gave; run `/approvals pending`."
+            return "That page marker is not one countersign gave you; run `/approvals pending`."
         destination = None if everywhere else viewer.channel_id
         page = await viewer.page(self.store, destination, cursor, PAGE)
         here = channel_link(viewer.channel_id)
@@ -116,14 +149,36 @@ class SlashCommands:
                 "for that group may be missing; try again in a moment."
             )
         if not page.requests:
-            return "\n".join([f"Nothing is waiting for a decision {where}{hint}.", *notes])
-        lines = [f"*Waiting for a decision {where}* (newest first):"]
-        lines += [_line(r) for r in page.requests]
+            more = " more" if marker is not None else ""
+            return "\n".join([f"Nothing{more} is waiting for a decision {where}{hint}.", *notes])
+        links = {}
+        if self.permalinks is not None:
+            links = await self.permalinks.of_requests(page.requests, LINKS_BUDGET)
+        now = time.time()
+        title = f"*Waiting for a decision {where}* (newest first):"
+        body: list[dict[str, Any]] = [_section(title)]
+        body += [_section(request_line(r, now, links.get(r.request_id, ""))) for r in page.requests]
+        body += [{"type": "context", "elements": [_mrkdwn(n)]} for n in notes]
         if page.next_cursor:
-            scope = " all" if everywhere else ""
+            scope = "all" if everywhere else "here"
             sealed = self._seal(viewer.user_id, page.next_cursor)
-            lines.append(f"More: `/approvals pending{scope} next:{sealed}`")
-        return "\n".join(lines + notes)
+            body.append(
+                {
+                    "type": "actions",
+                    "block_id": "pending_pages",
+                    "elements": [
+                        {
+                            "type": "button",
+                            "action_id": PENDING_NEXT,
+                            "text": {"type": "plain_text", "text": "Next page"},
+                            "value": f"{scope}:{sealed}",
+                        }
+                    ],
+                }
+            )
+        count = len(page.requests)
+        fallback = f"Waiting for a decision {where}: {count} request{'s' if count > 1 else ''}"
+        return CommandReply(plain_within(fallback, FALLBACK_TEXT_MAX), body)
 
     async def show(self, viewer: Viewer, request_id: str) -> str:
         request = await self.store.get_request(request_id)
@@ -162,10 +217,15 @@ class SlashCommands:
             rule = parse_spec(spec)
         except RouteSpecError as exc:
             return f":warning: {escape(str(exc))}"
-        # A route into a channel the bot cannot post in would strand every request it takes.
-        problem = await self.channel_problem(rule.channel) if self.channel_problem else None
-        if problem:
-            return f":warning: Route not added: {problem}"
+        # A route into a channel the bot cannot post in would strand every request it takes;
+        # one escalating into such a channel would escalate into silence.
+        channels = [rule.channel]
+        if rule.escalate_to[:1] in ("C", "G"):
+            channels.append(rule.escalate_to)
+        check = self.channel_problem
+        for channel in channels:
+            if check is not None and (problem := await check(channel)):
+                return f":warning: Route not added: {problem}"
         saved = await self.routes.add(rule, user_id)
         return f":white_check_mark: Added route `{saved.id}`.\n" + format_rules(
             [saved], self.routes.default_channel
@@ -199,13 +259,12 @@ class SlashCommands:
         return cursor
 
 
-def _line(request: ApprovalRequest) -> str:
-    what = request.question if request.kind == "question" else request.tool
-    progress = (
-        f" ({len(request.approvals)}/{request.route.quorum})" if request.route.quorum > 1 else ""
-    )
-    return (
-        f"• {inline_code(request.request_id)} *{escape(what)}* by {inline_code(request.agent)} "
-        f"— {escape(request.severity)}{progress}, asked by {mention(request.requested_by)}, "
-        f"expires {date(request.expires_at)}"
-    )
+_SCOPES = ("here", "all")
+
+
+def _mrkdwn(text: str) -> dict[str, Any]:
+    return {"type": "mrkdwn", "text": plain_within(text, SECTION_TEXT_MAX)}
+
+
+def _section(text: str) -> dict[str, Any]:
+    return {"type": "section", "text": _mrkdwn(text)}

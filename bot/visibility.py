@@ -55,11 +55,7 @@ class Viewer:
         if self.admin:
             return list(requests)
         named = [r for r in requests if not self.here(r) and r.route.reviewers]
-        wanted = {g for r in named for g in r.route.reviewers if g.startswith("S")}
-        wanted -= self._groups.keys()  # each group is asked about once per command
-        if wanted:
-            within = self._deadline - time.monotonic()
-            self._groups |= await self.reviewers.memberships(wanted, within)
+        await self._learn_groups(named)
         decidable = set()
         for request in named:
             verdict = judge(self.user_id, request, self._groups)
@@ -68,6 +64,43 @@ class Viewer:
             elif any(self._groups.get(g, ()) is None for g in request.route.reviewers):
                 self.unsure = True
         return [r for r in requests if self.here(r) or r.request_id in decidable]
+
+    async def _learn_groups(self, requests: Sequence[ApprovalRequest]) -> None:
+        """The members of the reviewer groups these requests name, each group asked about
+        once per viewer, all within the viewer's budget."""
+        wanted = {g for r in requests for g in r.route.reviewers if g.startswith("S")}
+        wanted -= self._groups.keys()
+        if wanted:
+            within = self._deadline - time.monotonic()
+            self._groups |= await self.reviewers.memberships(wanted, within)
+
+    async def decidable(
+        self, requests: Sequence[ApprovalRequest], channels: frozenset[str] | None
+    ) -> list[ApprovalRequest]:
+        """The requests this member may decide now, in their order: what the approval
+        service would let them decide (self-approval, named reviewers and their groups),
+        not a quorum they already voted in, and, for a route that names no reviewers,
+        only where they are in the channel its message is in (`channels`; None: unknown,
+        so none of those). Admins get no more here than anyone: this is what they may
+        decide, not what they may see."""
+        open_ = [r for r in requests if not r.decided and self.user_id not in r.approvals]
+        await self._learn_groups(open_)
+        mine = []
+        for request in open_:
+            verdict = judge(self.user_id, request, self._groups)
+            if not verdict.allowed:
+                if any(self._groups.get(g, ()) is None for g in request.route.reviewers):
+                    self.unsure = True
+                continue
+            if not request.route.reviewers:
+                where = request.message_channel or request.route.destination
+                if channels is None:
+                    self.unsure = True
+                    continue
+                if where not in channels:
+                    continue
+            mine.append(request)
+        return mine
 
     async def sees(self, request: ApprovalRequest) -> bool:
         return bool(await self.visible([request]))

@@ -20,11 +20,16 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent_host.approvals.routes import load_routes_file
 from agent_host.durable.connections import open_redis
 from agent_host.durable.host import Host, load_keyring, load_registry
+from agent_host.durable.reviewer_log import ReviewerLog
 from agent_host.durable.route_book import RouteBook
+from agent_host.durable.seen_once import SeenOnce
 from agent_host.errors import ConfigurationError
 from bot.app import BackgroundTasks, build_bolt_app
 from bot.delivery import channel_problem
+from bot.home import HomeTab
+from bot.member_channels import MemberChannels
 from bot.parsing import well_formed
+from bot.permalinks import Permalinks
 from bot.reviewers import SlackReviewerDirectory
 from bot.slack_notifier import SlackNotifier
 from bot.slack_settings import ServiceSettings
@@ -59,9 +64,14 @@ async def build(settings: ServiceSettings) -> tuple[Host, SlackBot]:
     routes = RouteBook(redis, settings.default_channel)
     if settings.routes_file is not None:
         await routes.seed(load_routes_file(settings.routes_file))
-    notifier = SlackNotifier(client, settings.default_channel, admins=settings.admin_ids)
-    # One directory for clicks and `/approvals`, so both share the user-group cache.
+    # One directory for clicks, `/approvals` and escalations, sharing the user-group cache.
     directory = SlackReviewerDirectory(client)
+    notifier = SlackNotifier(
+        client,
+        settings.default_channel,
+        admins=settings.admin_ids,
+        group_members=directory.group_members,
+    )
     host = Host(
         settings=settings,
         redis=redis,
@@ -73,6 +83,17 @@ async def build(settings: ServiceSettings) -> tuple[Host, SlackBot]:
         directory=directory,
     )
     tasks = BackgroundTasks()
+    permalinks = Permalinks(client)
+    home = HomeTab(
+        client,
+        host.store,
+        directory,
+        channels=MemberChannels(client),
+        permalinks=permalinks,
+        decisions=ReviewerLog(redis),
+        tasks=tasks,
+    )
+    notifier.after_decision = home.after_decision
     bolt = build_bolt_app(
         client=client,
         notifier=notifier,
@@ -84,8 +105,11 @@ async def build(settings: ServiceSettings) -> tuple[Host, SlackBot]:
             settings.admin_ids,
             directory,
             functools.partial(channel_problem, client),
+            permalinks,
         ),
         tasks=tasks,
+        home=home,
+        seen_events=SeenOnce(redis, "slack-event"),
     )
     secret = settings.slack_signing_secret or ""
     return host, SlackBot(client, routes, bolt, tasks, session, secret)

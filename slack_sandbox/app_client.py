@@ -21,6 +21,7 @@ logger = logging.getLogger(__name__)
 
 USER_AGENT = "Slackbot 1.0 (+https://api.slack.com/robots)"
 FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
+JSON_CONTENT_TYPE = "application/json"  # the Events API's deliveries
 
 
 @dataclass(frozen=True)
@@ -52,10 +53,13 @@ async def post_signed(
     *,
     signing_secret: str,
     answer_within: float,
+    content_type: str = FORM_CONTENT_TYPE,
+    extra_headers: dict[str, str] | None = None,
 ) -> AppReply:
     headers = {
-        "Content-Type": FORM_CONTENT_TYPE,
+        "Content-Type": content_type,
         "User-Agent": USER_AGENT,
+        **(extra_headers or {}),
         **sign_request(signing_secret, int(time.time()), body),
     }
     try:

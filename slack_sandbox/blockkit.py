@@ -3,8 +3,10 @@
 Slack gives every block without a ``block_id`` a generated one and every interactive
 element without an ``action_id`` a generated one, and rejects blocks that break its
 documented limits (50 blocks per message, 100 per view, ids up to 255 characters, unique
-``block_id``s, button text up to 75 and values up to 2000 characters, modal titles up to 24,
-``private_metadata`` up to 3000). The checks here are the subset a bot is likely to trip.
+``block_id``s, section text up to 3000 characters and 10 fields of up to 2000, header text
+up to 150, 10 context elements, button text up to 75 and values up to 2000 characters,
+modal titles up to 24, ``private_metadata`` up to 3000). The checks here are the subset a
+bot is likely to trip.
 """
 
 from __future__ import annotations
@@ -24,6 +26,11 @@ MAX_BUTTON_TEXT = 75
 MAX_BUTTON_VALUE = 2000
 MAX_MODAL_TITLE = 24
 MAX_PRIVATE_METADATA = 3000
+MAX_SECTION_TEXT = 3000
+MAX_FIELDS = 10
+MAX_FIELD_TEXT = 2000
+MAX_HEADER_TEXT = 150
+MAX_CONTEXT_ELEMENTS = 10
 _ID_ALPHABET = string.ascii_letters + string.digits
 _SINGLE_SELECTS = ("static_select", "external_select", "radio_buttons")
 
@@ -81,10 +88,32 @@ def check_blocks(blocks: Any, *, limit: int) -> str | None:
             seen.add(block_id)
         if block["type"] == "actions" and not block.get("elements"):
             return f"missing required field: elements {where}"
+        problem = _check_text(block)
+        if problem:
+            return f"{problem} {where}"
         for element in block_elements(block):
             problem = _check_element(element)
             if problem:
                 return f"{problem} {where}"
+    return None
+
+
+def _check_text(block: JsonDict) -> str | None:
+    """The text limits of sections, headers and context blocks (counted in characters, as
+    Slack's error messages state them)."""
+    kind = block["type"]
+    if kind == "section":
+        if len(_text_of(block.get("text"))) > MAX_SECTION_TEXT:
+            return f"must be less than {MAX_SECTION_TEXT + 1} characters /text"
+        fields = block.get("fields") or []
+        if len(fields) > MAX_FIELDS:
+            return f"no more than {MAX_FIELDS} items allowed /fields"
+        if any(len(_text_of(f)) > MAX_FIELD_TEXT for f in fields):
+            return f"must be less than {MAX_FIELD_TEXT + 1} characters /fields"
+    elif kind == "header" and len(_text_of(block.get("text"))) > MAX_HEADER_TEXT:
+        return f"must be less than {MAX_HEADER_TEXT + 1} characters /text"
+    elif kind == "context" and len(block.get("elements") or []) > MAX_CONTEXT_ELEMENTS:
+        return f"no more than {MAX_CONTEXT_ELEMENTS} items allowed /elements"
     return None
 
 
@@ -168,8 +197,23 @@ def state_value(element: JsonDict, value: Any) -> JsonDict:
     return {"type": kind, "value": value}  # text inputs and anything else with a value
 
 
+def initial_value(element: JsonDict) -> Any:
+    """What an input holds before anyone types, in `state_value`'s terms: Slack submits a
+    pre-filled input as it was filled unless the person changed it."""
+    kind = str(element.get("type", ""))
+    if kind in _SINGLE_SELECTS:
+        option = element.get("initial_option")
+        return option.get("value") if isinstance(option, dict) else None
+    if kind in ("checkboxes", "multi_static_select"):
+        options = element.get("initial_options") or []
+        return [o.get("value") for o in options if isinstance(o, dict)]
+    if kind == "datepicker":
+        return element.get("initial_date")
+    return element.get("initial_value")
+
+
 def _option(element: JsonDict, value: Any) -> JsonDict | None:
-    if value is None:
+    if value is None or value == "":  # nothing chosen (the page sends "" for that)
         return None
     for option in element.get("options") or []:
         if isinstance(option, dict) and option.get("value") == value:

@@ -53,6 +53,7 @@ class SandboxCore:
         self.triggers = TriggerRegistry(clock)
         self.hub = ChangeHub()
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.events_sent: dict[str, bytes] = {}  # Events API deliveries by id, for retries
         self.base_url: str | None = None  # "http://127.0.0.1:port", known once serving
         self._session: aiohttp.ClientSession | None = None
 

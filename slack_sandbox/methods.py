@@ -22,9 +22,11 @@ METHODS: dict[str, Handler] = {
     "chat.getPermalink": methods_chat.get_permalink,
     "views.open": methods_views.open_view,
     "views.update": methods_views.update_view,
+    "views.publish": methods_views.publish_view,
     "users.info": methods_info.users_info,
     "usergroups.users.list": methods_info.usergroup_users,
     "conversations.info": methods_info.conversation_info,
+    "users.conversations": methods_info.users_conversations,
 }
 
 NO_AUTH_METHODS = frozenset({"api.test"})

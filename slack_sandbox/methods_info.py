@@ -1,14 +1,18 @@
 """Read-only Web API methods of the local Slack sandbox (a stand-in, not Slack):
-``api.test``, ``auth.test``, ``users.info``, ``usergroups.users.list``, ``conversations.info``.
+``api.test``, ``auth.test``, ``users.info``, ``usergroups.users.list``, ``conversations.info``,
+``users.conversations``.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Any
 
 from slack_sandbox.core import SandboxCore
 from slack_sandbox.params import as_bool, as_str
 from slack_sandbox.shapes import api_error, bot_user_json, channel_json, user_json
+from slack_sandbox.workspace import Channel
 
 JsonDict = dict[str, Any]
 
@@ -58,3 +62,52 @@ def conversation_info(core: SandboxCore, params: JsonDict) -> JsonDict:
         return api_error("channel_not_found")
     include = as_bool(params.get("include_num_members"))
     return {"ok": True, "channel": channel_json(ws, channel, include_num_members=include)}
+
+
+_TYPES = {"public_channel", "private_channel", "im", "mpim"}
+
+
+def users_conversations(core: SandboxCore, params: JsonDict) -> JsonDict:
+    """The conversations a user is in; private ones only where the bot is a member too, as
+    Slack answers a bot token. Paged by ``limit`` and ``cursor``."""
+    ws = core.workspace
+    user_id = as_str(params.get("user")) or ws.bot.user_id
+    if user_id != ws.bot.user_id and ws.user(user_id) is None:
+        return api_error("user_not_found")
+    types = {t.strip() for t in (as_str(params.get("types")) or "public_channel").split(",")}
+    if not types <= _TYPES:
+        return api_error("invalid_types")
+    try:
+        limit = int(as_str(params.get("limit")) or 100)
+        cursor = as_str(params.get("cursor"))
+        start = int(base64.b64decode(cursor).decode().removeprefix("offset:")) if cursor else 0
+    except (ValueError, binascii.Error):
+        return api_error("invalid_cursor")
+    limit = max(1, min(limit, 1000))
+    archived_too = not as_bool(params.get("exclude_archived"))
+
+    def kind(channel: Channel) -> str:
+        return (
+            "im"
+            if channel.is_im
+            else "private_channel"
+            if channel.is_private
+            else ("public_channel")
+        )
+
+    found = [
+        c
+        for c in ws.channels
+        if user_id in c.members
+        and kind(c) in types
+        and (archived_too or not c.is_archived)
+        and (kind(c) == "public_channel" or ws.bot.user_id in c.members)
+    ]
+    page = found[start : start + limit]
+    more = start + limit < len(found)
+    next_cursor = base64.b64encode(f"offset:{start + limit}".encode()).decode() if more else ""
+    return {
+        "ok": True,
+        "channels": [channel_json(ws, c, include_num_members=False) for c in page],
+        "response_metadata": {"next_cursor": next_cursor},
+    }

@@ -1,8 +1,11 @@
-"""``views.open`` and ``views.update`` of the local Slack sandbox (a stand-in, not Slack).
+"""``views.open``, ``views.update`` and ``views.publish`` of the local Slack sandbox (a
+stand-in, not Slack).
 
 As Slack does, ``views.open`` needs a ``trigger_id`` the sandbox issued with an interaction
 less than three seconds ago (each usable once), and ``views.update`` takes ``view_id`` or
 ``external_id`` plus an optional ``hash`` that must match the view's current one.
+``views.publish`` sets a user's App Home tab: a ``home`` view, ``user_id`` and an optional
+``hash`` of the tab it replaces.
 """
 
 from __future__ import annotations
@@ -129,3 +132,31 @@ def update_view(core: SandboxCore, params: JsonDict) -> JsonDict:
     replace_view(core, view, raw)
     core.commit({"type": "view_updated", "view_id": view.id, "user": view.user})
     return {"ok": True, "view": copy.deepcopy(view.view)}
+
+
+def publish_view(core: SandboxCore, params: JsonDict) -> JsonDict:
+    ws = core.workspace
+    user_id = as_str(params.get("user_id"))
+    if not user_id:
+        return api_error("invalid_arguments", problem="missing required field: user_id")
+    if ws.user(user_id) is None:
+        return api_error("user_not_found")
+    raw: Any = params.get("view")
+    problem = check_view(raw)
+    if problem is not None:
+        return api_error("invalid_arguments", problem=problem)
+    if raw.get("type") != "home":
+        return api_error("invalid_arguments", problem="views.publish takes a home view")
+    current = ws.home(user_id)
+    expected_hash = as_str(params.get("hash"))
+    if current is not None and expected_hash and expected_hash != current.hash:
+        return api_error("hash_conflict")
+    if current is None:
+        view_id = _new_view_id()
+        current = View(id=view_id, user=user_id, hash="", view={})
+        ws.homes.append(current)
+    current.view = _view_json(core, raw, current.id, current.id, None)
+    current.hash = _new_hash()
+    current.view["hash"] = current.hash
+    core.commit({"type": "home_published", "view_id": current.id, "user": user_id})
+    return {"ok": True, "view": copy.deepcopy(current.view)}

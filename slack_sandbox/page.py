@@ -10,6 +10,9 @@ Served by the same aiohttp application as the Web API stand-in:
 * ``POST /_sandbox/ui/submit`` ``{user, view_id, values: {block_id: {action_id: value}}}``.
 * ``POST /_sandbox/ui/close`` ``{user, view_id}``: the person closes a modal.
 * ``POST /_sandbox/ui/slash`` ``{user, channel, text}``: runs ``/approvals <text>``.
+* ``POST /_sandbox/ui/home/open`` ``{user}``: the person opens the app's Home tab (the app
+  is sent an ``app_home_opened`` event); ``POST /_sandbox/ui/home/click``
+  ``{user, block_id, action_id}``: they click a button in it.
 * ``GET|POST /_sandbox/ui/runs``: the "Runs" panel (see :mod:`slack_sandbox.page_runs`).
 
 The interaction routes answer ``{"status": <the app's HTTP status>, "body": <its body>}``;
@@ -227,6 +230,23 @@ async def _slash(request: web.Request) -> web.Response:
     )
 
 
+async def _home_open(request: web.Request) -> web.Response:
+    body = await _body(request, "user")
+    if isinstance(body, web.Response):
+        return body
+    return await _interact(interactions.open_home(_core(request), body["user"]))
+
+
+async def _home_click(request: web.Request) -> web.Response:
+    body = await _body(request, "user", "block_id", "action_id")
+    if isinstance(body, web.Response):
+        return body
+    core = _core(request)
+    return await _interact(
+        interactions.click_home(core, body["user"], body["action_id"], body["block_id"])
+    )
+
+
 def add_page_routes(app: web.Application) -> None:
     """Add the page, its static files, the event stream and the ``/_sandbox/ui`` routes."""
     app[_STREAMS_KEY] = _Streams()
@@ -239,4 +259,6 @@ def add_page_routes(app: web.Application) -> None:
     app.router.add_post("/_sandbox/ui/submit", _submit)
     app.router.add_post("/_sandbox/ui/close", _close)
     app.router.add_post("/_sandbox/ui/slash", _slash)
+    app.router.add_post("/_sandbox/ui/home/open", _home_open)
+    app.router.add_post("/_sandbox/ui/home/click", _home_click)
     add_runs_routes(app)

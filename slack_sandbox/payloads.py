@@ -2,6 +2,7 @@
 
 * ``block_actions`` and ``view_submission``: form-encoded, one field ``payload`` holding JSON.
 * slash commands: plain form fields (``token``, ``team_id``, ``command``, ``text``, ...).
+* Events API deliveries (``event_callback``, here ``app_home_opened``): a JSON body.
 Field names follow Slack's interaction payload and slash command reference pages.
 """
 
@@ -144,4 +145,52 @@ def slash_command_fields(
         "is_enterprise_install": "false",
         "response_url": response_url,
         "trigger_id": trigger_id,
+    }
+
+
+def home_actions_payload(
+    core: SandboxCore, *, user: User, view: JsonDict, action: JsonDict, trigger_id: str
+) -> JsonDict:
+    """A ``block_actions`` payload for a click in the user's App Home tab: the container
+    is the view, and there is no channel, message or response_url."""
+    return {
+        "type": "block_actions",
+        "user": user_ref(core, user),
+        "api_app_id": core.workspace.bot.app_id,
+        "token": core.config.verification_token,
+        "container": {"type": "view", "view_id": view.get("id")},
+        "trigger_id": trigger_id,
+        "team": team_ref(core),
+        "enterprise": None,
+        "is_enterprise_install": False,
+        "view": view,
+        "actions": [action],
+    }
+
+
+def event_callback(
+    core: SandboxCore, event: JsonDict, *, event_id: str, event_time: int
+) -> JsonDict:
+    """An Events API delivery of ``event``, as Slack wraps it."""
+    ws = core.workspace
+    return {
+        "token": core.config.verification_token,
+        "team_id": ws.team.id,
+        "context_team_id": ws.team.id,
+        "context_enterprise_id": None,
+        "api_app_id": ws.bot.app_id,
+        "event": event,
+        "type": "event_callback",
+        "event_id": event_id,
+        "event_time": event_time,
+        "authorizations": [
+            {
+                "enterprise_id": None,
+                "team_id": ws.team.id,
+                "user_id": ws.bot.user_id,
+                "is_bot": True,
+                "is_enterprise_install": False,
+            }
+        ],
+        "is_ext_shared_channel": False,
     }

@@ -47,6 +47,7 @@ def workspace_to_dict(ws: Workspace) -> JsonDict:
         "ephemerals": [dataclasses.asdict(e) for e in ws.ephemerals],
         "views": [dataclasses.asdict(v) for v in ws.views],
         "response_hooks": [dataclasses.asdict(h) for h in ws.response_hooks],
+        "homes": [dataclasses.asdict(v) for v in ws.homes],
         "last_ts_us": ws.last_ts_us,
     }
 
@@ -65,6 +66,7 @@ def workspace_from_dict(data: JsonDict) -> Workspace:
         ephemerals=[EphemeralMessage(**e) for e in data.get("ephemerals", [])],
         views=[View(**v) for v in data.get("views", [])],
         response_hooks=[ResponseHook(**h) for h in data.get("response_hooks", [])],
+        homes=[View(**v) for v in data.get("homes", [])],
         last_ts_us=int(data.get("last_ts_us", 0)),
     )
 

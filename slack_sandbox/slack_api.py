@@ -357,3 +357,18 @@ class SlackStandIn:
 
     async def slash(self, user_id: str, channel_id: str, command: str, text: str) -> AppReply:
         return await interactions.slash(self.core, user_id, channel_id, command, text)
+
+    async def open_home(
+        self, user_id: str, *, event_id: str | None = None, retry: int = 0
+    ) -> AppReply:
+        return await interactions.open_home(self.core, user_id, event_id=event_id, retry=retry)
+
+    async def click_home(
+        self, user_id: str, action_id: str, block_id: str | None = None
+    ) -> AppReply:
+        return await interactions.click_home(self.core, user_id, action_id, block_id)
+
+    def home_view(self, user_id: str) -> dict[str, Any] | None:
+        """The App Home tab the app last published for ``user_id`` (``views.publish``)."""
+        home = self.workspace.home(user_id)
+        return copy.deepcopy(home.view) if home is not None else None

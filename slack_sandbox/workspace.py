@@ -1,9 +1,10 @@
 """The local Slack sandbox's state, as plain dataclasses (a local stand-in, not Slack).
 
 One :class:`Workspace` holds the team, the bot, users, channels, user groups, messages,
-ephemeral messages, modal views and live ``response_url`` hooks. It is saved as one JSON
-file in a directory (written to a temporary file, then ``os.replace``-d into place) after
-every change, and loaded again on start, so a restarted stand-in keeps its messages and views
+ephemeral messages, modal views, App Home tabs and live ``response_url`` hooks. It is saved
+as one JSON file in a directory (written to a temporary file, then ``os.replace``-d into
+place) after every change, and loaded again on start, so a restarted stand-in keeps its
+messages and views
 (see :mod:`slack_sandbox.persistence`; the default seed is in :mod:`slack_sandbox.seed`).
 """
 
@@ -126,6 +127,7 @@ class Workspace:
     ephemerals: list[EphemeralMessage] = field(default_factory=list)
     views: list[View] = field(default_factory=list)
     response_hooks: list[ResponseHook] = field(default_factory=list)
+    homes: list[View] = field(default_factory=list)  # each user's App Home tab (views.publish)
     last_ts_us: int = 0
     directory: Path | None = None  # where it is persisted; None keeps it in memory only
 
@@ -245,6 +247,10 @@ class Workspace:
             (v for v in self.views if external_id and v.view.get("external_id") == external_id),
             None,
         )
+
+    def home(self, user_id: str) -> View | None:
+        """The App Home tab the app last published for ``user_id``."""
+        return next((v for v in self.homes if v.user == user_id), None)
 
     def hook(self, token: str) -> ResponseHook | None:
         return next((h for h in self.response_hooks if h.token == token), None)

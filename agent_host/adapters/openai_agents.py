@@ -191,9 +191,24 @@ def _check_supported(agent: Agent[Any]) -> None:
             f"agent {agent.name!r} has handoffs, which countersign cannot gate yet: the "
             "agents handed to would run their tools unseen; register each agent separately"
         )
+    if agent.mcp_servers:
+        names = ", ".join(str(getattr(s, "name", "?")) for s in agent.mcp_servers)
+        raise ConfigurationError(
+            f"agent {agent.name!r} has MCP servers ({names}), whose tools the SDK adds to each "
+            "run and would run unseen: countersign cannot gate them yet; call the MCP tools "
+            "you need from function tools of your own"
+        )
     if others := [t for t in agent.tools if not isinstance(t, FunctionTool)]:
         names = ", ".join(f"{getattr(t, 'name', '?')} ({type(t).__name__})" for t in others)
         raise ConfigurationError(
             f"agent {agent.name!r} has tools countersign cannot gate call by call: {names}; "
             "only function tools can be hosted"
+        )
+    # `Agent.as_tool()` makes a function tool that runs another agent, whose own tools
+    # would run unseen and whose approvals come back as this run's (the SDK marks them).
+    if nested := [t.name for t in agent.tools if getattr(t, "_is_agent_tool", False)]:
+        raise ConfigurationError(
+            f"agent {agent.name!r} has agents as tools ({', '.join(nested)}), which "
+            "countersign cannot gate yet: their tools would run unseen; register each agent "
+            "separately"
         )

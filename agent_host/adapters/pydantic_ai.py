@@ -20,20 +20,27 @@ through countersign's call guard: as approved, at most once.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, ToolDenied
-from pydantic_ai.exceptions import ApprovalRequired
-from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelResponse, TextPart
+from pydantic_ai.exceptions import ApprovalRequired, CallDeferred
+from pydantic_ai.messages import (
+    ModelMessagesTypeAdapter,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+)
 from pydantic_ai.tools import RunContext, ToolApproved, ToolDefinition
 from pydantic_ai.toolsets import CombinedToolset, FunctionToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_ai.toolsets.wrapper import WrapperToolset
+from pydantic_core import to_jsonable_python
 
 from agent_host.adapters.gates import gates_for
-from agent_host.errors import CheckpointError
+from agent_host.errors import CheckpointError, ConfigurationError
 from agent_host.runtime.decisions import Answer, Approve
 from agent_host.runtime.hosted import (
     CallGuard,
@@ -64,6 +71,7 @@ class PydanticAIAgent(HostedAgent):
         deps: Any = None,
         max_turns: int = 20,
     ) -> None:
+        _check_supported(agent)
         self.agent = agent
         self.name = name or agent.name or "pydantic-ai-agent"
         self.rules = rules or RuleSet()
@@ -118,14 +126,14 @@ class PydanticAIAgent(HostedAgent):
         requests = result.output
         messages = ModelMessagesTypeAdapter.dump_python(result.all_messages(), mode="json")
         calls = [
-            GatedCall(part.tool_call_id, part.tool_name, parse_arguments(part.args))
+            GatedCall(part.tool_call_id, part.tool_name, guarded.arguments(part))
             for part in requests.approvals
         ]
         calls += [
             GatedCall(
                 part.tool_call_id,
                 part.tool_name,
-                parse_arguments(part.args),
+                guarded.arguments(part),
                 kind="question",
                 question=_question(
                     part.tool_name, part.args, requests.metadata.get(part.tool_call_id)
@@ -142,37 +150,59 @@ class PydanticAIAgent(HostedAgent):
 
 @dataclasses.dataclass
 class _GuardedToolset(WrapperToolset[Any]):
-    """Every call deferred until decided; a decided call runs through the call guard."""
+    """Every call deferred until decided; a decided call runs through the call guard.
+
+    A call is judged, shown and matched at resume by the arguments it will run with: the
+    ones Pydantic AI validated (an int where a float is declared becomes a float, a date
+    string a `date`, a nested object a model), in their JSON form. The model's raw
+    arguments differ from those whenever validation converts anything, so an approval of
+    the raw ones would never match the call that then runs.
+    """
 
     guard: CallGuard = dataclasses.field(kw_only=True)
+    validated: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict, kw_only=True)
+
+    def arguments(self, part: ToolCallPart) -> dict[str, Any] | str:
+        """The validated arguments of a deferred call (the raw ones if it never got here)."""
+        if part.tool_call_id in self.validated:
+            return self.validated[part.tool_call_id]
+        return parse_arguments(part.args)
 
     async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
+        """Tools marked as needing approval are deferred here, in `call_tool`, like all
+        others, not by Pydantic AI before validation hands over their arguments."""
         tools = await super().get_tools(ctx)
         return {
-            name: dataclasses.replace(tool, tool_def=_deferred(tool.tool_def))
+            name: dataclasses.replace(tool, tool_def=_gated_here(tool.tool_def))
             for name, tool in tools.items()
         }
 
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
     ) -> Any:
-        if not ctx.tool_call_approved:
-            raise ApprovalRequired()
         call_id = ctx.tool_call_id or ""
+        arguments: dict[str, Any] = to_jsonable_python(tool_args)
+        if not ctx.tool_call_approved:
+            self.validated[call_id] = arguments
+            raise ApprovalRequired()
         # A call the policy let through runs as unapproved, so a tool that asks for approval
         # itself (raising ApprovalRequired) still does; a person's approval is passed on.
         inner = ctx if not self.guard.approved_by_policy(call_id) else _unapproved(ctx)
-        return await self.guard.run(
-            call_id,
-            name,
-            tool_args,
-            lambda: self.wrapped.call_tool(name, tool_args, inner, tool),
-        )
+        try:
+            return await self.guard.run(
+                call_id,
+                name,
+                arguments,
+                lambda: self.wrapped.call_tool(name, tool_args, inner, tool),
+            )
+        except (ApprovalRequired, CallDeferred):
+            self.validated[call_id] = arguments  # the tool deferred itself: asked anew
+            raise
 
 
-def _deferred(tool_def: ToolDefinition) -> ToolDefinition:
-    if tool_def.kind == "function":
-        return dataclasses.replace(tool_def, kind="unapproved")
+def _gated_here(tool_def: ToolDefinition) -> ToolDefinition:
+    if tool_def.kind == "unapproved":
+        return dataclasses.replace(tool_def, kind="function")
     return tool_def
 
 
@@ -240,3 +270,38 @@ def _as_json(value: Any) -> str:
         return json.dumps(value, default=str)
     except (TypeError, ValueError):
         return str(value)
+
+
+# Native tools the model's provider runs itself, with effects countersign never sees.
+_UNSEEN_NATIVE_TOOLS = ("MCPServerTool", "CodeExecutionTool", "MemoryTool")
+
+
+def _check_supported(agent: Agent[Any, Any]) -> None:
+    """Refuse what would run without being judged: output functions (the framework calls
+    them with the model's arguments as the run's output) and provider-run tools that act."""
+    if functions := sorted(_output_functions(agent.output_type)):
+        raise ConfigurationError(
+            f"agent {agent.name!r} has output functions ({', '.join(functions)}), which "
+            "Pydantic AI runs with the model's arguments and countersign cannot gate; make "
+            "them tools (requires_approval=True) and keep a plain output type"
+        )
+    native = getattr(agent, "_cap_native_tools", None) or []
+    if acting := sorted({type(t).__name__ for t in native} & set(_UNSEEN_NATIVE_TOOLS)):
+        raise ConfigurationError(
+            f"agent {agent.name!r} has native tools its model's provider runs itself "
+            f"({', '.join(acting)}), whose calls countersign cannot see or gate; remove "
+            "them, or expose what they do as function tools"
+        )
+
+
+def _output_functions(output: Any) -> set[str]:
+    """The names of the functions an output spec would call (through any of its wrappers)."""
+    if isinstance(output, list | tuple):
+        return set().union(*(_output_functions(o) for o in output)) if output else set()
+    if inspect.isfunction(output) or inspect.ismethod(output):
+        return {output.__name__}
+    for attribute in ("output", "outputs", "output_function"):
+        inner = getattr(output, attribute, None)
+        if inner is not None and inner is not output and not isinstance(output, type):
+            return _output_functions(inner)
+    return set()

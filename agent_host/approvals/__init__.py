@@ -1,11 +1,13 @@
 """The approval domain, without transport: requests and runs as stored, routes, and the one
 approval service every decision goes through."""
 
+from agent_host.approvals.edits import ArgumentEditor, EditableField, EditCheck, EditForm
 from agent_host.approvals.requests import (
     DEFAULT_EXPIRY_SECONDS,
     TERMINAL,
     ApprovalRequest,
     DecideResult,
+    EscalatedCopy,
     FixedRouter,
     RequestStatus,
     Route,
@@ -30,8 +32,13 @@ __all__ = [
     "WEBHOOK",
     "ApprovalRequest",
     "ApprovalService",
+    "ArgumentEditor",
     "DecideResult",
+    "EditCheck",
+    "EditForm",
+    "EditableField",
     "Eligibility",
+    "EscalatedCopy",
     "FixedRouter",
     "RequestStatus",
     "ReviewerDirectory",

@@ -18,7 +18,7 @@ from agent_host.approvals.callback_hosts import callback_refusal
 from agent_host.approvals.requests import ApprovalRequest
 from agent_host.runtime.agents import canonical_json
 from agent_host.runtime.checkpoint import call_hash
-from agent_host.runtime.decisions import Answer, Reject, RequestChanges
+from agent_host.runtime.decisions import Answer, Approve, Reject, RequestChanges
 from agent_host.runtime.policy import Severity
 from agent_host.runtime.strict_json import non_finite_path
 
@@ -163,11 +163,13 @@ def approval_url(request_id: str) -> str:
 
 def external_view(request: ApprovalRequest) -> dict[str, Any]:
     """The request as its caller reads it (the API, a callback's body): everything the list
-    shows, the verdict, and the reviewer's words (a rejection's reason, the changes asked
-    for, or the answer)."""
+    shows, the verdict, and the reviewer's words (an approval's comment, a rejection's
+    reason, the changes asked for, or the answer)."""
     decision = request.decision
     feedback = ""
-    if isinstance(decision, Reject):
+    if isinstance(decision, Approve):
+        feedback = decision.comment
+    elif isinstance(decision, Reject):
         feedback = decision.message
     elif isinstance(decision, RequestChanges):
         feedback = decision.feedback

@@ -6,6 +6,9 @@ later, so an outage of the chat side delays notifications but loses none. It rai
 `DeliveryFailed` to say "never": the outbox records that and does not retry. A request
 that could not be posted where it was routed goes through `request_rerouted` (post it
 somewhere else, saying why) and `request_undeliverable` (tell the people who can fix it).
+The escalation ladder adds `request_reminded` (a reply in the message's thread) and
+`escalation_targets` + `request_escalated` (a copy elsewhere); `request_updated` then
+updates the copies as well as the original.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
-from agent_host.approvals import ApprovalRequest
+from agent_host.approvals import ApprovalRequest, EscalatedCopy
 from agent_host.errors import DeliveryFailed
 
 __all__ = ["DeliveryFailed", "LoggingNotifier", "MessageRef", "Notifier", "RunSummary"]
@@ -41,9 +44,25 @@ class RunSummary:
 class Notifier(Protocol):
     async def request_posted(self, request: ApprovalRequest) -> MessageRef | None: ...
 
-    async def request_updated(self, request: ApprovalRequest) -> None: ...
+    async def request_updated(self, request: ApprovalRequest) -> None:
+        """Show `request` as it is now in its message and in each of its escalated copies."""
+        ...
 
     async def run_finished(self, run: RunSummary, requests: list[ApprovalRequest]) -> None: ...
+
+    async def request_reminded(self, request: ApprovalRequest) -> MessageRef | None:
+        """Remind the route's reviewers in the thread of the request's message."""
+        ...
+
+    async def escalation_targets(self, request: ApprovalRequest) -> list[str]:
+        """Where the request's escalation is posted, one copy each: a channel, a user, or
+        the members of a user group. Raises DeliveryFailed if there is nowhere to post."""
+        ...
+
+    async def request_escalated(self, request: ApprovalRequest, target: str) -> EscalatedCopy:
+        """Post a copy of `request`, with its buttons and a link to the original message,
+        to `target` (one of `escalation_targets`)."""
+        ...
 
     async def request_rerouted(
         self, request: ApprovalRequest, failure: DeliveryFailed
@@ -82,6 +101,17 @@ class LoggingNotifier:
 
     async def run_finished(self, run: RunSummary, requests: list[ApprovalRequest]) -> None:
         log.info("run %s %s", run.run_id, run.status)
+
+    async def request_reminded(self, request: ApprovalRequest) -> MessageRef | None:
+        log.info("request %s is still waiting for a decision", request.request_id)
+        return None
+
+    async def escalation_targets(self, request: ApprovalRequest) -> list[str]:
+        log.warning("request %s is escalated to %s", request.request_id, request.route.escalate_to)
+        return []  # nowhere to post a copy
+
+    async def request_escalated(self, request: ApprovalRequest, target: str) -> EscalatedCopy:
+        raise DeliveryFailed("no_chat", target)
 
     async def request_rerouted(
         self, request: ApprovalRequest, failure: DeliveryFailed

@@ -12,6 +12,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
 
+from agent_host.approvals.context import CallContext
 from agent_host.runtime.decisions import Decision, decision_adapter
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "TERMINAL",
     "ApprovalRequest",
     "DecideResult",
+    "EscalatedCopy",
     "FixedRouter",
     "RequestStatus",
     "Route",
@@ -56,6 +58,12 @@ class Route:
     # A webhook approval is one identity (`webhook`); with this set it completes a quorum
     # on its own, for routes whose second approver is an outside system by design.
     webhook_completes_quorum: bool = False
+    # The escalation ladder (0 / "": off): a reminder in the message's thread after
+    # `remind_after_seconds`, a copy posted to `escalate_to` (a channel, a user group or a
+    # user) after `escalate_after_seconds`; both before `expiry_seconds`.
+    remind_after_seconds: int = 0
+    escalate_after_seconds: int = 0
+    escalate_to: str = ""
 
     @property
     def allows_standing_approval(self) -> bool:
@@ -75,6 +83,19 @@ class FixedRouter:
 
     async def route(self, agent: str, tool: str, severity: str) -> Route:
         return self._route
+
+
+@dataclass(frozen=True)
+class EscalatedCopy:
+    """A copy of a request posted by its escalation: where it was sent (`to`: the channel
+    or the user escalated to; for a user group, each of its members), the message it made
+    (`channel`, `ts`: a user's is their direct message with the app), and the link to the
+    original message it shows (empty when the original has none)."""
+
+    to: str
+    channel: str
+    ts: str
+    link: str = ""
 
 
 @dataclass
@@ -107,6 +128,13 @@ class ApprovalRequest:
     delivery_error: str = ""  # the chat side's error code, e.g. not_in_channel
     origin: str = ""  # "external": asked by an agent that runs elsewhere (no checkpoint here)
     callback_url: str = ""  # where its decision is POSTed (external requests only)
+    editable: tuple[str, ...] = ()  # arguments a reviewer may edit before approving
+    reminder_ts: str = ""  # the reminder posted in the message's thread, once posted
+    escalations: list[EscalatedCopy] = field(default_factory=list)  # copies, kept in step
+    # What the run did before this call, sealed by the store like the checkpoint it comes
+    # from (base64 of the encrypted `CallContext`); `context` is it opened, never stored.
+    sealed_context: str = ""
+    context: CallContext | None = field(default=None, compare=False, repr=False)
     # Fields whose sealed value could not be decrypted, and why (set by the store, never
     # stored); each such field reads "[unreadable: <why>]".
     unreadable: dict[str, str] = field(default_factory=dict)
@@ -122,6 +150,7 @@ class ApprovalRequest:
 
     def to_hash(self) -> dict[str, str]:
         data = asdict(self)
+        del data["context"]  # only its sealed form is stored
         del data["unreadable"]
         data["route"] = json.dumps(data["route"])
         data["arguments"] = json.dumps(self.arguments)
@@ -130,6 +159,8 @@ class ApprovalRequest:
         )
         data["status"] = str(self.status)
         data["approvals"] = json.dumps(self.approvals)
+        data["editable"] = json.dumps(list(self.editable))
+        data["escalations"] = json.dumps(data["escalations"])
         data["allow_always"] = "1" if self.allow_always else "0"
         data["decided_at"] = "" if self.decided_at is None else repr(self.decided_at)
         return {k: v if isinstance(v, str) else repr(v) for k, v in data.items()}
@@ -169,7 +200,18 @@ class ApprovalRequest:
             delivery_error=raw.get("delivery_error", ""),
             origin=raw.get("origin", ""),
             callback_url=raw.get("callback_url", ""),
+            editable=tuple(json.loads(raw.get("editable") or "[]")),
+            reminder_ts=raw.get("reminder_ts", ""),
+            escalations=escalated_copies(raw.get("escalations", "")),
+            sealed_context=raw.get("sealed_context", ""),
         )
+
+    def posted_in(self, channel: str) -> bool:
+        """Whether a message of this request (the original, or an escalated copy) is in
+        `channel`; True while the original's channel is not recorded yet."""
+        if not self.message_channel or channel == self.message_channel:
+            return True
+        return any(copy.channel == channel for copy in self.escalations)
 
     def public(self) -> dict[str, Any]:
         """The request as the HTTP API shows it."""
@@ -199,7 +241,13 @@ class ApprovalRequest:
             "delivery": self.delivery or None,  # "undeliverable" when its channel refused it
             "delivery_error": self.delivery_error or None,
             "origin": self.origin or "countersign",
+            "editable": list(self.editable),
         }
+
+
+def escalated_copies(raw: str) -> list[EscalatedCopy]:
+    """The `escalations` field as stored (a JSON list of objects); [] when absent."""
+    return [EscalatedCopy(**item) for item in json.loads(raw or "[]")]
 
 
 @dataclass(frozen=True)
@@ -224,6 +272,9 @@ class DecideResult:
     resume_queued: bool = False
     approvals: int = 0  # with outcome "progress": approvals recorded so far, this one included
     reason: str = ""  # with outcome "refused": why, in words for the decider
+    # with outcome "refused" of edited arguments that do not fit the tool: the problem of
+    # each argument by its name ("" for the arguments as a whole)
+    errors: dict[str, str] = field(default_factory=dict)
 
     @property
     def accepted(self) -> bool:

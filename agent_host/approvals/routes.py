@@ -44,6 +44,9 @@ FILE_EXAMPLE = """routes:
     reviewers: [U0REVIEWER, S0FINANCE]
     quorum: 2
     expiry: 24h
+    remind_after: 30m
+    escalate_after: 4h
+    escalate_to: C0OPS
     allow_self_approval: false"""
 
 _CHANNEL = re.compile(r"^[CG][A-Z0-9]+$")
@@ -71,16 +74,17 @@ class RoutesFileError(ConfigurationError):
 
 
 # -- values ---------------------------------------------------------------------------------
-def parse_duration(value: Any, *, bare_seconds: bool = False) -> int:
-    """`90s`, `30m`, `24h`, `3d` (and plain seconds when `bare_seconds`) -> seconds."""
+def parse_duration(value: Any, *, bare_seconds: bool = False, name: str = "expiry") -> int:
+    """`90s`, `30m`, `24h`, `3d` (and plain seconds when `bare_seconds`) -> seconds; errors
+    name the field `name` (expiry, remind_after, escalate_after)."""
     if isinstance(value, bool):  # bool is an int; `expiry: yes` is a mistake, not 1 second
-        raise RouteSpecError(f"expiry {value!r} is not a duration", "expiry")
+        raise RouteSpecError(f"{name} {value!r} is not a duration", name)
     if isinstance(value, int):
         if not bare_seconds:
-            raise RouteSpecError(f"expiry {value} needs a unit: s, m, h or d", "expiry")
+            raise RouteSpecError(f"{name} {value} needs a unit: s, m, h or d", name)
         seconds = value
     elif not isinstance(value, str):
-        raise RouteSpecError(f"expiry {value!r} is not a duration such as 24h", "expiry")
+        raise RouteSpecError(f"{name} {value!r} is not a duration such as 24h", name)
     else:
         text = value.strip().lower()
         match = _DURATION.match(text)
@@ -90,13 +94,13 @@ def parse_duration(value: Any, *, bare_seconds: bool = False) -> int:
             seconds = int(text)
         else:
             raise RouteSpecError(
-                f"expiry {value!r} is not a duration: use a number and a unit s, m, h or d "
+                f"{name} {value!r} is not a duration: use a number and a unit s, m, h or d "
                 "(90s, 30m, 24h, 3d)",
-                "expiry",
+                name,
             )
     if seconds <= 0 or seconds > MAX_EXPIRY_SECONDS:
         raise RouteSpecError(
-            f"expiry {value!r} is out of range: it must be positive and at most 30d", "expiry"
+            f"{name} {value!r} is out of range: it must be positive and at most 30d", name
         )
     return seconds
 
@@ -133,6 +137,22 @@ def _reviewer_id(value: str) -> str:
             "reviewers",
         )
     return reviewer
+
+
+def _escalation_target(value: str) -> str:
+    """Where an escalation goes: a channel (C…/G…), a user group (S…) or a user (U…/W…)."""
+    text = value.strip()
+    mention = (
+        _CHANNEL_MENTION.match(text) or _USER_MENTION.match(text) or _GROUP_MENTION.match(text)
+    )
+    target = mention.group(1) if mention else text
+    if not (_CHANNEL.match(target) or _REVIEWER.match(target)):
+        raise RouteSpecError(
+            f"escalate_to {value!r} is not a Slack channel, user group or user: type "
+            "#channel, @group or @someone so Slack sends the id, or give the id (C…, S…, U…)",
+            "escalate_to",
+        )
+    return target
 
 
 def _reviewer_ids(values: Iterable[str]) -> tuple[str, ...]:
@@ -180,6 +200,9 @@ class RouteRule:
     expiry_seconds: int = DEFAULT_EXPIRY_SECONDS
     allow_self_approval: bool = False
     webhook_completes_quorum: bool = False
+    remind_after_seconds: int = 0  # the escalation ladder; 0 / "": off
+    escalate_after_seconds: int = 0
+    escalate_to: str = ""
 
     def __post_init__(self) -> None:
         for name in ("agent", "tool"):
@@ -212,9 +235,50 @@ class RouteRule:
         if isinstance(expiry, bool) or not isinstance(expiry, int):
             raise RouteSpecError(f"expiry {expiry!r} must be whole seconds", "expiry")
         parse_duration(expiry, bare_seconds=True)  # the range check
+        self._check_ladder()
         for flag in ("allow_self_approval", "webhook_completes_quorum"):
             if not isinstance(getattr(self, flag), bool):
                 raise RouteSpecError(f"{flag} {getattr(self, flag)!r} must be true or false", flag)
+
+    def _check_ladder(self) -> None:
+        """Each step a positive duration before the expiry (a later one would never come);
+        an escalation needs both when and where, and somewhere other than the route's own
+        channel."""
+        expiry = format_duration(self.expiry_seconds)
+        for name in ("remind_after", "escalate_after"):
+            seconds = getattr(self, f"{name}_seconds")
+            if isinstance(seconds, bool) or not isinstance(seconds, int):
+                raise RouteSpecError(f"{name} {seconds!r} must be whole seconds", name)
+            if seconds == 0:
+                continue
+            parse_duration(seconds, bare_seconds=True, name=name)  # the range check
+            if seconds >= self.expiry_seconds:
+                raise RouteSpecError(
+                    f"{name} {format_duration(seconds)} is not before expiry {expiry}: the "
+                    f"request would expire first; make {name} shorter or expiry longer",
+                    name,
+                )
+        if not isinstance(self.escalate_to, str):
+            raise RouteSpecError(f"escalate_to {self.escalate_to!r} must be text", "escalate_to")
+        if self.escalate_to:
+            object.__setattr__(self, "escalate_to", _escalation_target(self.escalate_to))
+        if self.escalate_after_seconds and not self.escalate_to:
+            raise RouteSpecError(
+                "escalate_after needs escalate_to: say where to escalate, e.g. "
+                "escalate_to=#ops or escalate_to=@oncall",
+                "escalate_to",
+            )
+        if self.escalate_to and not self.escalate_after_seconds:
+            raise RouteSpecError(
+                "escalate_to needs escalate_after: say when to escalate, e.g. escalate_after=4h",
+                "escalate_after",
+            )
+        if self.escalate_to == self.channel:
+            raise RouteSpecError(
+                f"escalate_to {self.escalate_to} is the route's own channel: escalate to "
+                "another channel, a user group or a user",
+                "escalate_to",
+            )
 
     def matches(self, agent: str, tool: str, severity: Severity | str) -> bool:
         return (
@@ -232,6 +296,9 @@ class RouteRule:
             expiry_seconds=self.expiry_seconds,
             allow_self_approval=self.allow_self_approval,
             webhook_completes_quorum=self.webhook_completes_quorum,
+            remind_after_seconds=self.remind_after_seconds,
+            escalate_after_seconds=self.escalate_after_seconds,
+            escalate_to=self.escalate_to,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -256,6 +323,9 @@ _SPEC_KEYS = (
     "expiry",
     "self",
     "webhook_quorum",
+    "remind_after",
+    "escalate_after",
+    "escalate_to",
 )
 _SPEC_ALIASES = {
     "min_severity": "severity",
@@ -280,7 +350,8 @@ def parse_spec(text: str) -> RouteRule:
     """Parse `/approvals route add <spec>`: `key=value` pairs separated by spaces.
 
     Keys: agent, tool (globs), severity (minimum), channel (required), reviewers (comma
-    separated, or several mentions in a row), quorum, expiry (90s/30m/24h/3d), self (yes/no).
+    separated, or several mentions in a row), quorum, expiry (90s/30m/24h/3d), self (yes/no),
+    remind_after, escalate_after (durations) and escalate_to (a channel, user group or user).
     Slack's escaped mentions `<#C…|name>`, `<@U…>` and `<!subteam^S…|@name>` are accepted.
     """
     values: dict[str, str] = {}
@@ -330,6 +401,11 @@ def parse_spec(text: str) -> RouteRule:
             fields["allow_self_approval"] = _flag(values["self"], "self")
         if "webhook_quorum" in values:
             fields["webhook_completes_quorum"] = _flag(values["webhook_quorum"], "webhook_quorum")
+        for name in ("remind_after", "escalate_after"):
+            if name in values:
+                fields[f"{name}_seconds"] = parse_duration(values[name], name=name)
+        if "escalate_to" in values:
+            fields["escalate_to"] = values["escalate_to"]
         return RouteRule(**fields)
     except RouteSpecError as exc:
         raise _with_example(str(exc)) from None
@@ -346,6 +422,9 @@ _FILE_FIELDS = (
     "expiry",
     "allow_self_approval",
     "webhook_completes_quorum",
+    "remind_after",
+    "escalate_after",
+    "escalate_to",
 )
 
 
@@ -382,7 +461,7 @@ def _file_rule(item: Any, where: str) -> RouteRule:
         raise RoutesFileError(f"{where}: field 'channel' is missing, e.g. channel: C0APPROVALS")
     fields: dict[str, Any] = {}
     try:
-        for name in ("agent", "tool", "min_severity", "channel"):
+        for name in ("agent", "tool", "min_severity", "channel", "escalate_to"):
             if name in item:
                 fields[name] = _string(item[name], name)
         if "reviewers" in item:
@@ -400,6 +479,9 @@ def _file_rule(item: Any, where: str) -> RouteRule:
         for flag in ("allow_self_approval", "webhook_completes_quorum"):
             if flag in item:
                 fields[flag] = item[flag]
+        for name in ("remind_after", "escalate_after"):
+            if name in item:
+                fields[f"{name}_seconds"] = parse_duration(item[name], bare_seconds=True, name=name)
         return RouteRule(**fields)
     except RouteSpecError as exc:
         failing = {"severity": "min_severity"}.get(exc.field or "", exc.field or "?")
@@ -417,6 +499,23 @@ def _mention(reviewer: str) -> str:
     return f"<!subteam^{reviewer}>" if reviewer.startswith("S") else f"<@{reviewer}>"
 
 
+def _target(target: str) -> str:
+    return f"<#{target}>" if _CHANNEL.match(target) else _mention(target)
+
+
+def _ladder(rule: RouteRule) -> str:
+    """The rule's reminder and escalation, for the listing ("" when it has neither)."""
+    steps = []
+    if rule.remind_after_seconds:
+        steps.append(f"reminds after {format_duration(rule.remind_after_seconds)}")
+    if rule.escalate_after_seconds:
+        steps.append(
+            f"escalates to {_target(rule.escalate_to)} after "
+            f"{format_duration(rule.escalate_after_seconds)}"
+        )
+    return "".join(f" · {step}" for step in steps)
+
+
 def format_rules(rules: Iterable[RouteRule], default_channel: str = "") -> str:
     """The mrkdwn listing for `/approvals routes`: one line per rule, first match wins."""
     fallback = f"<#{default_channel}>" if default_channel else "the default channel (unset)"
@@ -429,8 +528,8 @@ def format_rules(rules: Iterable[RouteRule], default_channel: str = "") -> str:
         lines.append(
             f"• *{rule.id}* agent `{rule.agent}` tool `{rule.tool}` severity ≥ "
             f"{rule.min_severity.value} → <#{rule.channel}> · reviewers {reviewers} · "
-            f"quorum {rule.quorum} · expires after {format_duration(rule.expiry_seconds)} · "
-            f"{self_approval}"
+            f"quorum {rule.quorum}{_ladder(rule)} · expires after "
+            f"{format_duration(rule.expiry_seconds)} · {self_approval}"
         )
     if not lines:
         return f"No routes: every request goes to {fallback}"

@@ -4,6 +4,7 @@ Slack buttons and modals, the webhook, the HTTP API and the sweeper all call `de
 
     load -> the form still belongs to the request's pause? -> already decided?
          -> does the decision's kind fit the request? -> may this decider decide it?
+         -> edited arguments? valid, and no lower a bar (`edits.ArgumentEditor`)
          -> compare-and-set (the store's DECIDE script) -> result
 
 Nothing here knows Slack or HTTP. Who belongs to a route's reviewers (users, user groups)
@@ -14,8 +15,9 @@ store's `decide` (invariant 11, docs/ARCHITECTURE.md).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
+from agent_host.approvals.edits import ArgumentEditor
 from agent_host.approvals.requests import ApprovalRequest, DecideResult
 from agent_host.runtime.decisions import Answer, Approve, Decision, Expired, Reject, RequestChanges
 
@@ -84,14 +86,19 @@ async def may_decide(
 
 
 def decision_for(
-    verdict: str, request: ApprovalRequest, feedback: str = "", decided_by: str = ""
+    verdict: str,
+    request: ApprovalRequest,
+    feedback: str = "",
+    decided_by: str = "",
+    edited_arguments: dict[str, Any] | None = None,
 ) -> Decision:
     """Seed 003's verdicts (`approved`, `rejected`, `request_changes`) as a decision on this
-    request: "approved" on a question answers it with the feedback."""
+    request: "approved" on a question answers it with the feedback; on a call, the feedback
+    is the approval's comment, and it may carry edited arguments."""
     if verdict == "approved":
         if request.kind == "question":
             return Answer(text=feedback, decided_by=decided_by)
-        return Approve(decided_by=decided_by)
+        return Approve(decided_by=decided_by, comment=feedback, edited_arguments=edited_arguments)
     if verdict == "rejected":
         return Reject(message=feedback, decided_by=decided_by)
     if verdict == "request_changes":
@@ -127,9 +134,15 @@ def unreadable_refusal(request: ApprovalRequest, decision: Decision) -> str:
 
 
 class ApprovalService:
-    def __init__(self, store: Store, directory: ReviewerDirectory | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        directory: ReviewerDirectory | None = None,
+        editor: ArgumentEditor | None = None,
+    ) -> None:
         self.store = store
         self.directory: ReviewerDirectory = directory or OpenDirectory()
+        self.editor = editor  # None: edited arguments are refused
 
     async def load(self, request_id: str) -> ApprovalRequest | None:
         return await self.store.get_request(request_id)
@@ -173,6 +186,10 @@ class ApprovalService:
         refusal = refusal or unreadable_refusal(request, decision)
         if refusal:
             return DecideResult("refused", request, reason=refusal)
+        if isinstance(decision, Approve):
+            decision, refused = await self._admit_edit(request, decision)
+            if refused is not None:
+                return refused
         completes = via == "webhook" and request.route.webhook_completes_quorum
         return await self.store.decide(
             request_id, decision, current=request, completes_quorum=completes
@@ -213,6 +230,50 @@ class ApprovalService:
                 }
             )
         return decision, ""
+
+    async def _admit_edit(
+        self, request: ApprovalRequest, decision: Approve
+    ) -> tuple[Approve, DecideResult | None]:
+        """An approval as recorded: its edit checked and completed from the request (what
+        the reviewer was shown, who edited, the edited call's hash), never from the caller."""
+        plain = decision.model_copy(
+            update={
+                "edited_arguments": None,
+                "original_arguments": None,
+                "edited_hash": "",
+                "edited_by": "",
+            }
+        )
+        if decision.edited_arguments is None:
+            return plain, None
+        refusal = ""
+        if decision.always:
+            refusal = "an edited call is approved once, not for the whole run"
+        elif self.editor is None:
+            refusal = "editing arguments is not available here"
+        if refusal:
+            return plain, DecideResult("refused", request, reason=refusal)
+        assert self.editor is not None
+        check = await self.editor.check(request, decision.edited_arguments)
+        if not check.ok:
+            reason = check.refusal or "the edited arguments do not fit the tool: " + "; ".join(
+                f"{name or 'arguments'}: {problem}" for name, problem in check.errors.items()
+            )
+            return plain, DecideResult("refused", request, reason=reason, errors=check.errors)
+        if not check.changed:
+            return plain, None  # nothing changed: a plain approval
+        edited = decision.model_copy(
+            update={
+                # the edit was made on the request's arguments: bound to them, whatever
+                # channel it came through (a hash the caller gave must match, in DECIDE)
+                "call_hash": decision.call_hash or request.call_hash,
+                "edited_arguments": check.arguments,
+                "original_arguments": dict(request.arguments),
+                "edited_hash": check.edited_hash,
+                "edited_by": decision.decided_by,
+            }
+        )
+        return edited, None
 
 
 class Store(Protocol):

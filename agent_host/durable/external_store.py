@@ -103,6 +103,7 @@ class ExternalRequests:
                 k.shard.runs,
                 k.request(request_id),
                 k.shard.pending_in(route.destination),
+                k.shard.ladder,
             ],
             args=[
                 "1" if spec.external_id else "0",

@@ -19,7 +19,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from agent_host.approvals import ApprovalService, ReviewerDirectory, Router
+from agent_host.approvals import ApprovalService, ArgumentEditor, ReviewerDirectory, Router
 from agent_host.approvals.notifier import LoggingNotifier, Notifier
 from agent_host.durable.callbacks import AiohttpSender, CallbackDelivery, CallbackSender
 from agent_host.durable.crashpoints import CrashPoints
@@ -152,9 +152,11 @@ class Host:
     def __post_init__(self) -> None:
         self.crash = CrashPoints(self.settings.crash_at)
         self.store = RunStore(self.redis, self.keyring, self.router)
-        self.approvals = ApprovalService(self.store, self.directory)
-        self.external = ExternalRequests(self.store)
         self.runner = Runner(self.registry, RedisLedger(self.redis, self.keyring))
+        # Edits are checked with the agents the runner resumes with, routed as pauses are.
+        editor = ArgumentEditor(self.runner.agent, self.router)
+        self.approvals = ApprovalService(self.store, self.directory, editor)
+        self.external = ExternalRequests(self.store)
 
     def start_background(
         self, workers: int = 1, *, sweeper: bool = True, outbox: bool = True

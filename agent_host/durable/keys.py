@@ -25,11 +25,13 @@ __all__ = [
     "SHARDS",
     "Keys",
     "Shard",
+    "decided_by",
     "external_shard",
     "is_run_id",
     "new_run_id",
     "new_run_id_in",
     "request_id",
+    "seen_once",
     "shards",
     "token_of",
 ]
@@ -70,6 +72,10 @@ class Shard:
     @property
     def deadlines(self) -> str:  # zset request_id -> expiry ms (the sweeper's work)
         return f"{self.tag}:deadlines"
+
+    @property
+    def ladder(self) -> str:  # zset "<step>|<request_id>" -> due ms (reminders, escalations)
+        return f"{self.tag}:ladder"
 
     @property
     def resume(self) -> str:  # stream: one entry per run to start or fully decided turn
@@ -174,3 +180,19 @@ class Keys:
         """A list DECIDE pushes to when the request is decided, with a short time to live:
         long polls block on it (BLPOP) instead of polling the request."""
         return f"{self._base}:req:{request_id}:decided"
+
+
+def seen_once(kind: str, token: str) -> str:
+    """A marker that a delivery (a Slack event, by its id) was taken once already. Odd ids
+    are hashed, so a sender cannot make long or strange key names."""
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,100}", token):
+        token = hashlib.sha256(token.encode()).hexdigest()
+    return f"{_GLOBAL}:seen:{kind}:{token}"
+
+
+def decided_by(user_id: str) -> str:
+    """A zset request_id -> when one reviewer decided it (their latest decisions). Its own
+    hash tag per reviewer, so a cluster spreads them."""
+    if not re.fullmatch(r"[A-Z0-9]{1,64}", user_id):
+        user_id = hashlib.sha256(user_id.encode()).hexdigest()
+    return f"{PREFIX}:{{reviewer:{user_id}}}:decided"

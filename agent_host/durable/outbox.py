@@ -5,7 +5,8 @@ this loop hands each to the notifier and acknowledges it only once the notifier 
 or once the chat side refused it for good (`DeliveryFailed`): retrying that would only
 hide it. Such a refusal is recorded (audit entry, counter); a request that could not be
 posted is also marked undeliverable, its entry copied to the shard's dead-letter stream,
-and it is posted to the fallback destination with the administrators told.
+and it is posted to the fallback destination with the administrators told. The ladder's
+steps (a reminder, an escalation) are delivered by `escalations.LadderDelivery`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from agent_host.approvals import ApprovalRequest
 from agent_host.approvals.notifier import Notifier, RunSummary
 from agent_host.durable import keys as K
 from agent_host.durable.crashpoints import NEVER, CrashPoints
+from agent_host.durable.escalations import LadderDelivery
+from agent_host.durable.ladder import ESCALATED, REMINDED, Ladder
 from agent_host.durable.store import RunStore
 from agent_host.durable.streams import RetryLater, ShardedConsumer, StreamConsumer
 from agent_host.errors import DeliveryFailed
@@ -32,6 +35,7 @@ class Outbox:
         crash: CrashPoints = NEVER,
     ) -> None:
         self.store, self.notifier, self.crash = store, notifier, crash
+        self.ladder = LadderDelivery(store, notifier, Ladder(store.redis))
         self.consumer = ShardedConsumer(
             [
                 StreamConsumer(
@@ -56,10 +60,17 @@ class Outbox:
         request = await self.store.get_request(fields.get("request_id", ""))
         if request is None:
             return
+        request = self.store.open_context(request)  # what the run did before: in the message
         if kind == "request_posted":
             await self._post(request, fields | {"entry_id": entry_id})
+        elif kind == REMINDED:
+            await self.ladder.remind(request)
+        elif kind == ESCALATED:
+            await self.ladder.escalate(request)
         elif kind in ("request_decided", "request_progress"):
-            if not request.message_ts and request.delivery == "undeliverable":
+            if not (request.message_ts or request.escalations) and (
+                request.delivery == "undeliverable"
+            ):
                 return  # it never reached chat: there is no message to update
             try:
                 await self.notifier.request_updated(request)

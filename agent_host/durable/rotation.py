@@ -1,5 +1,6 @@
-"""`countersign keys rotate`: re-encrypt every stored checkpoint, and re-seal every sealed
-field (`sealed_rotation`), under the active key.
+"""`countersign keys rotate`: re-encrypt every stored checkpoint and the sealed context each
+request of a run keeps (`approvals.context`), and re-seal every sealed field
+(`sealed_rotation`), under the active key.
 
 Runs are walked through each shard's runs index (never SCAN) in creation order; the
 position is saved after each batch, so an interrupted rotation resumes where it stopped.
@@ -21,6 +22,8 @@ fields written before they were sealed — until its next rewrite.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import logging
 import time
 from dataclasses import dataclass, field
@@ -35,6 +38,7 @@ from agent_host.durable.connections import as_text
 from agent_host.durable.crypto import KeyRing
 from agent_host.durable.sealed_fields import FieldSealer
 from agent_host.durable.sealed_rotation import RESEAL, reseal_run
+from agent_host.durable.store import context_aad
 from agent_host.errors import CheckpointError
 
 __all__ = ["RotationReport", "rotate_checkpoints"]
@@ -64,6 +68,13 @@ redis.call('SET', KEYS[1], ARGV[2])
 return 1
 """
 
+# Swap a request's sealed context only if it is still what was read and re-encrypted.
+_SWAP_CONTEXT = """
+if redis.call('HGET', KEYS[1], 'sealed_context') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'sealed_context', ARGV[2])
+return 1
+"""
+
 
 async def rotate_checkpoints(
     redis: Redis, keyring: KeyRing, batch: int = 200, aof_wait: float = 120.0
@@ -72,6 +83,7 @@ async def rotate_checkpoints(
     swap = redis.register_script(_SWAP)
     reseal = redis.register_script(RESEAL)
     sealer = FieldSealer(keyring)
+    swap_context = redis.register_script(_SWAP_CONTEXT)
     for shard in K.shards():
         field = str(shard.number)
         start = int(await redis.hget(K.ROTATION, field) or 0)
@@ -80,6 +92,11 @@ async def rotate_checkpoints(
                 run_id = as_text(raw)
                 report.examined += 1
                 problems = []
+                try:
+                    await _rotate_contexts(redis, swap_context, keyring, run_id)
+                except _Damaged as exc:  # the checkpoint is still rotated
+                    log.warning("run %s: a request's context not rotated: %s", run_id, exc)
+                    problems.append(str(exc))
                 try:
                     rotated = await _rotate_one(redis, swap, keyring, run_id)
                 except _Damaged as exc:
@@ -149,3 +166,32 @@ async def _rotate_one(redis: Redis, swap: AsyncScript, keyring: KeyRing, run_id:
         return True
     log.info("run %s moved on during rotation; its new checkpoint uses the new key", run_id)
     return False
+
+
+async def _rotate_contexts(redis: Redis, swap: AsyncScript, keyring: KeyRing, run_id: str) -> None:
+    """Each request's sealed context under the active key. One that cannot be read is
+    reported like a damaged checkpoint (its message is shown without it meanwhile)."""
+    k = K.Keys(run_id)
+    try:
+        request_ids = [as_text(r) for r in await redis.lrange(k.requests, 0, -1)]
+    except ResponseError as exc:
+        raise _Damaged(f"the request list {k.requests} is not a list ({exc})") from None
+    for request_id in request_ids:
+        key = k.request(request_id)
+        try:
+            sealed: Any = await redis.hget(key, "sealed_context")
+        except ResponseError as exc:
+            raise _Damaged(f"request {request_id} is not a hash ({exc})") from None
+        if not sealed:
+            continue
+        text = as_text(sealed)
+        try:
+            blob = base64.b64decode(text, validate=True)
+            if not keyring.needs_rotation(blob):
+                continue
+            aad = context_aad(request_id)
+            plain = keyring.decrypt(blob, run_id=run_id, request_id=aad)
+            fresh = keyring.encrypt(plain, run_id=run_id, request_id=aad)
+        except (binascii.Error, ValueError, CheckpointError) as exc:
+            raise _Damaged(f"request {request_id}'s context: {exc}") from None
+        await swap(keys=[key], args=[text, base64.b64encode(fresh).decode("ascii")])

@@ -32,8 +32,27 @@ redis.call('XADD', KEYS[4], '*', 'type', 'start', 'run_id', ARGV[1], 'pause_id',
 return 1
 """
 
+# The escalation ladder of a new pending request: its route's reminder and escalation, each
+# due (by Redis's clock, like the deadline) that long after now if set and before the
+# deadline. Members are "<step>|<request id>"; the sweeper claims each once (LADDER_STEP).
+_SCHEDULE_LADDER = """
+local function schedule_ladder(ladder, rid, route_json, now_n, expiry)
+  local ok, route = pcall(cjson.decode, route_json or '')
+  if not ok or type(route) ~= 'table' then return end
+  for _, step in ipairs({'remind', 'escalate'}) do
+    local after = tonumber(route[step .. '_after_seconds']) or 0
+    local wanted = step == 'remind' or (type(route['escalate_to']) == 'string'
+      and route['escalate_to'] ~= '')
+    if wanted and after > 0 and after < expiry then
+      redis.call('ZADD', ladder, string.format('%d', math.floor((now_n + after) * 1000)),
+        step .. '|' .. rid)
+    end
+  end
+end
+"""
+
 # KEYS: run, checkpoint, requests, run audit, PENDING, DEADLINES, OUTBOX, RESUME, then per
-#       request: request hash, pending-by-destination zset
+#       request: request hash, pending-by-destination zset; last: LADDER
 # ARGV: expected pause id, new pause id, checkpoint blob, now, actor, n, then per request:
 #       request id, created score, seconds until its deadline, fields as JSON
 # Deadlines are set from Redis's clock (TIME), the one DECIDE and the sweeper check, so a
@@ -41,7 +60,9 @@ return 1
 # A request whose fields arrive already decided (a call covered by a standing approval) is
 # recorded and audited but never listed, posted or swept; if every request of the pause is
 # such, the run is queued to resume at once.
-PAUSE = """
+PAUSE = (
+    _SCHEDULE_LADDER
+    + """
 local current = redis.call('HGET', KEYS[1], 'pause_id') or ''
 if current ~= ARGV[1] then return 0 end
 local n = tonumber(ARGV[6])
@@ -67,6 +88,7 @@ for i = 1, n do
     redis.call('ZADD', KEYS[5], created, rid)
     redis.call('ZADD', by_dest, created, rid)
     redis.call('ZADD', KEYS[6], expires, rid)
+    schedule_ladder(KEYS[#KEYS], rid, fields['route'], now_n, tonumber(ARGV[base + 3]))
     redis.call('XADD', KEYS[7], '*', 'type', 'request_posted', 'request_id', rid)
   else
     redis.call('XADD', KEYS[4], '*', 'at', ARGV[4], 'actor', fields['decided_by'],
@@ -88,16 +110,19 @@ if undecided == 0 then
 end
 return 1
 """
+)
 
 # An approval request from an agent that runs elsewhere: a run with one pending request and
 # no checkpoint, indexed, given its deadline and queued for posting like one of PAUSE's. With
 # a caller's external id (ARGV[1] "1") the first creation wins: the same id later answers
 # the request it made ('exists'), or 'conflict' if the body is not the same.
 # KEYS: external id key, run, requests, run audit, PENDING, DEADLINES, OUTBOX, RUNS, request,
-#       pending-by-destination
+#       pending-by-destination, LADDER
 # ARGV: has external id, body fingerprint, run id, request id, run fields JSON, request fields
 #       JSON, created score, seconds until its deadline, now, actor
-CREATE_EXTERNAL = """
+CREATE_EXTERNAL = (
+    _SCHEDULE_LADDER
+    + """
 if ARGV[1] == '1' then
   local seen = redis.call('HMGET', KEYS[1], 'request_id', 'fingerprint')
   if seen[1] then
@@ -122,14 +147,17 @@ redis.call('ZADD', KEYS[8], ARGV[7], ARGV[3])
 redis.call('ZADD', KEYS[5], ARGV[7], ARGV[4])
 redis.call('ZADD', KEYS[10], ARGV[7], ARGV[4])
 redis.call('ZADD', KEYS[6], string.format('%d', math.floor(deadline * 1000)), ARGV[4])
+schedule_ladder(KEYS[11], ARGV[4], fields['route'], deadline - tonumber(ARGV[8]),
+  tonumber(ARGV[8]))
 redis.call('XADD', KEYS[4], '*', 'at', ARGV[9], 'actor', ARGV[10], 'event', 'requested',
   'request_id', ARGV[4], 'call_hash', fields['call_hash'])
 redis.call('XADD', KEYS[7], '*', 'type', 'request_posted', 'request_id', ARGV[4])
 return {'created', ARGV[4]}
 """
+)
 
 # KEYS: request, approvers, run, run audit, PENDING, DEADLINES, RESUME, OUTBOX, METRICS,
-#       pending-by-destination, decided (the long polls' wake-up list), CALLBACKS
+#       pending-by-destination, decided (the long polls' wake-up list), CALLBACKS, LADDER
 # ARGV: request id, kind, terminal status, decision JSON, decider, seen hash,
 #       completes quorum ("1": this approval decides whatever the quorum)
 # Time is Redis's own (TIME), never the caller's: a replica whose clock lags cannot decide
@@ -137,6 +165,7 @@ return {'created', ARGV[4]}
 # A terminal decision wakes whoever long-polls the request and, if the request has a
 # callback URL, queues its callback, in the same step. A request from an agent that runs
 # elsewhere (origin "external") has no checkpoint here: its decided run resumes nothing.
+# An approval towards a quorum keeps its decision (e.g. the approver's comment) in the audit.
 DECIDE = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'not_found', 0} end
 local f = redis.call('HMGET', KEYS[1], 'status', 'call_hash', 'quorum', 'run_id', 'pause_id',
@@ -166,7 +195,8 @@ if kind == 'approve' then
   redis.call('HSET', KEYS[1], 'approvals', cjson.encode(list))
   if #list < tonumber(f[3] or '1') and ARGV[7] ~= '1' then
     redis.call('XADD', KEYS[4], '*', 'at', now, 'actor', ARGV[5], 'event', 'approval',
-      'request_id', ARGV[1], 'call_hash', hash, 'detail', #list .. ' of ' .. f[3])
+      'request_id', ARGV[1], 'call_hash', hash, 'detail', #list .. ' of ' .. f[3],
+      'decision', ARGV[4])
     redis.call('XADD', KEYS[8], '*', 'type', 'request_progress', 'request_id', ARGV[1])
     return {'progress', #list}
   end
@@ -176,6 +206,7 @@ redis.call('HSET', KEYS[1], 'status', ARGV[3], 'decision', ARGV[4], 'decided_by'
 redis.call('ZREM', KEYS[5], ARGV[1])
 redis.call('ZREM', KEYS[10], ARGV[1])
 redis.call('ZREM', KEYS[6], ARGV[1])
+redis.call('ZREM', KEYS[13], 'remind|' .. ARGV[1], 'escalate|' .. ARGV[1])
 redis.call('HINCRBY', KEYS[9], 'decisions_' .. ARGV[3], 1)
 redis.call('XADD', KEYS[4], '*', 'at', now, 'actor', ARGV[5], 'event', ARGV[3],
   'request_id', ARGV[1], 'call_hash', hash, 'detail', ARGV[4])

@@ -67,6 +67,10 @@ REQUEST_CLEAR = frozenset(
         "delivery_error",
         "origin",
         "callback_url",  # DECIDE queues a callback when it is set
+        "editable",  # names of the tool's arguments a reviewer may edit (its schema's)
+        "reminder_ts",  # Slack references, like message_ts
+        "escalations",  # the escalated copies' channels, ts and permalinks; LADDER appends
+        "sealed_context",  # sealed already, by the store with the checkpoint's key ring
     }
 )  # sealed: arguments, reason, question, decision, and any field not named above
 

@@ -11,6 +11,8 @@ store takes and returns plain domain objects.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import logging
 import re
@@ -30,6 +32,7 @@ from agent_host.approvals import (
     Router,
     RunRecord,
 )
+from agent_host.approvals.context import CallContext, context_for
 from agent_host.durable import keys as K
 from agent_host.durable.connections import as_text, unavailable_on_redis_errors
 from agent_host.durable.crypto import KeyRing
@@ -166,6 +169,7 @@ class RunStore:
         for number, record in enumerate(outcome.pending, start=last - len(outcome.pending) + 1):
             route = await self.router.route(state.agent, record.tool, record.severity)
             request = _new_request(state, record, K.request_id(run_id, number), route, now)
+            request.sealed_context = self.seal_context(state, record, request.request_id)
             _apply_standing_approval(request, state.standing.get(record.tool), now)
             requests.append(request)
         pause_id = requests[0].request_id
@@ -197,6 +201,7 @@ class RunStore:
                 request.route.expiry_seconds,
                 json.dumps(fields),
             ]
+        script_keys.append(shard.ladder)  # last: the per-request keys come before it
         return bool(await self._pause(keys=script_keys, args=args))
 
     async def load_checkpoint(self, run_id: str, pause_id: str) -> RunState:
@@ -451,6 +456,62 @@ class RunStore:
             pipe.hincrby(k.shard.metrics, f"{DELIVERED}{delivery_result(failure.code)}", 1)
             await pipe.execute()
 
+    # -- what a reviewer decides with --------------------------------------------------
+    def seal_context(self, state: RunState, record: CallRecord, request_id: str) -> str:
+        """The request's context (`approvals.context`), encrypted like the checkpoint it is
+        taken from and bound to its run and request: a Redis dump shows no transcript."""
+        plain = context_for(state, record).to_json().encode()
+        blob = self.keyring.encrypt(plain, run_id=state.run_id, request_id=context_aad(request_id))
+        return base64.b64encode(blob).decode("ascii")
+
+    def open_context(self, request: ApprovalRequest) -> ApprovalRequest:
+        """`request` with its context opened (None when it has none or it cannot be read:
+        the message is then shown without it, never withheld)."""
+        context = None
+        if request.sealed_context:
+            try:
+                blob = base64.b64decode(request.sealed_context, validate=True)
+                plain = self.keyring.decrypt(
+                    blob, run_id=request.run_id, request_id=context_aad(request.request_id)
+                )
+                context = CallContext.from_json(plain)
+            except (binascii.Error, ValueError, CheckpointError) as exc:
+                log.warning("request %s: its context cannot be read: %s", request.request_id, exc)
+        request.context = context
+        return request
+
+    # -- oldest first, for a reviewer's list ---------------------------------------------
+    async def oldest_pending(self, after: str | None, limit: int) -> PendingPage:
+        """Pending requests of every channel, oldest first: up to `limit` after the cursor
+        `after` (`<score>:<request id>`, as `pending_cursor` makes), and the next cursor."""
+        start = parse_cursor(after) if after else None
+        rows: list[tuple[int, str]] = []
+        for shard in K.shards():
+            rows += await self._oldest_of(shard.pending, start, limit)
+        rows.sort()
+        page = rows[:limit]
+        found = [r for r in await self._requests_by_id([rid for _, rid in page]) if r is not None]
+        next_cursor = f"{page[-1][0]}:{page[-1][1]}" if len(rows) > limit else None
+        return PendingPage(found, next_cursor)
+
+    async def _oldest_of(
+        self, index: str, after: tuple[int, str] | None, limit: int
+    ) -> list[tuple[int, str]]:
+        """Up to limit+1 entries of one shard's index after the cursor, ascending."""
+        rows: list[tuple[int, str]] = []
+        bottom = "-inf"
+        if after is not None:
+            score, member = after
+            tied: list[Any] = await self.redis.zrange(index, score, score, byscore=True)
+            rows = [(score, as_text(m)) for m in tied if as_text(m) > member]
+            bottom = f"({score}"
+        if len(rows) <= limit:
+            more: list[Any] = await self.redis.zrange(
+                index, bottom, "+inf", byscore=True, offset=0, num=limit + 1, withscores=True
+            )
+            rows += [(int(s), as_text(m)) for m, s in more]
+        return rows
+
 
 def _new_request(
     state: RunState, record: CallRecord, request_id: str, route: Route, now: float
@@ -474,6 +535,7 @@ def _new_request(
         route=route,
         allow_always=record.allow_always and route.allows_standing_approval,
         question=record.question or "",
+        editable=tuple(record.editable),
     )
 
 
@@ -522,6 +584,12 @@ def delivery_result(error: str) -> str:
     return "failed:" + (re.sub(r"[^a-z0-9_]", "_", error.lower())[:64] or "unknown")
 
 
+def context_aad(request_id: str) -> str:
+    """What a request's sealed context is bound to besides its run: never the same as a
+    checkpoint's (a pause id is its first request id), so neither opens as the other."""
+    return f"{request_id}/context"
+
+
 def _is_request_id(value: str) -> bool:
     try:
         K.token_of(value)
@@ -546,6 +614,7 @@ def decide_keys(request_id: str, destination: str) -> list[str]:
         k.shard.pending_in(destination),
         k.decided(request_id),
         k.shard.callbacks,
+        k.shard.ladder,
     ]
 
 

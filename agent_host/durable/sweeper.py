@@ -1,4 +1,5 @@
-"""The expiry sweeper: requests past their deadline are decided `expired`.
+"""The expiry sweeper: requests past their deadline are decided `expired`; before that, it
+climbs each request's escalation ladder (`ladder`: the reminder, the escalation).
 
 Deadlines live in a sorted set and are decided through the same compare-and-set as a
 click, so two sweepers, or a sweeper racing a reviewer, still give exactly one outcome.
@@ -16,6 +17,7 @@ from agent_host.approvals import ApprovalService
 from agent_host.durable import keys as K
 from agent_host.durable.connections import as_text
 from agent_host.durable.crashpoints import NEVER, CrashPoints
+from agent_host.durable.ladder import Ladder
 from agent_host.durable.store import RunStore
 from agent_host.durable.streams import trim_acknowledged
 from agent_host.runtime.decisions import Expired
@@ -40,6 +42,7 @@ class Sweeper:
     ) -> None:
         self.store, self.interval, self.batch, self.crash = store, interval, batch, crash
         self.approvals = approvals or ApprovalService(store)
+        self.ladder = Ladder(store.redis, batch=batch)
 
     async def sweep(self) -> int:
         """Expire every request whose deadline passed; returns how many this sweeper decided.
@@ -82,6 +85,11 @@ class Sweeper:
                 await self.sweep()
             except Exception as exc:  # keep sweeping through Redis outages
                 log.warning("sweep failed (%s); retrying", exc)
+            # Apart from expiry, so that neither can hold the other up.
+            try:
+                await self.ladder.climb()
+            except Exception as exc:
+                log.warning("escalation ladder failed (%s); retrying", exc)
             if self.store.clock() - last_trim > TRIM_EVERY_SECONDS:
                 last_trim = self.store.clock()
                 # Apart from the sweep: trimming is housekeeping, and whatever goes wrong

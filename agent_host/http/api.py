@@ -143,6 +143,8 @@ async def run_detail(request: web.Request) -> web.Response:
                     "call_id": c.call_id,
                     "tool": c.tool,
                     "arguments": c.arguments,
+                    # what it ran with when a reviewer edited the arguments before approving
+                    "edited_arguments": c.run_arguments if c.run_arguments != c.arguments else None,
                     "outcome": c.outcome,
                     "result": c.result,
                 }

@@ -1,16 +1,22 @@
 """The approval webhook (seed 003's wire format, docs/ORIGINS.md): a decision signed with
 HMAC-SHA256 of the raw body, decided through the one approval service as the identity
-`webhook`."""
+`webhook`.
+
+`feedback` is a rejection's reason, the changes asked for, a question's answer, or an
+approval's comment; `edited_arguments`, with `approved` only, are the arguments to change
+before the call runs (checked as a Slack edit is: the tool's schema, then the policy)."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+from typing import Any
 
 from aiohttp import web
 
 from agent_host.approvals import decision_for
 from agent_host.http.api import HOST_KEY, error, json_object, same_secret
+from agent_host.runtime.decisions import Approve
 
 __all__ = ["WEBHOOK_DECISIONS", "approval_webhook"]
 
@@ -43,12 +49,24 @@ async def approval_webhook(request: web.Request) -> web.Response:
     claimed = body.get("decidedBy")
     if claimed is not None and not isinstance(claimed, str):
         return error(400, "decidedBy must be a string")
+    if "editedArguments" in body:  # a near miss must not approve the unedited call
+        return error(400, "the field is edited_arguments (snake case); nothing was decided")
+    edited = body.get("edited_arguments")
+    if edited is not None and (verdict != "approved" or not isinstance(edited, dict)):
+        return error(
+            400,
+            'edited_arguments go with "decision": "approved" only, as a JSON object of the '
+            'arguments to change, e.g. {"amount": 40}',
+        )
     approval = await host.approvals.load(request_id)
     if approval is None:
         return error(404, f"no approval request {request_id!r}")
-    if approval.kind == "question" and verdict == "approved" and not feedback.strip():
-        return error(400, "this request is a question: its answer is the feedback; send one")
-    decision = decision_for(verdict, approval, feedback, claimed or "")
+    if approval.kind == "question" and verdict == "approved":
+        if not feedback.strip():
+            return error(400, "this request is a question: its answer is the feedback; send one")
+        if edited is not None:
+            return error(400, "this request is a question: answer it; it has no arguments to edit")
+    decision = decision_for(verdict, approval, feedback, claimed or "", edited)
     result = await host.approvals.decide(request_id, decision, via="webhook", current=approval)
     current = result.request
     if result.outcome in ("already_decided", "duplicate_vote") and current is not None:
@@ -59,18 +77,29 @@ async def approval_webhook(request: web.Request) -> web.Response:
         return error(409, f"approval request {request_id!r} is past its deadline; it expires")
     if result.outcome == "hash_mismatch":
         return error(409, f"approval request {request_id!r} changed; nothing was decided")
+    if result.outcome == "refused" and result.errors:
+        return error(
+            400,
+            f"approval request {request_id!r}: {result.reason}; nothing was decided",
+            errors=result.errors,
+        )
     if result.outcome in ("wrong_kind", "refused"):
         return error(409, f"approval request {request_id!r}: {result.reason}; nothing was decided")
-    return web.json_response(
-        {
-            "status": "processed" if result.outcome == "decided" else "recorded",
-            "request_id": request_id,
-            "decision": str(current.status),
-            "decided_by": current.decided_by or None,
-            "approvals": len(current.approvals),
-            "quorum": current.route.quorum,
+    answer: dict[str, Any] = {
+        "status": "processed" if result.outcome == "decided" else "recorded",
+        "request_id": request_id,
+        "decision": str(current.status),
+        "decided_by": current.decided_by or None,
+        "approvals": len(current.approvals),
+        "quorum": current.route.quorum,
+    }
+    recorded = current.decision
+    if isinstance(recorded, Approve) and recorded.edited_arguments is not None:
+        answer |= {
+            "edited_arguments": recorded.edited_arguments,
+            "edited_hash": recorded.edited_hash,
         }
-    )
+    return web.json_response(answer)
 
 
 def _already(request_id: str, status: str, decided_by: str) -> web.Response:

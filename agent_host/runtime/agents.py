@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from agent_host.errors import UnknownAgentError
 from agent_host.runtime.messages import ToolSpec
 from agent_host.runtime.models.base import Model
-from agent_host.runtime.policy import RuleSet
+from agent_host.runtime.policy import RuleSet, Verdict
 from agent_host.runtime.tools import Tool
 
 if TYPE_CHECKING:
@@ -40,6 +40,14 @@ class Agent:
 
     def tool(self, name: str) -> Tool | None:
         return next((t for t in self.tools if t.name == name), None)
+
+    def judge(
+        self, tool: Tool, arguments: Mapping[str, Any], context: Mapping[str, Any]
+    ) -> Verdict:
+        """The policy for one call: the first operator rule that matches, else the tool's own
+        permission (the runner plans every call with it; an edit is judged again with it)."""
+        verdict = self.rules.first_match(self.name, tool.name, arguments)
+        return verdict or tool.judge(arguments, context)
 
     def tool_specs(self) -> list[ToolSpec]:
         return [

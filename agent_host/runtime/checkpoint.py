@@ -8,6 +8,10 @@ the fingerprint recorded here. Versions, one line each:
        runner's. Read from v1: the model's id is the old call id.
     3  a hosted agent's run (OpenAI Agents SDK, Pydantic AI) keeps its framework's own
        serialized state (`hosted_state`) and what the model said last. Read from v2: none.
+    4  a gated call lists the arguments a reviewer may edit (`editable`), and an approval
+       may carry a comment and edited arguments, which the tool then runs with. Read from
+       v3 as is (nothing editable, no comments). A countersign that knows only v3 refuses
+       a v4 checkpoint instead of running the model's arguments in place of edited ones.
 
 A checkpoint of an unknown or newer version is refused rather than guessed at; an older one
 is migrated to the current version as it is read.
@@ -35,12 +39,14 @@ __all__ = [
     "call_hash",
 ]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 CHECKPOINT_VERSIONS = {
     1: "transcript, the run's tool calls (plan, gate, decision, outcome), sticky decisions",
     2: "each call keeps the model's id for it (model_call_id); call_id is the runner's; "
     "approvals for the run are scoped (standing), sticky keeps rejections only",
     3: "a hosted agent's run keeps its framework's serialized state (hosted_state)",
+    4: "a gated call lists its editable arguments; an approval may carry a comment and "
+    "edited arguments (with the edited call's hash), which the tool runs with",
 }
 
 RunStatus = Literal["running", "paused", "succeeded", "failed"]
@@ -78,9 +84,17 @@ class CallRecord(BaseModel):
     severity: str = "medium"
     allow_always: bool = True
     question: str | None = None  # set when gate == "question" (a tool-initiated pause)
+    editable: list[str] = Field(default_factory=list)  # what a reviewer may edit (gate "ask")
     decision: Decision | None = None
     outcome: Outcome | None = None
     result: str | None = None
+
+    @property
+    def run_arguments(self) -> dict[str, Any] | str:
+        """The arguments the tool runs with: a reviewer's edited ones, else the model's."""
+        if isinstance(self.decision, Approve) and self.decision.edited_arguments is not None:
+            return self.decision.edited_arguments
+        return self.arguments
 
     @property
     def waiting(self) -> bool:
@@ -165,5 +179,10 @@ def _v2_to_v3(raw: dict[str, Any]) -> dict[str, Any]:
     return raw | {"schema_version": 3}
 
 
+def _v3_to_v4(raw: dict[str, Any]) -> dict[str, Any]:
+    """v4 only added fields whose defaults say what v3 meant: nothing editable, no comment."""
+    return raw | {"schema_version": 4}
+
+
 # version -> how a document of that version becomes one of the next
-_MIGRATIONS = {1: _v1_to_v2, 2: _v2_to_v3}
+_MIGRATIONS = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}

@@ -1,12 +1,16 @@
 """A human's decision on one pending call, as a tagged union (`kind`).
 
 `call_hash`, when given, is the hash of the call the decider was shown; the runner refuses
-a decision whose hash differs from the pending call's (approve what you saw).
+a decision whose hash differs from the pending call's (approve what you saw). An approval
+may carry the reviewer's comment, and the arguments they edited before approving: the
+decision then keeps the arguments they were shown, the edited ones, who edited, and the hash
+of the edited call, and the tool runs with the edited arguments (invariant 19,
+docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter
 
@@ -19,6 +23,7 @@ __all__ = [
     "Expired",
     "Reject",
     "RequestChanges",
+    "argument_changes",
     "decision_adapter",
 ]
 
@@ -42,6 +47,27 @@ class Approve(_Base):
     route_id: str = ""
     severity: str = ""
     standing_of: str = ""  # set on a call approved by a standing approval: its request id
+    # The reviewer's words with the approval (seed 003's `feedback` on `approved`): shown on
+    # the message, kept in the audit trail, and read by the model with the tool's result.
+    comment: str = ""
+    # Edit, then approve: the arguments the tool runs with instead of the model's. Only
+    # `edited_arguments` comes from the decider; the approval service sets the rest from the
+    # request and its own checks (the arguments shown, who edited, the edited call's hash),
+    # and `call_hash` stays the hash of the call the reviewer was shown.
+    edited_arguments: dict[str, Any] | None = None
+    original_arguments: dict[str, Any] | None = None
+    edited_hash: str = ""
+    edited_by: str = ""
+
+    @property
+    def edited(self) -> bool:
+        return self.edited_arguments is not None
+
+    def changes(self) -> list[tuple[str, Any, Any]]:
+        """What the edit changed: (argument, before, after), in the arguments' order."""
+        if self.edited_arguments is None:
+            return []
+        return argument_changes(self.original_arguments or {}, self.edited_arguments)
 
 
 class Reject(_Base):
@@ -71,6 +97,19 @@ class Expired(_Base):
 
     def text(self) -> str:
         return DEFAULT_EXPIRED_MESSAGE
+
+
+MISSING: Any = None  # an argument absent on one side of a change
+
+
+def argument_changes(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(argument, before, after) for every argument whose value differs, added or removed."""
+    names = list(before) + [name for name in after if name not in before]
+    return [
+        (name, before.get(name, MISSING), after.get(name, MISSING))
+        for name in names
+        if name not in before or name not in after or before[name] != after[name]
+    ]
 
 
 Decision = Annotated[

@@ -222,7 +222,7 @@ class CallGuard:
         claim = await self.ledger.claim(self.run_id, entry)
         if claim.status == "finished":
             self.results[record.call_id] = claim.result or ""
-            return claim.result
+            return _with_comment(claim.result, record)
         if claim.status == "in_doubt":
             self.results[record.call_id] = UNKNOWN_OUTCOME
             return UNKNOWN_OUTCOME
@@ -230,7 +230,7 @@ class CallGuard:
         text = as_text(value)
         await self.ledger.finish(self.run_id, entry, text)
         self.results[record.call_id] = text
-        return value
+        return _with_comment(value, record)
 
     def _match(self, framework_id: str, tool: str, arguments: Any) -> CallRecord | None:
         digest = call_hash(self.fingerprint, tool, arguments)
@@ -245,6 +245,15 @@ class CallGuard:
             ):
                 return record
         return None
+
+
+def _with_comment(value: Any, record: CallRecord) -> Any:
+    """The tool's result, and after it the approver's comment, as the model is told it."""
+    decision = record.decision
+    if not isinstance(decision, Approve) or not (comment := decision.comment.strip()):
+        return value
+    who = decision.decided_by or "who approved"
+    return f"{as_text(value)}\n\nReviewer {who} commented: {comment}"
 
 
 def _may_run(record: CallRecord) -> bool:

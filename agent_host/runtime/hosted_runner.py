@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agent_host.errors import CheckpointError, CountersignError
-from agent_host.runtime.checkpoint import CallRecord, RunState, call_hash
+from agent_host.runtime.checkpoint import CallRecord, Outcome, RunState, call_hash
 from agent_host.runtime.decisions import Answer, Approve, Decision, Expired, Reject, RequestChanges
 from agent_host.runtime.hosted import (
     CallGuard,
@@ -25,24 +25,33 @@ from agent_host.runtime.hosted import (
     HostedDecision,
     Step,
 )
+from agent_host.runtime.journal import NO_JOURNAL, TurnJournal
 from agent_host.runtime.ledger import ExecutionLedger
 from agent_host.runtime.messages import Message
 from agent_host.runtime.outcomes import Failed, Paused, RunOutcome, Succeeded
-from agent_host.runtime.policy import Permission, Severity
+from agent_host.runtime.policy import Permission, Severity, Verdict
+from agent_host.runtime.strict_json import non_finite_path
 
 __all__ = ["HostedRunner"]
 
 log = logging.getLogger(__name__)
 
 NOT_RUN_BY_FRAMEWORK = "Approved, but the framework did not run this call."
+NON_FINITE = (
+    "Tool {tool} was not run: {where} is NaN or Infinity, which is not a JSON number. "
+    "Call it again with a finite number."
+)
 POLICY = "policy"  # who decided a call the policy let through or refused
+_NOT_RUN: dict[str, Outcome] = {"deny": "denied", "invalid": "invalid"}  # refused, by gate
 
 
 class HostedRunner:
     def __init__(self, ledger: ExecutionLedger) -> None:
         self.ledger = ledger
 
-    async def start(self, agent: HostedAgent, state: RunState) -> RunOutcome:
+    async def start(
+        self, agent: HostedAgent, state: RunState, journal: TurnJournal = NO_JOURNAL
+    ) -> RunOutcome:
         guard = CallGuard(state.run_id, state.agent_fingerprint, self.ledger)
         try:
             step = await agent.start(state.input, guard)
@@ -51,10 +60,21 @@ class HostedRunner:
         except Exception as exc:
             return _failed(state, agent, exc)
         outcome = await self._continue(agent, state, step, guard)
-        return outcome if outcome is not None else await self.resume(agent, state)
+        if outcome is not None:
+            return outcome
+        return await self.resume(agent, await journal.planned(state), journal)
 
-    async def resume(self, agent: HostedAgent, state: RunState) -> RunOutcome:
-        """Go on after every call of the last interruption was decided (`record.decision`)."""
+    async def resume(
+        self, agent: HostedAgent, state: RunState, journal: TurnJournal = NO_JOURNAL
+    ) -> RunOutcome:
+        """Go on after every call of the last interruption was decided (`record.decision`).
+
+        An interruption whose calls were all decided by the policy goes on at once; it is
+        handed to the journal first, before any of its calls runs (invariant 13), so a
+        worker that takes the run over after a crash continues from it instead of running
+        the framework again from the checkpoint: asked again, the model could word an
+        ALLOW call differently, and the ledger would take it for a new call and run it.
+        """
         while True:
             decided = [c for c in state.calls if c.turn == state.turns]
             guard = CallGuard(state.run_id, state.agent_fingerprint, self.ledger, decided)
@@ -76,6 +96,7 @@ class HostedRunner:
             outcome = await self._continue(agent, state, step, guard)
             if outcome is not None:
                 return outcome
+            state = await journal.planned(state)
 
     async def _continue(
         self, agent: HostedAgent, state: RunState, step: Step, guard: CallGuard
@@ -143,7 +164,21 @@ def _plan(
         record.gate, record.question = "question", call.question or "The tool asks a question."
         record.reason, record.allow_always = record.question, False
         return record
-    verdict = agent.judge(call, context)
+    if (where := non_finite_path(call.arguments)) is not None:
+        # A NaN compares false with every limit, so it would slip past a numeric policy.
+        record.gate, record.result = "invalid", NON_FINITE.format(tool=call.tool, where=where)
+        return record
+    try:
+        verdict = agent.judge(call, context)
+    except Exception as exc:  # the framework has not validated the arguments yet
+        log.warning(
+            "run %s: the policy for %s raised %s; a person decides",
+            state.run_id,
+            call.tool,
+            type(exc).__name__,
+        )
+        reason = f"countersign's policy could not judge these arguments ({type(exc).__name__})"
+        verdict = Verdict.ask(reason, Severity.HIGH, allow_always=False)
     record.reason, record.severity = verdict.reason, verdict.severity.value
     record.allow_always = verdict.allow_always
     if verdict.permission is Permission.DENY:
@@ -188,7 +223,7 @@ def _settle(state: RunState, guard: CallGuard) -> None:
         elif isinstance(decision, Answer):
             record.outcome, record.result = "answered", decision.text
         elif isinstance(decision, Reject | RequestChanges):
-            record.outcome = "denied" if record.gate == "deny" else "rejected"
+            record.outcome = _NOT_RUN.get(record.gate, "rejected")
             record.result = record.result or decision.text()
         elif isinstance(decision, Expired):
             record.outcome, record.result = "expired", decision.text()

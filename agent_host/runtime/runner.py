@@ -10,6 +10,11 @@ Call ids are the runner's, never the model's: a model may repeat an id within a 
 reuse one from an earlier turn, and the ledger, the approval requests and the decisions are
 all keyed by call id. Every model response is handed to a `TurnJournal` before any of its
 calls runs, so a run resumed elsewhere after a crash replays it instead of asking again.
+
+An approval may carry edited arguments: they are checked again here, at resume, against the
+tool's schema, the hash the approval service recorded and the policy (fail closed), the tool
+runs with them, and the model is told what was changed and by whom; a reviewer's comment
+reaches the model the same way, after the tool's result.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from agent_host.errors import (
     MissingDecisionError,
     ModelError,
 )
-from agent_host.runtime.agents import Agent, AgentRegistry
+from agent_host.runtime.agents import Agent, AgentRegistry, canonical_json
 from agent_host.runtime.checkpoint import CallRecord, RunState, call_hash
 from agent_host.runtime.decisions import Answer, Approve, Decision, Expired, Reject, RequestChanges
 from agent_host.runtime.hosted import HostedAgent
@@ -39,7 +44,7 @@ from agent_host.runtime.ledger import ExecutionLedger, InMemoryLedger
 from agent_host.runtime.messages import Message, ToolCall
 from agent_host.runtime.outcomes import Failed, Paused, RunOutcome, Succeeded
 from agent_host.runtime.pause import PauseRequest
-from agent_host.runtime.policy import Permission, Verdict
+from agent_host.runtime.policy import Permission, Severity, Verdict
 from agent_host.runtime.tools import InvalidArguments, ToolContext
 
 __all__ = ["Failed", "Paused", "RunOutcome", "Runner", "Succeeded"]
@@ -94,7 +99,7 @@ class Runner:
             transcript=[Message(role="user", content=input)],
         )
         if isinstance(agent, HostedAgent):
-            return await self.hosted.start(agent, state)
+            return await self.hosted.start(agent, state, journal)
         state.transcript.insert(0, Message(role="system", content=agent.instructions))
         return await self._advance(state, agent, journal)
 
@@ -133,10 +138,10 @@ class Runner:
                 "decide only the calls listed as pending"
             )
         for call_id, record in pending.items():
-            _apply(state, record, decisions[call_id])
+            _apply(state, agent, record, decisions[call_id])
         state.status = "running"
         if isinstance(agent, HostedAgent):
-            return await self.hosted.resume(agent, state)
+            return await self.hosted.resume(agent, state, journal)
         return await self._advance(state, agent, journal)
 
     async def replay(self, state: RunState, *, journal: TurnJournal = NO_JOURNAL) -> RunOutcome:
@@ -148,15 +153,18 @@ class Runner:
         """
         state = state.model_copy(deep=True)
         agent = self.restore(state)
-        if isinstance(agent, HostedAgent):
-            raise CheckpointError(
-                f"run {state.run_id}: a hosted agent's run has no saved turn to replay"
-            )
         if state.status not in ("running", "succeeded"):
             raise CheckpointError(
                 f"run {state.run_id}: a saved turn is {state.status}, not running; "
                 "it cannot be replayed"
             )
+        if isinstance(agent, HostedAgent):  # an interruption the policy decided in full
+            if state.status != "running":
+                raise CheckpointError(
+                    f"run {state.run_id}: a hosted agent's saved turn is {state.status}, "
+                    "not running; it cannot be replayed"
+                )
+            return await self.hosted.resume(agent, state, journal)
         return await self._advance(state, agent, journal)
 
     async def _advance(self, state: RunState, agent: Agent, journal: TurnJournal) -> RunOutcome:
@@ -201,10 +209,13 @@ class Runner:
             record.outcome, record.result = "expired", decision.text()
         elif record.gate in ("allow", "ask"):  # allowed, or approved
             await self._execute(state, agent, record)
+            if isinstance(decision, Approve) and record.outcome is not None:
+                record.result = _with_reviewer_note(record.result or "", decision)
 
     async def _execute(self, state: RunState, agent: Agent, record: CallRecord) -> None:
         tool = agent.tool(record.tool)
-        assert tool is not None and isinstance(record.arguments, dict)  # planned as valid
+        arguments = record.run_arguments  # a reviewer's edited arguments, checked in _apply
+        assert tool is not None and isinstance(arguments, dict)  # planned as valid
         claim = await self.ledger.claim(state.run_id, record.call_id)
         if claim.status == "finished":
             record.outcome, record.result = "executed", claim.result
@@ -215,7 +226,7 @@ class Runner:
             return
         ctx = ToolContext(state.run_id, record.call_id, agent.name, state.context)
         try:
-            value = await tool.invoke(record.arguments, ctx)
+            value = await tool.invoke(arguments, ctx)
             record.outcome, record.result = "executed", _as_text(value)
         except PauseRequest as request:
             record.gate, record.question = "question", request.question
@@ -284,10 +295,7 @@ def _plan(state: RunState, agent: Agent, proposed: ToolCall, call_id: str) -> Ca
         arguments = tool.validate(proposed.arguments)
     except InvalidArguments as exc:
         return _invalid(state, base, proposed, f"{exc}. Fix the arguments and call the tool again.")
-    context = {**state.context, "run_id": state.run_id, "requested_by": state.requested_by}
-    verdict = agent.rules.first_match(agent.name, tool.name, arguments) or tool.judge(
-        arguments, context
-    )
+    verdict = agent.judge(tool, arguments, _policy_context(state))
     if not tool.allow_always:
         verdict = replace(verdict, allow_always=False)
     record = CallRecord(
@@ -298,6 +306,7 @@ def _plan(state: RunState, agent: Agent, proposed: ToolCall, call_id: str) -> Ca
         reason=verdict.reason,
         severity=verdict.severity.value,
         allow_always=verdict.allow_always,
+        editable=list(tool.editable) if verdict.permission is Permission.ASK else [],
     )
     if verdict.permission is Permission.DENY:
         record.outcome = "denied"
@@ -307,6 +316,10 @@ def _plan(state: RunState, agent: Agent, proposed: ToolCall, call_id: str) -> Ca
     elif verdict.permission is Permission.ASK:
         _apply_sticky(state, record, verdict)
     return record
+
+
+def _policy_context(state: RunState) -> dict[str, Any]:
+    return {**state.context, "run_id": state.run_id, "requested_by": state.requested_by}
 
 
 def _invalid(
@@ -331,7 +344,9 @@ def _apply_sticky(state: RunState, record: CallRecord, verdict: Verdict) -> None
         record.decision = Reject(decided_by="reject-always", call_hash=record.call_hash)
 
 
-def _apply(state: RunState, record: CallRecord, decision: Decision) -> None:
+def _apply(
+    state: RunState, agent: Agent | HostedAgent, record: CallRecord, decision: Decision
+) -> None:
     if decision.call_hash is not None and decision.call_hash != record.call_hash:
         raise DecisionMismatchError(
             f"call {record.call_id}: the decision was made on a different call "
@@ -341,6 +356,8 @@ def _apply(state: RunState, record: CallRecord, decision: Decision) -> None:
         raise InvalidDecisionError(f"call {record.call_id} asks a question: answer or reject it")
     if record.gate == "ask" and isinstance(decision, Answer):
         raise InvalidDecisionError(f"call {record.call_id} needs approve or reject, not an answer")
+    if isinstance(decision, Approve) and decision.edited_arguments is not None:
+        _check_edit(state, agent, record, decision)
     if isinstance(decision, Approve) and decision.always:
         if not record.allow_always:
             raise InvalidDecisionError(f"tool {record.tool} may not be approved for the whole run")
@@ -348,6 +365,93 @@ def _apply(state: RunState, record: CallRecord, decision: Decision) -> None:
     elif isinstance(decision, Reject) and decision.always:
         state.sticky[record.tool] = "reject"
     record.decision = decision
+
+
+def _check_edit(
+    state: RunState, agent: Agent | HostedAgent, record: CallRecord, decision: Approve
+) -> None:
+    """An approval with edited arguments, checked again before anything runs (the approval
+    service checked it when it was recorded): on the arguments the reviewer was shown, only
+    what the tool lets them edit, valid for the tool, hashed as recorded, and judged by the
+    policy no lower than the call was asked at. Anything else fails the run, closed."""
+    where = f"call {record.call_id}: the edited arguments"
+    if isinstance(agent, HostedAgent):  # its framework runs the call as the model made it
+        raise InvalidDecisionError(
+            f"{where} cannot be used: a hosted agent's calls cannot be edited; nothing was run"
+        )
+    tool = agent.tool(record.tool)
+    if record.gate != "ask" or tool is None or decision.always:
+        raise InvalidDecisionError(
+            f"{where} cannot be used: only a call approved once, as it waited for approval, "
+            "can be edited; nothing was run"
+        )
+    if decision.original_arguments != record.arguments:
+        raise DecisionMismatchError(f"{where} were made on other arguments; nothing was run")
+    edited = decision.edited_arguments or {}
+    changed = [name for name, _, _ in decision.changes()]
+    if refused := sorted(set(changed) - set(tool.editable)):
+        raise InvalidDecisionError(
+            f"{where} change {', '.join(refused)}, which {tool.name} does not let a reviewer "
+            "edit; nothing was run"
+        )
+    try:
+        valid = tool.validate(edited)
+    except InvalidArguments as exc:
+        raise InvalidDecisionError(f"{where} do not fit the tool ({exc}); nothing was run") from exc
+    edited_hash = call_hash(state.agent_fingerprint, tool.name, valid)
+    if canonical_json(valid) != canonical_json(edited) or edited_hash != decision.edited_hash:
+        raise DecisionMismatchError(
+            f"{where} are not the ones recorded (hash {decision.edited_hash[:12]}, these "
+            f"{edited_hash[:12]}); nothing was run"
+        )
+    _check_edited_verdict(where, record, agent.judge(tool, valid, _policy_context(state)))
+
+
+def _check_edited_verdict(where: str, record: CallRecord, verdict: Verdict) -> None:
+    """An edit never lowers the bar: refused if the policy denies the edited call or asks at
+    a higher severity than the call was approved at."""
+    if verdict.permission is Permission.DENY:
+        raise InvalidDecisionError(
+            f"{where} are denied by the policy ({verdict.reason}); nothing was run"
+        )
+    if verdict.permission is Permission.ASK and verdict.severity.rank > _rank(record.severity):
+        raise InvalidDecisionError(
+            f"{where} need {verdict.severity.value} severity, above the {record.severity} "
+            "they were approved at; nothing was run"
+        )
+
+
+def _rank(severity: str) -> int:
+    try:
+        return Severity(severity.lower()).rank
+    except ValueError:
+        return -1  # unknown: every known severity is above it, so an edit is refused
+
+
+NOTE_VALUE_MAX = 200  # characters of one argument's value in the note to the model
+
+
+def _with_reviewer_note(result: str, decision: Approve) -> str:
+    """The tool's result, then what the reviewer changed (and who) and their comment."""
+    lines = []
+    if decision.edited_arguments is not None:
+        who = decision.edited_by or decision.decided_by or "a reviewer"
+        changes = "; ".join(
+            f"{name}: {_short_json(before)} -> {_short_json(after)}"
+            for name, before, after in decision.changes()
+        )
+        lines.append(
+            f"Note: reviewer {who} edited the arguments before approving ({changes}); the "
+            f"tool ran with the edited arguments: {canonical_json(decision.edited_arguments)}"
+        )
+    if comment := decision.comment.strip():
+        lines.append(f"Reviewer {decision.decided_by or 'who approved'} commented: {comment}")
+    return "\n\n".join([result, *lines]) if lines else result
+
+
+def _short_json(value: Any) -> str:
+    text = "(none)" if value is None else canonical_json(value)
+    return text if len(text) <= NOTE_VALUE_MAX else text[: NOTE_VALUE_MAX - 1] + "…"
 
 
 def _append_results(state: RunState) -> None:

@@ -4,6 +4,10 @@ The JSON schema a model sees is derived from the signature with pydantic, and th
 arguments are validated against it before the policy ever sees them. A parameter annotated
 `ToolContext` is not shown to the model: it receives the run id and the call id, which is
 the idempotency key a tool hands to whatever it calls.
+
+`editable` (True, or the names of some arguments) lets a reviewer change those arguments
+before approving a gated call ("Edit & approve"); the edited call is validated and judged
+again like the model's (`agent_host.approvals.edits`).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, get_type_hints, overload
 
@@ -56,6 +60,7 @@ class Tool:
     idempotent: bool = False  # safe to re-run when its outcome is unknown after a crash
     allow_always: bool = True
     context_parameter: str | None = None
+    editable: tuple[str, ...] = ()  # arguments a reviewer may change before approving
 
     def schema(self) -> dict[str, Any]:
         schema = self.arguments_model.model_json_schema()
@@ -80,11 +85,18 @@ class Tool:
         try:
             model = self.arguments_model.model_validate(dict(raw))
         except ValidationError as exc:
+            errors = exc.errors()
             problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or '(arguments)'}: {e['msg']}"
-                for e in exc.errors()
+                f"{'.'.join(str(p) for p in e['loc']) or '(arguments)'}: {e['msg']}" for e in errors
             )
-            raise InvalidArguments(f"invalid arguments for {self.name}: {problems}") from exc
+            by_argument: dict[str, str] = {}
+            for e in errors:  # the first problem of each top-level argument
+                where = str(e["loc"][0]) if e["loc"] else ""
+                inner = ".".join(str(p) for p in e["loc"][1:])
+                by_argument.setdefault(where, f"{inner}: {e['msg']}" if inner else e["msg"])
+            raise InvalidArguments(
+                f"invalid arguments for {self.name}: {problems}", by_argument
+            ) from exc
         arguments = model.model_dump(mode="json")
         _refuse_non_finite(self.name, arguments)  # "nan" or "inf" given to a float field
         return arguments
@@ -121,9 +133,11 @@ class Tool:
 def _refuse_non_finite(tool_name: str, arguments: Mapping[str, Any]) -> None:
     """NaN compares false with every limit a policy sets, and ±Infinity is not JSON."""
     if (where := strict_json.non_finite_path(dict(arguments))) is not None:
+        top = where.split(".", 1)[0].split("[", 1)[0]
         raise InvalidArguments(
             f"invalid arguments for {tool_name}: {where} is NaN or Infinity, "
-            "which is not a number in JSON; send a finite number"
+            "which is not a number in JSON; send a finite number",
+            {top: "NaN or Infinity is not a number in JSON; enter a finite number"},
         )
 
 
@@ -141,6 +155,7 @@ def tool(
     severity: str = "medium",
     idempotent: bool = False,
     allow_always: bool = True,
+    editable: bool | Sequence[str] = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -155,8 +170,12 @@ def tool(
     severity: str = "medium",
     idempotent: bool = False,
     allow_always: bool = True,
+    editable: bool | Sequence[str] = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
-    """Turn a typed function into a Tool: `@tool` or `@tool(permission=Permission.ASK, ...)`."""
+    """Turn a typed function into a Tool: `@tool` or `@tool(permission=Permission.ASK, ...)`.
+
+    `editable=True` lets a reviewer edit every argument before approving, a list of names
+    only those."""
 
     def build(fn: Callable[..., Any]) -> Tool:
         if severity not in Severity.__members__.values():
@@ -174,9 +193,26 @@ def tool(
             idempotent=idempotent,
             allow_always=allow_always,
             context_parameter=context_parameter,
+            editable=_editable_names(fn.__name__, model, editable),
         )
 
     return build(function) if function is not None else build
+
+
+def _editable_names(
+    tool_name: str, model: type[BaseModel], editable: bool | Sequence[str]
+) -> tuple[str, ...]:
+    arguments = tuple(model.model_fields)
+    if isinstance(editable, bool):
+        return arguments if editable else ()
+    if isinstance(editable, str):  # a lone name would otherwise be read letter by letter
+        editable = [editable]
+    if unknown := [name for name in editable if name not in arguments]:
+        raise ToolDefinitionError(
+            f"{tool_name}: editable names {', '.join(map(repr, unknown))}, which are not its "
+            f"arguments ({', '.join(arguments) or 'none'})"
+        )
+    return tuple(dict.fromkeys(editable))
 
 
 def _arguments_model(fn: Callable[..., Any | Awaitable[Any]]) -> tuple[type[BaseModel], str | None]:

@@ -7,7 +7,8 @@ secret-looking keys are masked at any depth before they are shown (`arguments`).
 - `ids`: the action, callback and block ids Slack sends back with a click or a form
 - `message`: a pending request, with its buttons and confirm dialogs
 - `decided`: a decided request, with who decided what and when
-- `modals`: the reject and answer forms
+- `modals`: the reject, answer and comment forms
+- `edit`: the "Edit & approve" form, built from the tool's schema and read back
 - `outcome`: the thread reply when a run ends
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from bot.blocks.arguments import MASK, mask_secrets
 from bot.blocks.decided import decided_message
+from bot.blocks.edit import block_of, edit_modal, read_edit
 from bot.blocks.ids import (
     ANSWER,
     ANSWER_BLOCK,
@@ -22,15 +24,24 @@ from bot.blocks.ids import (
     ANSWER_MODAL,
     APPROVE,
     APPROVE_ALWAYS,
+    APPROVE_COMMENT,
+    COMMENT_BLOCK,
+    COMMENT_INPUT,
+    COMMENT_MODAL,
+    EDIT,
+    EDIT_INPUT,
+    EDIT_MODAL,
+    PENDING_NEXT,
     REASON_BLOCK,
     REASON_INPUT,
     REJECT,
     REJECT_MODAL,
     actions_block_id,
+    edit_block_id,
 )
 from bot.blocks.limits import MESSAGE_BLOCKS_MAX
-from bot.blocks.message import approval_message
-from bot.blocks.modals import answer_modal, reject_modal
+from bot.blocks.message import approval_message, offers_edit
+from bot.blocks.modals import answer_modal, comment_modal, reject_modal
 from bot.blocks.outcome import outcome_message
 
 __all__ = [
@@ -40,8 +51,16 @@ __all__ = [
     "ANSWER_MODAL",
     "APPROVE",
     "APPROVE_ALWAYS",
+    "APPROVE_COMMENT",
+    "COMMENT_BLOCK",
+    "COMMENT_INPUT",
+    "COMMENT_MODAL",
+    "EDIT",
+    "EDIT_INPUT",
+    "EDIT_MODAL",
     "MASK",
     "MESSAGE_BLOCKS_MAX",
+    "PENDING_NEXT",
     "REASON_BLOCK",
     "REASON_INPUT",
     "REJECT",
@@ -49,8 +68,14 @@ __all__ = [
     "actions_block_id",
     "answer_modal",
     "approval_message",
+    "block_of",
+    "comment_modal",
     "decided_message",
+    "edit_block_id",
+    "edit_modal",
     "mask_secrets",
+    "offers_edit",
     "outcome_message",
+    "read_edit",
     "reject_modal",
 ]

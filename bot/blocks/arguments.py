@@ -10,7 +10,7 @@ from bot.blocks.elements import Block, section
 from bot.blocks.limits import SECTION_TEXT_MAX, plain_within, truncation_note
 from bot.mrkdwn import code_block_text, fit, one_line, units
 
-__all__ = ["MASK", "arguments_block", "arguments_summary", "mask_secrets"]
+__all__ = ["MASK", "arguments_block", "arguments_summary", "is_secret_key", "mask_secrets"]
 
 MASK = "••••••"
 
@@ -26,7 +26,7 @@ _SECRET_WORDS = (
 )
 
 
-def _is_secret_key(key: object) -> bool:
+def is_secret_key(key: object) -> bool:
     folded = re.sub(r"[\s_\-.]", "", str(key).lower())
     return any(word in folded for word in _SECRET_WORDS)
 
@@ -34,7 +34,7 @@ def _is_secret_key(key: object) -> bool:
 def mask_secrets(value: Any) -> Any:
     """A copy of `value` with the value of every secret-looking key replaced by MASK."""
     if isinstance(value, dict):
-        return {k: MASK if _is_secret_key(k) else mask_secrets(v) for k, v in value.items()}
+        return {k: MASK if is_secret_key(k) else mask_secrets(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [mask_secrets(v) for v in value]
     return value

@@ -1,9 +1,14 @@
-"""The message of a decided request: its body without buttons, who decided what, and when."""
+"""The message of a decided request: its body without buttons, who decided what, and when;
+an approval's comment, and what a reviewer edited before approving."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from agent_host.approvals import WEBHOOK, ApprovalRequest
 from agent_host.runtime.decisions import Approve, Reject
+from bot.blocks.arguments import is_secret_key, mask_secrets
 from bot.blocks.elements import Block, section
 from bot.blocks.limits import (
     FALLBACK_TEXT_MAX,
@@ -12,7 +17,7 @@ from bot.blocks.limits import (
     escaped_within,
 )
 from bot.blocks.request import decision_detail, quorum_line, request_body
-from bot.mrkdwn import date, inline_code, mention, mentions, one_line, short
+from bot.mrkdwn import date, inline_code, mention, mentions, one_line, short, units
 
 __all__ = ["decided_message"]
 
@@ -67,8 +72,8 @@ def _outcome(request: ApprovalRequest) -> tuple[str, str]:
     standing = ""
     if isinstance(decision, Approve | Reject) and decision.always:
         standing = f", also for later calls of {inline_code(request.tool)} in this run"
-    if status == "approved":
-        return f"{emoji} {_approved(request, by)}{standing}", ""
+    if status == "approved":  # with the approver's comment, if any
+        return _with_detail(f"{emoji} {_approved(request, by)}{standing}", decision_detail(request))
     if status == "rejected":
         return _with_detail(f"{emoji} Rejected {by}{standing}", decision_detail(request))
     if status == "changes_requested":
@@ -86,6 +91,41 @@ def _outcome(request: ApprovalRequest) -> tuple[str, str]:
     return f"{emoji} {short(status, 100)} {by}", ""
 
 
+EDIT_VALUE_MAX = 300  # characters of one argument's value in the diff
+
+
+def _value(value: Any) -> str:
+    try:
+        raw = json.dumps(mask_secrets(value), ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        raw = repr(value)
+    return short(one_line(raw), EDIT_VALUE_MAX)
+
+
+def _edits(request: ApprovalRequest) -> Block | None:
+    """What the reviewer changed before approving, argument by argument (masked)."""
+    decision = request.decision
+    if not isinstance(decision, Approve) or decision.edited_arguments is None:
+        return None
+    lead = (
+        f"*Edited by {mention(decision.edited_by)} before approval* — the call ran with the "
+        f"edited arguments (hash {inline_code(decision.edited_hash[:12])})"
+    )
+    changes = decision.changes()
+    text = lead
+    for index, (name, before, after) in enumerate(changes):
+        if is_secret_key(name):
+            line = f"\n• {inline_code(name, 100)}: changed (hidden)"
+        else:
+            line = f"\n• {inline_code(name, 100)}: {_value(before)} → {_value(after)}"
+        more = f"\n• … and {len(changes) - index} more"
+        if units(text + line) > SECTION_TEXT_MAX - units(more):
+            text += more
+            break
+        text += line
+    return section(text)
+
+
 def _title(request: ApprovalRequest) -> str:
     verb = _OUTCOME_VERB.get(request.status, request.status.replace("_", " ").capitalize())
     if request.kind == "question":
@@ -96,6 +136,8 @@ def _title(request: ApprovalRequest) -> str:
 def decided_message(request: ApprovalRequest) -> tuple[str, list[Block]]:
     """Fallback text and blocks of a decided request: no buttons, the outcome and its time."""
     blocks = request_body(request, _title(request))
+    if (edits := _edits(request)) is not None:
+        blocks.append(edits)
     lead, detail = _outcome(request)
     when = ""
     if request.decided_at is not None:

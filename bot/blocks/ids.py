@@ -9,11 +9,20 @@ __all__ = [
     "ANSWER_MODAL",
     "APPROVE",
     "APPROVE_ALWAYS",
+    "APPROVE_COMMENT",
+    "COMMENT_BLOCK",
+    "COMMENT_INPUT",
+    "COMMENT_MODAL",
+    "EDIT",
+    "EDIT_INPUT",
+    "EDIT_MODAL",
+    "PENDING_NEXT",
     "REASON_BLOCK",
     "REASON_INPUT",
     "REJECT",
     "REJECT_MODAL",
     "actions_block_id",
+    "edit_block_id",
 ]
 
 # Action ids of the message buttons; every button's value is the request id.
@@ -21,14 +30,29 @@ APPROVE = "countersign_approve"
 APPROVE_ALWAYS = "countersign_approve_always"
 REJECT = "countersign_reject"
 ANSWER = "countersign_answer"
+# The Next page button of `/approvals pending`; its value is `here|all:<sealed page marker>`.
+PENDING_NEXT = "countersign_pending_next"
+APPROVE_COMMENT = "countersign_approve_comment"
+EDIT = "countersign_edit"
 # Modal callback ids; private_metadata is `<request id>|<pause id>` (bot.parsing).
 REJECT_MODAL = "countersign_reject_modal"
 ANSWER_MODAL = "countersign_answer_modal"
+COMMENT_MODAL = "countersign_comment_modal"
+EDIT_MODAL = "countersign_edit_modal"
 # block_id / action_id of the modal inputs (view.state.values[block][action]).
 REASON_BLOCK = "reason"
 REASON_INPUT = "reason_input"
 ANSWER_BLOCK = "answer"
 ANSWER_INPUT = "answer_input"
+COMMENT_BLOCK = "comment"
+COMMENT_INPUT = "comment_input"
+EDIT_INPUT = "value"  # the action id of every argument's input; its block names the argument
+EDIT_BLOCK_PREFIX = "arg:"
+
+
+def edit_block_id(argument: str) -> str:
+    """The input block of one argument in the edit form."""
+    return f"{EDIT_BLOCK_PREFIX}{argument}"
 
 
 def actions_block_id(request_id: str) -> str:

@@ -1,12 +1,21 @@
 """The message of a pending request: its body, the buttons, and the confirm dialogs that
-ask again before a high-severity or a standing approval."""
+ask again before a high-severity or a standing approval. "Approve with comment" and "Edit &
+approve" open a form (`modals`, `edit`) whose submission is the approval."""
 
 from __future__ import annotations
 
 from agent_host.approvals import ApprovalRequest
 from bot.blocks.arguments import arguments_summary
 from bot.blocks.elements import Block, button, context, text
-from bot.blocks.ids import ANSWER, APPROVE, APPROVE_ALWAYS, REJECT, actions_block_id
+from bot.blocks.ids import (
+    ANSWER,
+    APPROVE,
+    APPROVE_ALWAYS,
+    APPROVE_COMMENT,
+    EDIT,
+    REJECT,
+    actions_block_id,
+)
 from bot.blocks.limits import (
     CONFIRM_TEXT_MAX,
     CONFIRM_TITLE_MAX,
@@ -17,7 +26,7 @@ from bot.blocks.limits import (
 from bot.blocks.request import question_text, quorum_line, request_body
 from bot.mrkdwn import one_line, short, units
 
-__all__ = ["approval_message"]
+__all__ = ["approval_message", "offers_edit"]
 
 CONFIRM_SEVERITIES = ("high", "critical")
 
@@ -51,6 +60,12 @@ def _confirm_always(request: ApprovalRequest) -> Block:
     }
 
 
+def offers_edit(request: ApprovalRequest) -> bool:
+    """ "Edit & approve" where the tool lets a reviewer edit and one approval decides (the
+    approval service refuses an edit anywhere else, with the reason)."""
+    return bool(request.editable) and request.route.quorum <= 1 and request.origin != "external"
+
+
 def _actions(request: ApprovalRequest) -> Block:
     rid = request.request_id
     if request.kind == "question":
@@ -61,7 +76,12 @@ def _actions(request: ApprovalRequest) -> Block:
     else:
         needs_confirm = request.severity.lower() in CONFIRM_SEVERITIES
         confirm = _confirm(request) if needs_confirm else None
-        elements = [button("Approve", APPROVE, rid, "primary", confirm)]
+        elements = [
+            button("Approve", APPROVE, rid, "primary", confirm),
+            button("Approve with comment", APPROVE_COMMENT, rid),
+        ]
+        if offers_edit(request):
+            elements.append(button("Edit & approve", EDIT, rid))
         if request.allow_always and request.route.allows_standing_approval:
             elements.append(
                 button("Approve for this run", APPROVE_ALWAYS, rid, None, _confirm_always(request))
@@ -90,3 +110,9 @@ def approval_message(request: ApprovalRequest) -> tuple[str, list[Block]]:
             f"({request.severity}), request {request.request_id}"
         )
     return short(fallback, FALLBACK_TEXT_MAX), blocks[:MESSAGE_BLOCKS_MAX]
+
+
+def buttons_block(request: ApprovalRequest) -> Block:
+    """The request's buttons as its message has them, for another surface (the App Home
+    tab): the same action ids, values and block id, so the same listener decides."""
+    return _actions(request)

@@ -1,4 +1,5 @@
-"""The forms a reviewer fills in: a reason before rejecting, the answer to a question."""
+"""The forms a reviewer fills in: a reason before rejecting, the answer to a question, a
+comment with an approval. (The edit form is `edit`.)"""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from bot.blocks.ids import (
     ANSWER_BLOCK,
     ANSWER_INPUT,
     ANSWER_MODAL,
+    COMMENT_BLOCK,
+    COMMENT_INPUT,
+    COMMENT_MODAL,
     REASON_BLOCK,
     REASON_INPUT,
     REJECT_MODAL,
@@ -26,10 +30,10 @@ from bot.blocks.request import question_text
 from bot.mrkdwn import inline_code, short
 from bot.parsing import modal_metadata
 
-__all__ = ["answer_modal", "reject_modal"]
+__all__ = ["answer_modal", "call_context", "comment_input", "comment_modal", "reject_modal"]
 
 
-def _call_context(request: ApprovalRequest) -> Block:
+def call_context(request: ApprovalRequest) -> Block:
     lead = f"{inline_code(request.tool)} for agent {short(request.agent)} · "
     summary = arguments_summary(request.arguments, 500)
     return context(escaped_within(summary, CONTEXT_TEXT_MAX, lead))
@@ -68,6 +72,31 @@ def _input(block_id: str, action_id: str, label: str, placeholder: str, optional
     }
 
 
+def comment_input(*, optional: bool) -> Block:
+    """The comment that goes with an approval (also on the edit form, optional there)."""
+    return _input(
+        COMMENT_BLOCK,
+        COMMENT_INPUT,
+        "Comment (optional)" if optional else "Comment",
+        "Why you approve, or what to watch for. The agent reads this.",
+        optional=optional,
+    )
+
+
+def comment_modal(request: ApprovalRequest) -> Block:
+    """The `views.open` view asking for a comment, then approving."""
+    blocks = [
+        section(
+            f"Approve this call from *{short(request.agent)}* with a comment? The comment "
+            "is shown on the message, kept in the audit trail, and the agent reads it with "
+            "the tool's result."
+        ),
+        call_context(request),
+        comment_input(optional=False),
+    ]
+    return _modal(request, COMMENT_MODAL, "Approve with comment", "Approve", blocks)
+
+
 def reject_modal(request: ApprovalRequest) -> Block:
     """The `views.open` view asking for an optional reason before rejecting."""
     what = "question" if request.kind == "question" else "call"
@@ -76,7 +105,7 @@ def reject_modal(request: ApprovalRequest) -> Block:
             f"Reject this {what} from *{short(request.agent)}*? "
             "The reason, if you give one, becomes the tool's output the model sees."
         ),
-        _call_context(request),
+        call_context(request),
         _input(
             REASON_BLOCK,
             REASON_INPUT,
@@ -92,7 +121,7 @@ def answer_modal(request: ApprovalRequest) -> Block:
     """The `views.open` view asking for the answer to a question."""
     blocks = [
         section(escaped_within(question_text(request), SECTION_TEXT_MAX, "*Question*\n")),
-        _call_context(request),
+        call_context(request),
         _input(
             ANSWER_BLOCK,
             ANSWER_INPUT,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from agent_host.approvals import ApprovalRequest
 from bot.blocks.arguments import arguments_block
+from bot.blocks.context import context_blocks
 from bot.blocks.elements import Block, context, field, header, section
 from bot.blocks.limits import FIELDS_MAX, SECTION_TEXT_MAX, escaped_within
 from bot.mrkdwn import date, inline_code, mention, mentions, short
@@ -49,9 +50,10 @@ def quorum_line(request: ApprovalRequest) -> str:
 
 
 def decision_detail(request: ApprovalRequest) -> str:
-    """The free text of the decision: reject message, requested changes, or the answer."""
+    """The free text of the decision: reject message, requested changes, the answer, or an
+    approval's comment."""
     decision = request.decision
-    for key in ("message", "feedback", "text"):
+    for key in ("message", "feedback", "text", "comment"):
         value = getattr(decision, key, None)
         if isinstance(value, str) and value.strip():
             return value.strip()
@@ -68,6 +70,7 @@ def request_body(request: ApprovalRequest, title: str) -> list[Block]:
     elif request.reason:
         blocks.append(section(escaped_within(request.reason, SECTION_TEXT_MAX, "*Reason*\n")))
     blocks.append(arguments_block(request.arguments))
+    blocks += context_blocks(request.context)  # what the run did before, in short
     hash_prefix = inline_code(request.call_hash[:12])
     blocks.append(context(f":lock: approve what you see: hash {hash_prefix}"))
     return blocks

@@ -1,9 +1,12 @@
 """Clicks on a request's buttons: Approve and Approve for this run decide at once through
-the approval service; Reject and Answer open their form.
+the approval service; Reject, Answer, Approve with comment and Edit & approve open their
+form (the edit form built from the tool's schema, from the agent registry).
 
 A click is first checked against the request it names (it exists, is still pending, and the
-button sits on that request's own message), then against the reviewer rules, then decided
-with the store's compare-and-set. The answer goes to the clicking user only.
+button sits on that request's own message, or in the block for it in the clicker's App
+Home tab), then against the reviewer rules, then decided with the store's compare-and-set.
+The answer goes to the clicking user only: an ephemeral line under a message, a line at
+the top of their App Home tab.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from agent_host.approvals import ApprovalRequest, ApprovalService
 from agent_host.errors import StoreUnavailable
 from agent_host.runtime.decisions import Approve
 from bot import blocks
+from bot.home import HomeTab
 from bot.listeners.after_ack import Replies
 from bot.listeners.budget import LISTENER_BUDGET
 from bot.listeners.replies import (
@@ -29,14 +33,39 @@ from bot.listeners.replies import (
     already_decided,
     result_text,
 )
+from bot.mrkdwn import channel_link, escape
 from bot.parsing import Click, parse_click
 
 __all__ = ["ACTIONS", "button_listener", "refusal"]
 
 log = logging.getLogger(__name__)
 
-ACTIONS = (blocks.APPROVE, blocks.APPROVE_ALWAYS, blocks.REJECT, blocks.ANSWER)
-_FORMS = {blocks.REJECT: blocks.reject_modal, blocks.ANSWER: blocks.answer_modal}
+ACTIONS = (
+    blocks.APPROVE,
+    blocks.APPROVE_ALWAYS,
+    blocks.REJECT,
+    blocks.ANSWER,
+    blocks.APPROVE_COMMENT,
+    blocks.EDIT,
+)
+_FORMS = {
+    blocks.REJECT: blocks.reject_modal,
+    blocks.ANSWER: blocks.answer_modal,
+    blocks.APPROVE_COMMENT: blocks.comment_modal,
+}
+
+
+def _form(action_id: str, request: ApprovalRequest, approvals: ApprovalService) -> Any:
+    """The view the button opens (a dict), why it cannot open (a str), or None (no form)."""
+    if action_id == blocks.EDIT:
+        if approvals.editor is None:
+            return "Editing arguments is not available here."
+        form = approvals.editor.form(request)
+        if isinstance(form, str):
+            return f":no_entry: This call cannot be edited: {escape(form)}."
+        return blocks.edit_modal(request, form)
+    build = _FORMS.get(action_id)
+    return build(request) if build is not None else None
 
 
 def refusal(request: ApprovalRequest | None, click: Click) -> str:
@@ -51,13 +80,16 @@ def refusal(request: ApprovalRequest | None, click: Click) -> str:
 
 
 def _click_belongs(click: Click, request: ApprovalRequest) -> bool:
-    """The button sits in the block built for this very request, in its channel, on its
-    message: a value naming another request is refused. (A message posted twice after a
-    lost answer from Slack carries the same block, so either copy works.)"""
+    """The button sits in the block built for this very request, in its channel (or that
+    of one of its escalated copies), on its message: a value naming another request is
+    refused. (A message posted twice after a lost answer from Slack carries the same
+    block, so either copy works.)"""
     block = blocks.actions_block_id(request.request_id)
     if click.block_id != block:
         return False
-    if request.message_channel and click.channel != request.message_channel:
+    if click.from_home:  # the tab published to this very person holds that block
+        return block in click.message_block_ids
+    if not request.posted_in(click.channel):
         return False
     return click.message_ts == request.message_ts or block in click.message_block_ids
 
@@ -69,20 +101,42 @@ class _Progress:
     deciding: bool = False
 
 
+async def _outside_channel(click: Click, request: ApprovalRequest, home: HomeTab | None) -> str:
+    """From the App Home tab, a route without named reviewers is for the people in its
+    channel (a click on the message proves that by itself): why this clicker is not, or ""."""
+    if not click.from_home or request.route.reviewers:
+        return ""
+    where = request.message_channel or request.route.destination
+    channels = await home.channels.of(click.user, 1.0) if home is not None else None
+    if channels is None:
+        return "countersign could not check your channels right now; click again in a moment"
+    if where not in channels:
+        return f"this request is for the people in {channel_link(where)}, and you are not there"
+    return ""
+
+
 async def _on_click(
-    click: Click, approvals: ApprovalService, replies: Replies, progress: _Progress
+    click: Click,
+    approvals: ApprovalService,
+    replies: Replies,
+    progress: _Progress,
+    home: HomeTab | None = None,
 ) -> str:
     """The click's answer to its user ("" when the updated message says it all)."""
     request = await approvals.load(click.request_id)
     if reason := refusal(request, click):
         return reason
     assert request is not None
-    form = _FORMS.get(click.action_id)
-    if form is not None:
+    if outside := await _outside_channel(click, request, home):
+        return f":no_entry: Not allowed: {outside}. Nothing was changed."
+    if click.action_id in _FORMS or click.action_id == blocks.EDIT:
         eligibility = await approvals.may_decide(click.user, request)
         if not eligibility.allowed:
             return f":no_entry: Not allowed: {eligibility.reason}."
-        replies.open_form(click.trigger_id, form(request), click.channel, click.user)
+        view = _form(click.action_id, request, approvals)
+        if isinstance(view, str):
+            return view
+        replies.open_form(click.trigger_id, view, click.channel, click.user)
         return ""
     decision = Approve(
         decided_by=click.user,
@@ -96,7 +150,7 @@ async def _on_click(
 
 
 def button_listener(
-    approvals: ApprovalService, replies: Replies
+    approvals: ApprovalService, replies: Replies, home: HomeTab | None = None
 ) -> Callable[[AsyncAck, dict[str, Any]], Awaitable[None]]:
     """The listener for every button in ACTIONS: ack at once, answer within the budget."""
 
@@ -109,12 +163,15 @@ def button_listener(
         progress = _Progress()
         try:
             async with asyncio.timeout(LISTENER_BUDGET):
-                text = await _on_click(click, approvals, replies, progress)
+                text = await _on_click(click, approvals, replies, progress, home)
         except TimeoutError:
             text = UNCONFIRMED if progress.deciding else UNAVAILABLE
         except StoreUnavailable:
             log.warning("click by %s could not reach Redis", click.user)
             text = UNAVAILABLE
-        replies.ephemeral(click.channel, click.user, text)
+        if not click.from_home:
+            replies.ephemeral(click.channel, click.user, text)
+        elif text and home is not None:  # a decision refreshes the tab through the outbox
+            replies.tasks.spawn(home.publish(click.user, notice=text))
 
     return on_button

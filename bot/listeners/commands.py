@@ -14,7 +14,7 @@ from slack_bolt.async_app import AsyncAck
 
 from agent_host.errors import StoreUnavailable
 from bot.listeners.budget import LISTENER_BUDGET
-from bot.slash_commands import SlashCommands
+from bot.slash_commands import CommandReply, SlashCommands
 
 __all__ = ["COMMAND", "command_listener"]
 
@@ -36,9 +36,12 @@ def command_listener(
             return
         channel, text_in = _text(command.get("channel_id")), _text(command.get("text"))
         try:
-            text = await asyncio.wait_for(commands.handle(user, channel, text_in), LISTENER_BUDGET)
+            reply = await asyncio.wait_for(commands.handle(user, channel, text_in), LISTENER_BUDGET)
         except (StoreUnavailable, TimeoutError):
-            text = UNREACHABLE
-        await ack(response_type="ephemeral", text=text)
+            reply = UNREACHABLE
+        if isinstance(reply, CommandReply):
+            await ack(response_type="ephemeral", text=reply.text, blocks=reply.blocks)
+        else:
+            await ack(response_type="ephemeral", text=reply)
 
     return on_command

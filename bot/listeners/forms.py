@@ -1,85 +1,151 @@
-"""Submissions of the reject and answer forms: the decision, or an error shown in the form.
+"""Submissions of the forms: reject with a reason, answer a question, approve with a
+comment, edit then approve. Each becomes one decision for the approval service, or errors
+shown in the form.
 
 A form carries the request and the pause it was opened in (its private_metadata); the
 decision is checked against what the reviewer saw then, so a form left open across a step
-of the run is refused as stale. Errors are shown under the form's input, and the form stays
-open; an accepted form closes with the ack.
+of the run is refused as stale. Errors are shown under the form's inputs, and the form stays
+open; an accepted form closes with the ack. The edit form is read back with the tool's
+schema as it was built (`bot.blocks.edit`); the approval service then validates the edited
+arguments with the tool and judges them again, and its problems are shown under each input.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from slack_bolt.async_app import AsyncAck
 
 from agent_host.approvals import ApprovalService, DecideResult
 from agent_host.errors import StoreUnavailable
-from agent_host.runtime.decisions import Answer, Decision, Reject
+from agent_host.runtime.decisions import Answer, Approve, Decision, Reject
 from bot import blocks
 from bot.listeners.budget import LISTENER_BUDGET
-from bot.listeners.replies import UNAVAILABLE, form_error, result_text
+from bot.listeners.replies import NOT_FOUND, UNAVAILABLE, form_error, result_text
 from bot.parsing import Submission, input_value, parse_submission
 
 __all__ = ["FORMS", "form_listener"]
 
-FORMS = (blocks.REJECT_MODAL, blocks.ANSWER_MODAL)
 STALE = "This form does not match a request any more; close it and click again."
 EMPTY_ANSWER = "Write an answer to send."
+EMPTY_COMMENT = "Write a comment, or close this and click Approve."
 
 Listener = Callable[[AsyncAck, dict[str, Any], dict[str, Any]], Awaitable[None]]
+Errors = dict[str, str]  # problems by block id; empty: the form was accepted
 
 
-def _decision(submission: Submission, is_answer: bool, text: str) -> Decision:
-    if is_answer:
-        return Answer(text=text, decided_by=submission.user)
-    return Reject(message=text, decided_by=submission.user)
+@dataclass(frozen=True)
+class _Form:
+    block: str  # where a problem of the form as a whole is shown
+    submit: Callable[[ApprovalService, Submission], Awaitable[Errors]]
 
 
-async def _submit(
-    approvals: ApprovalService, request_id: str, pause_id: str, decision: Decision
-) -> DecideResult:
-    request = await approvals.load(request_id)
+async def _decide(
+    approvals: ApprovalService, submission: Submission, decision: Decision, block: str
+) -> Errors:
+    request = await approvals.load(submission.request_id)
     if request is not None:  # what the reviewer saw when the form opened
         decision = decision.model_copy(update={"call_hash": request.call_hash})
-    return await approvals.decide(
-        request_id, decision, via="slack", current=request, pause_id=pause_id
+    result = await approvals.decide(
+        submission.request_id, decision, via="slack", current=request, pause_id=submission.pause_id
     )
+    return {} if result.accepted else {block: form_error(result_text(result))}
+
+
+def _typed(submission: Submission, block: str, action: str) -> str:
+    return input_value(submission.values, block, action)
+
+
+async def _reject(approvals: ApprovalService, submission: Submission) -> Errors:
+    reason = _typed(submission, blocks.REASON_BLOCK, blocks.REASON_INPUT)
+    decision = Reject(message=reason, decided_by=submission.user)
+    return await _decide(approvals, submission, decision, blocks.REASON_BLOCK)
+
+
+async def _answer(approvals: ApprovalService, submission: Submission) -> Errors:
+    text = _typed(submission, blocks.ANSWER_BLOCK, blocks.ANSWER_INPUT)
+    if not text.strip():
+        return {blocks.ANSWER_BLOCK: EMPTY_ANSWER}
+    decision = Answer(text=text, decided_by=submission.user)
+    return await _decide(approvals, submission, decision, blocks.ANSWER_BLOCK)
+
+
+async def _comment(approvals: ApprovalService, submission: Submission) -> Errors:
+    comment = _typed(submission, blocks.COMMENT_BLOCK, blocks.COMMENT_INPUT).strip()
+    if not comment:
+        return {blocks.COMMENT_BLOCK: EMPTY_COMMENT}
+    decision = Approve(decided_by=submission.user, comment=comment)
+    return await _decide(approvals, submission, decision, blocks.COMMENT_BLOCK)
+
+
+async def _edit(approvals: ApprovalService, submission: Submission) -> Errors:
+    general = blocks.COMMENT_BLOCK
+    request = await approvals.load(submission.request_id)
+    if request is None:
+        return {general: form_error(NOT_FOUND)}
+    if request.pause_id != submission.pause_id:  # said before any problem of the inputs
+        return {general: form_error(result_text(DecideResult("stale", request)))}
+    form = approvals.editor.form(request) if approvals.editor is not None else "not available"
+    if isinstance(form, str):
+        return {general: form_error(f"This call cannot be edited: {form}.")}
+    edited, problems = blocks.read_edit(form, submission.values)
+    if problems:
+        return problems
+    decision = Approve(
+        decided_by=submission.user,
+        call_hash=request.call_hash,  # the call the reviewer was shown, before the edit
+        comment=_typed(submission, general, blocks.COMMENT_INPUT).strip(),
+        edited_arguments=edited,
+    )
+    result = await approvals.decide(
+        request.request_id, decision, via="slack", current=request, pause_id=submission.pause_id
+    )
+    if result.accepted:
+        return {}
+    if result.errors:  # the tool's own verdict on the edited arguments, under each input
+        shown: Errors = {}
+        for name, problem in result.errors.items():
+            block = blocks.block_of(form, name)
+            where = f"{name}: " if name and block == general else ""
+            shown.setdefault(block, form_error(where + problem))
+        return shown
+    return {general: form_error(result_text(result))}
+
+
+_SPECS = {
+    blocks.REJECT_MODAL: _Form(blocks.REASON_BLOCK, _reject),
+    blocks.ANSWER_MODAL: _Form(blocks.ANSWER_BLOCK, _answer),
+    blocks.COMMENT_MODAL: _Form(blocks.COMMENT_BLOCK, _comment),
+    blocks.EDIT_MODAL: _Form(blocks.COMMENT_BLOCK, _edit),
+}
+FORMS = tuple(_SPECS)
 
 
 def form_listener(approvals: ApprovalService) -> Listener:
-    """The listener for both forms in FORMS."""
+    """The listener for every form in FORMS."""
 
     async def on_submit(ack: AsyncAck, body: dict[str, Any], view: dict[str, Any]) -> None:
-        is_answer = isinstance(view, dict) and view.get("callback_id") == blocks.ANSWER_MODAL
-        block, field = (
-            (blocks.ANSWER_BLOCK, blocks.ANSWER_INPUT)
-            if is_answer
-            else (blocks.REASON_BLOCK, blocks.REASON_INPUT)
+        callback = view.get("callback_id") if isinstance(view, dict) else None
+        form = _SPECS.get(
+            callback if isinstance(callback, str) else "", _SPECS[blocks.REJECT_MODAL]
         )
         submission = parse_submission(body, view)
         if submission is None:
-            await ack(response_action="errors", errors={block: STALE})
+            await ack(response_action="errors", errors={form.block: STALE})
             return
-        text = input_value(submission.values, block, field)
-        if is_answer and not text.strip():
-            await ack(response_action="errors", errors={block: EMPTY_ANSWER})
-            return
-        decision = _decision(submission, is_answer, text)
         try:
             async with asyncio.timeout(LISTENER_BUDGET):
-                result = await _submit(
-                    approvals, submission.request_id, submission.pause_id, decision
-                )
+                errors = await form.submit(approvals, submission)
         except TimeoutError:
-            result = DecideResult("unknown")
+            errors = {form.block: form_error(result_text(DecideResult("unknown")))}
         except StoreUnavailable:
-            await ack(response_action="errors", errors={block: form_error(UNAVAILABLE)})
-            return
-        if result.accepted:
-            await ack()
+            errors = {form.block: form_error(UNAVAILABLE)}
+        if errors:
+            await ack(response_action="errors", errors=errors)
         else:
-            await ack(response_action="errors", errors={block: form_error(result_text(result))})
+            await ack()
 
     return on_submit

@@ -121,8 +121,15 @@ function mrkdwn(text) {
     if (i % 2 === 1 && (balanced || i < parts.length - 1)) {
       return el("pre", { class: "code-block" }, decode(part.replace(/^\n|\n$/g, "")));
     }
-    return inline(i % 2 === 1 ? "```" + part : part);
+    return quoted(i % 2 === 1 ? "```" + part : part);
   }));
+}
+
+// A line starting with ">" is a quote, as Slack shows it (escaped text has "&gt;" instead).
+function quoted(text) {
+  return text.split(/(\n)/).map((line) => (line.startsWith(">")
+    ? el("span", { class: "quote" }, inline(line.slice(1)))
+    : inline(line)));
 }
 
 // Code spans, <...> tokens and emoji first (they are not formatted inside), as placeholders;
@@ -208,7 +215,8 @@ function renderBlock(block, ctx) {
     case "divider":
       return el("hr", { class: "b-divider" });
     case "actions":
-      return el("div", { class: "b-actions" }, (block.elements || []).map((e) => element(e, ctx)));
+      return el("div", { class: "b-actions" },
+        (block.elements || []).map((e) => element(e, { ...ctx, block: block.block_id })));
     case "input":
       return inputBlock(block, ctx);
     default: // image blocks (network) and blocks the bot does not send
@@ -220,7 +228,7 @@ function element(e, ctx) {
   if (e.type !== "button") return el("span", { class: "b-unsupported" }, `[${e.type}]`);
   const node = button(`btn ${e.style || "default"}`, `button-${e.action_id}`, () => press(ctx, e, node),
     plain(e.text && e.text.text));
-  node.disabled = !ctx.ts; // block_actions from inside a modal are not played by the sandbox
+  node.disabled = !ctx.ts && !ctx.home; // block_actions from inside a modal are not played
   return node;
 }
 
@@ -228,8 +236,9 @@ function element(e, ctx) {
 async function press(ctx, e, node) {
   if (e.confirm && !(await confirmDialog(e.confirm))) return;
   node.disabled = true;
-  const click = { user: ui.me, channel: ctx.channel, ts: ctx.ts, action_id: e.action_id };
-  const result = await api("/_sandbox/ui/click", click);
+  const result = ctx.home
+    ? await api("/_sandbox/ui/home/click", { user: ui.me, block_id: ctx.block, action_id: e.action_id })
+    : await api("/_sandbox/ui/click", { user: ui.me, channel: ctx.channel, ts: ctx.ts, action_id: e.action_id });
   node.disabled = false;
   reportReply(result, `Clicking "${(e.text && e.text.text) || e.action_id}"`);
   refreshSoon();
@@ -301,8 +310,7 @@ function inputBlock(block, ctx) {
   const attrs = { class: "modal-input", "data-testid": `modal-input-${block.block_id}`,
     "data-block": block.block_id, "data-action": e.action_id, maxlength: e.max_length,
     placeholder: e.placeholder && e.placeholder.text, oninput: (ev) => { ui.drafts[draftKey] = ev.target.value; } };
-  const field = e.multiline ? el("textarea", { ...attrs, rows: 4 }) : el("input", { ...attrs, type: "text" });
-  field.value = ui.drafts[draftKey] || e.initial_value || "";
+  const field = inputElement(e, attrs, draftKey);
   const error = (ctx.errors || {})[block.block_id];
   return el("label", { class: `b-input${error ? " has-error" : ""}` },
     el("span", { class: "input-label" }, plain(block.label && block.label.text),
@@ -312,11 +320,43 @@ function inputBlock(block, ctx) {
     error && el("span", { class: "input-error", "data-testid": `modal-error-${block.block_id}` }, error));
 }
 
+// The element of an input block: a select, a group of checkboxes, or a text field.
+function inputElement(e, attrs, draftKey) {
+  const drafted = ui.drafts[draftKey];
+  if (e.type === "static_select") {
+    const choose = el("option", { value: "" }, plain((e.placeholder && e.placeholder.text) || "Choose"));
+    const options = (e.options || []).map((o) => el("option", { value: o.value }, plain(o.text && o.text.text)));
+    const select = el("select", { ...attrs, oninput: (ev) => { ui.drafts[draftKey] = ev.target.value; } },
+      choose, options);
+    select.value = drafted !== undefined ? drafted : (e.initial_option ? e.initial_option.value : "");
+    return select;
+  }
+  if (e.type === "checkboxes") {
+    const initial = (e.initial_options || []).map((o) => o.value);
+    const ticked = drafted !== undefined ? drafted : initial;
+    const group = el("span", { ...attrs, class: "modal-checkboxes", "data-kind": "checkboxes" });
+    for (const o of e.options || []) {
+      const box = el("input", { type: "checkbox", value: o.value, checked: ticked.includes(o.value),
+        onchange: () => { ui.drafts[draftKey] = checkedValues(group); } });
+      group.append(el("label", {}, box, " ", plain(o.text && o.text.text)));
+    }
+    return group;
+  }
+  const field = e.multiline ? el("textarea", { ...attrs, rows: 4 }) : el("input", { ...attrs, type: "text" });
+  field.value = drafted || e.initial_value || "";
+  return field;
+}
+
+function checkedValues(group) {
+  return [...group.querySelectorAll("input[type=checkbox]")].filter((b) => b.checked).map((b) => b.value);
+}
+
 async function submitView(view, form) {
   const values = {};
   for (const field of form.querySelectorAll("[data-block]")) {
     const { block, action } = field.dataset;
-    values[block] = { ...values[block], [action]: field.value };
+    const value = field.dataset.kind === "checkboxes" ? checkedValues(field) : field.value;
+    values[block] = { ...values[block], [action]: value };
   }
   const submit = form.querySelector("[data-testid=modal-submit]");
   if (submit) submit.disabled = true;
@@ -404,7 +444,32 @@ function threadNode(msg) {
     open && el("div", { class: "thread-replies" }, byTime(replies, privately, reply)));
 }
 
+// The app's Home tab: the view it last published for this person (views.publish).
+const HOME = "home";
+const isHome = () => ui.channel === HOME;
+
+function renderHome() {
+  const list = $("messages");
+  const home = (ui.ws.homes || []).find((v) => v.user === ui.me);
+  const none = el("div", { class: "empty", "data-testid": "home-empty" },
+    "The app has not published a Home tab for you yet.");
+  list.replaceChildren(home
+    ? el("div", { class: "home blocks", "data-testid": "home-view" }, renderBlocks(home.view.blocks, { home: true }))
+    : none);
+  list.dataset.channel = HOME;
+  $("channel-title").textContent = `${ui.config.bot.name} — Home`;
+  $("channel-purpose").textContent = "what waits for your decision, and what you decided";
+}
+
+// Opening the tab sends the app an app_home_opened event, as Slack does.
+async function openHome() {
+  const result = await api("/_sandbox/ui/home/open", { user: ui.me });
+  reportReply(result, "Opening the Home tab");
+  refreshSoon();
+}
+
 function renderChannel() {
+  if (isHome()) return renderHome();
   const list = $("messages");
   const atBottom = list.scrollHeight - list.scrollTop - list.clientHeight < 80;
   const topLevel = ui.ws.messages.filter((m) => m.channel === ui.channel && (!m.thread_ts || m.thread_ts === m.ts));
@@ -434,8 +499,11 @@ function channelLink(id, label) {
 
 function renderSidebar() {
   for (const c of ui.ws.channels) if (!(c.id in ui.lastSeen)) ui.lastSeen[c.id] = newestTs(c.id);
-  ui.lastSeen[ui.channel] = newestTs(ui.channel);
+  if (!isHome()) ui.lastSeen[ui.channel] = newestTs(ui.channel);
   $("channels").replaceChildren(...ui.config.channels.map((c) => channelLink(c.id, `# ${c.name}`)));
+  const home = el("a", { href: "#home", class: `channel-link${isHome() ? " active" : ""}`, "data-testid": "home-link",
+    onclick: (ev) => { ev.preventDefault(); selectChannel(HOME); } }, `⌂ ${ui.config.bot.name} — Home`);
+  $("apps").replaceChildren(home);
   const dms = ui.ws.channels.filter((c) => c.is_im && c.im_user === ui.me); // the bot's DMs with me
   const dmLinks = dms.map((c) => channelLink(c.id, `● ${ui.config.bot.name}`));
   $("dms").replaceChildren(...(dmLinks.length ? dmLinks : [el("div", { class: "muted" }, "none yet")]));
@@ -445,13 +513,18 @@ function renderSidebar() {
   }, el("span", { class: "user-name" }, u.name), el("span", { class: "role" }, u.role))));
 }
 
-const selectChannel = (id) => { ui.channel = id; renderAll(); };
+function selectChannel(id) {
+  ui.channel = id;
+  renderAll();
+  if (isHome()) openHome();
+}
 
 function selectUser(id) {
   ui.me = id;
   sessionStorage.setItem("sandbox-user", id);
   ui.modalKey = ""; // a different person sees different modals
   renderAll();
+  if (isHome()) openHome(); // their own tab, published for them
 }
 
 function renderAll() {
@@ -593,6 +666,7 @@ function bindComposer() {
     const text = input.value.trim();
     const command = ui.config.slash_command;
     if (!text) return;
+    if (isHome()) return toast(`Run ${command} in a channel; the Home tab takes no commands.`);
     if (text !== command && !text.startsWith(`${command} `)) {
       return toast(`This sandbox only runs ${command} commands (try "${command} help").`);
     }
@@ -619,6 +693,7 @@ async function start() {
   renderAgents();
   await refreshState();
   connect();
+  if (isHome()) openHome(); // ?channel=home opens the Home tab
 }
 
 start();

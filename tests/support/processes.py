@@ -35,11 +35,13 @@ CLI: tuple[str, ...] = (sys.executable, "-m", "bot.cli")
 SPAWN_LOCK = threading.Lock()
 # What countersign (and pytest's own plumbing) reads from the environment: a stray
 # SLACK_APP_TOKEN would switch a server to Socket Mode, a COUNTERSIGN_ROUTES_FILE its routes.
-_NOT_INHERITED = ("SLACK_", "COUNTERSIGN_", "REDIS_", "PYTEST_")
+# OPENAI_API_KEY would switch an agent (an example) from its offline model to a real one.
+_NOT_INHERITED = ("SLACK_", "COUNTERSIGN_", "REDIS_", "PYTEST_", "OPENAI_")
 
 
 def inherited_env() -> dict[str, str]:
-    """The caller's environment without SLACK_*, COUNTERSIGN_*, REDIS_*, PYTEST_* and PORT."""
+    """The caller's environment without SLACK_*, COUNTERSIGN_*, REDIS_*, PYTEST_*, OPENAI_*
+    and PORT."""
     return {k: v for k, v in os.environ.items() if not k.startswith(_NOT_INHERITED) and k != "PORT"}
 
 

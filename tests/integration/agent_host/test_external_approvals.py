@@ -16,6 +16,7 @@ import pytest
 from agent_host.approvals.external import external_call_hash
 from bot import blocks
 from tests.support.keyspace import pass_deadline
+from tests.support.replies import flat_body
 from tests.support.signing import webhook_signature
 from tests.support.stack import API_TOKEN, CHANNEL, REQUESTER, REVIEWER, Stack, running_stack
 from tests.support.waiting import eventually
@@ -203,4 +204,4 @@ async def test_it_is_listed_by_slash_approvals_like_any_request(
 async def slash(stack: Stack, text: str) -> str:
     reply = await stack.standin.slash(REVIEWER, CHANNEL, "/approvals", text)
     assert reply.status == 200, reply.body
-    return str(json.loads(reply.body)["text"])
+    return flat_body(json.loads(reply.body))

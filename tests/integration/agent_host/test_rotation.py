@@ -3,6 +3,8 @@ resumably, without clobbering a run that moves on meanwhile; rotated checkpoints
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 import redis as redis_sync
 from redis.asyncio import Redis
@@ -147,3 +149,24 @@ async def test_rotation_survives_a_run_that_failed_at_resume(redis: Redis) -> No
 
     assert report.examined == 2
     assert (await checkpoint_kids(redis, [healthy]))[0] == "kB"
+
+
+async def test_rotation_reencrypts_each_requests_context_and_it_still_opens(redis: Redis) -> None:
+    env = make_env(redis, keyring=KeyRing.parse(KEY_A))
+    run_id = await env.start("refund-agent", "refund order 123")
+    [request] = await env.pending_requests(run_id)
+    opened = env.store.open_context(request).context
+    assert opened is not None and opened.earlier[0].tool == "lookup_order"
+    assert kid_of(base64.b64decode(request.sealed_context)) == "kA"
+
+    report = await rotate_checkpoints(redis, KeyRing.parse(f"{KEY_B},{KEY_A}"))
+    assert report.damaged == {}
+
+    # The old key dropped: the context opens under the new one alone, unchanged.
+    env_b = make_env(redis, keyring=KeyRing.parse(KEY_B))
+    rotated = await env_b.store.get_request(request.request_id)
+    assert rotated is not None
+    assert kid_of(base64.b64decode(rotated.sealed_context)) == "kB"
+    assert env_b.store.open_context(rotated).context == opened
+    # A context that cannot be opened leaves the request shown without it, never withheld.
+    assert make_env(redis).store.open_context(rotated).context is None

@@ -20,6 +20,8 @@ from agent_host.runtime.tools import tool
 from agent_host.settings import Settings
 from bot import blocks
 from bot.slash_commands import help_text
+from slack_sandbox.blockkit import check_blocks
+from tests.support.replies import flat
 from tests.support.stack import (
     ADMIN,
     CHANNEL,
@@ -61,13 +63,42 @@ def registry(settings: Settings) -> AgentRegistry:
 
 
 async def approvals(stack: Stack, user: str, text: str, channel: str = CHANNEL) -> str:
-    """Run `/approvals text`; check the reply is an ephemeral JSON answer and return its text."""
+    """Run `/approvals text`; check the reply is an ephemeral JSON answer and return its text
+    and blocks (`flat`)."""
     reply = await stack.standin.slash(user, channel, "/approvals", text)
     assert reply.status == 200, reply.body
     body: Any = json.loads(reply.body)
     assert body["response_type"] == "ephemeral"
     assert isinstance(body["text"], str) and body["text"]
-    return body["text"]
+    assert check_blocks(body.get("blocks") or [], limit=blocks.MESSAGE_BLOCKS_MAX) is None
+    return flat(body["text"], body.get("blocks"))
+
+
+async def next_page(stack: Stack, user: str, channel: str = CHANNEL) -> str:
+    """Click **Next page** on `user`'s newest reply in `channel` that has one; the page that
+    replaces that reply (`flat`)."""
+    replies = [
+        e
+        for e in stack.standin.workspace.ephemerals_for(user, channel)
+        if any(
+            el.get("action_id") == blocks.PENDING_NEXT
+            for b in e.blocks
+            for el in b.get("elements", [])
+        )
+    ]
+    assert replies, f"{user} has no reply with a Next page button in {channel}"
+    shown = replies[-1]
+    before = flat(shown.text, shown.blocks)
+    answer = await stack.standin.click(user, channel, shown.ts, blocks.PENDING_NEXT)
+    assert answer.status == 200, answer.body
+
+    async def replaced() -> str | None:
+        now = flat(shown.text, shown.blocks)
+        return now if now != before else None
+
+    page = await eventually(replaced)
+    assert check_blocks(shown.blocks, limit=blocks.MESSAGE_BLOCKS_MAX) is None
+    return page
 
 
 async def waiting_requests(stack: Stack, run_id: str, count: int) -> list[Any]:
@@ -88,7 +119,8 @@ def listed_ids(text: str) -> list[str]:
 
 
 def next_cursor(text: str) -> str | None:
-    match = re.search(r"next:(\S+?)`", text)
+    """The sealed page marker of a reply's Next page button."""
+    match = re.search(r"\[Next page:(?:here|all):([^\]]+)\]", text)
     return match.group(1) if match else None
 
 
@@ -133,7 +165,7 @@ async def test_pending_lists_this_channel_and_pending_all_lists_every_channel(
         assert any("Waiting for a decision" in t for t in stack.ephemerals(REVIEWER))
 
 
-async def test_pending_paginates_with_a_next_cursor(redis_url: str, tmp_path: Path) -> None:
+async def test_pending_paginates_with_a_next_page_button(redis_url: str, tmp_path: Path) -> None:
     async with running_stack(redis_url, tmp_path) as stack:
         paths = " ".join(f"/f{i:02d}.txt" for i in range(12))
         run_id = await stack.start_run("cleanup-agent", f"delete {paths}")
@@ -143,20 +175,22 @@ async def test_pending_paginates_with_a_next_cursor(redis_url: str, tmp_path: Pa
         page1 = listed_ids(first)
         assert len(page1) == 10
         cursor = next_cursor(first)
-        assert cursor is not None
-        assert f"`/approvals pending next:{cursor}`" in first
+        assert cursor is not None and "req_" not in cursor  # sealed: it names no request
+        assert "next:" not in first  # nothing to type: a button
 
-        second = await approvals(stack, REVIEWER, f"pending next:{cursor}")
+        second = await next_page(stack, REVIEWER)  # replaces the first page
         page2 = listed_ids(second)
         assert len(page2) == 2
         assert next_cursor(second) is None
         assert sorted(page1 + page2) == sorted(r.request_id for r in requests)
+        # The reply was replaced in place, for the clicker only.
+        [reply] = stack.standin.workspace.ephemerals_for(REVIEWER, CHANNEL)
+        assert reply.text.startswith("Waiting for a decision") and "2 requests" in reply.text
+        assert stack.standin.workspace.ephemerals_for(REQUESTER) == []
 
         every = await approvals(stack, REVIEWER, "pending all")
-        cursor_all = next_cursor(every)
-        assert len(listed_ids(every)) == 10 and cursor_all is not None
-        assert f"`/approvals pending all next:{cursor_all}`" in every
-        rest = await approvals(stack, REVIEWER, f"pending all next:{cursor_all}")
+        assert len(listed_ids(every)) == 10 and next_cursor(every) is not None
+        rest = await next_page(stack, REVIEWER)
         assert sorted(listed_ids(every) + listed_ids(rest)) == sorted(page1 + page2)
 
 
@@ -171,10 +205,9 @@ async def test_pending_pagination_reaches_every_request_of_a_large_pause(
         text = await approvals(stack, REVIEWER, "pending all")
         for _ in range(10):
             seen += listed_ids(text)
-            cursor = next_cursor(text)
-            if cursor is None:
+            if next_cursor(text) is None:
                 break
-            text = await approvals(stack, REVIEWER, f"pending all next:{cursor}")
+            text = await next_page(stack, REVIEWER)
         assert len(seen) == len(set(seen))
         assert sorted(seen) == sorted(r.request_id for r in requests)
 
@@ -188,8 +221,7 @@ async def test_next_page_does_not_repeat_requests_when_the_cursor_request_was_de
         requests = {r.request_id: r for r in await waiting_requests(stack, run_id, 12)}
         first = await approvals(stack, REVIEWER, "pending all")
         page1 = listed_ids(first)
-        cursor = next_cursor(first)
-        assert len(page1) == 10 and cursor is not None
+        assert len(page1) == 10 and next_cursor(first) is not None
 
         last = requests[page1[-1]]  # decided (here through the store) before page 2 is read
         result = await stack.host.store.decide(
@@ -197,7 +229,7 @@ async def test_next_page_does_not_repeat_requests_when_the_cursor_request_was_de
         )
         assert result.outcome == "decided"
 
-        page2 = listed_ids(await approvals(stack, REVIEWER, f"pending all next:{cursor}"))
+        page2 = listed_ids(await next_page(stack, REVIEWER))
         assert not set(page2) & set(page1), "page 2 repeats requests already listed"
         assert sorted(page1[:-1] + page2) == sorted(set(requests) - {last.request_id})
 

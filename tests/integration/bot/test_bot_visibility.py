@@ -26,7 +26,7 @@ from tests.support.stack import (
     running_stack,
 )
 
-from .test_bot_commands import approvals, listed_ids, next_cursor, waiting_requests
+from .test_bot_commands import approvals, listed_ids, next_cursor, next_page, waiting_requests
 
 SECRET = "C0SECRETOPS"  # a private channel: REVIEWER, REQUESTER and ADMIN are in it
 PAYROLL_GROUP = "S0PAYROLL"  # its only member is REVIEWER
@@ -154,14 +154,14 @@ async def test_the_requester_does_not_see_their_own_request_as_theirs_to_decide(
 
 
 async def walk_pages(stack: Stack, user: str) -> list[str]:
-    """Every page of `/approvals pending all` in the user's DM, following `next:` markers."""
+    """Every page of `/approvals pending all` in the user's DM, clicking Next page."""
     texts = [await approvals(stack, user, "pending all", dm(user))]
     for _ in range(30):
         cursor = next_cursor(texts[-1])
         if cursor is None:
             return texts
         assert "req_" not in cursor  # a marker names no request
-        texts.append(await approvals(stack, user, f"pending all next:{cursor}", dm(user)))
+        texts.append(await next_page(stack, user, dm(user)))
     raise AssertionError("pages never ended")
 
 

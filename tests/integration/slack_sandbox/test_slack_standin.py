@@ -570,3 +570,109 @@ async def test_slash_command_reply_becomes_ephemeral(
     [shown] = standin.workspace.ephemerals_for("U0REQUESTER", "C0OPS")
     assert shown.text == "3 approvals pending"
     assert standin.workspace.channel_messages("C0OPS") == []
+
+
+# --------------------------------------------------------------------------- the App Home tab
+
+HOME: dict[str, Any] = {
+    "type": "home",
+    "callback_id": "home",
+    "blocks": [
+        {"type": "actions", "block_id": "decide:1", "elements": APPROVE_BLOCKS[1]["elements"]}
+    ],
+}
+
+
+async def test_views_publish_keeps_each_users_home_tab(
+    client: AsyncWebClient, standin: SlackStandIn
+) -> None:
+    published = (await client.views_publish(user_id="U0REVIEWER", view=HOME))["view"]
+    assert published["type"] == "home" and published["hash"]
+    again = await client.views_publish(user_id="U0REVIEWER", view=HOME, hash=published["hash"])
+    assert again["view"]["id"] == published["id"]  # one tab per person, replaced in place
+    assert standin.home_view("U0REVIEWER") == again["view"]
+    assert standin.home_view("U0ADMIN") is None
+    for arguments, error in (
+        ({"user_id": "U0REVIEWER", "view": HOME, "hash": published["hash"]}, "hash_conflict"),
+        ({"user_id": "U0GHOST", "view": HOME}, "user_not_found"),
+        ({"user_id": "U0REVIEWER", "view": MODAL}, "invalid_arguments"),
+        ({"user_id": "U0REVIEWER", "view": HOME | {"blocks": [{}] * 101}}, "invalid_arguments"),
+    ):
+        with pytest.raises(SlackApiError) as err:
+            await client.views_publish(**arguments)
+        assert err.value.response["error"] == error
+    assert standin.home_view("U0REVIEWER") == again["view"]
+
+
+async def test_users_conversations_lists_a_members_channels_in_pages(
+    client: AsyncWebClient, standin: SlackStandIn
+) -> None:
+    from slack_sandbox.workspace import Channel
+
+    ws = standin.workspace
+    ws.channels.append(Channel("C0HIDDEN", "hidden", 0, ["U0OUTSIDER"], is_private=True))
+    ws.channels.append(Channel("C0SHARED", "shared", 0, ["U0OUTSIDER", "U0BOT"], is_private=True))
+    kinds = "public_channel,private_channel"
+    first = await client.users_conversations(user="U0OUTSIDER", types=kinds, limit=2)
+    cursor = first["response_metadata"]["next_cursor"]
+    assert len(first["channels"]) == 2 and cursor
+    rest = await client.users_conversations(user="U0OUTSIDER", types=kinds, cursor=cursor)
+    assert rest["response_metadata"]["next_cursor"] == ""
+    ids = {c["id"] for c in first["channels"] + rest["channels"]}
+    # a private channel the bot is not in is not the bot's to list
+    assert ids == {"C0APPROVALS", "C0OPS", "C0GENERAL", "C0SHARED"}
+    public = await client.users_conversations(user="U0OUTSIDER")
+    assert {c["id"] for c in public["channels"]} == {"C0APPROVALS", "C0OPS", "C0GENERAL"}
+
+
+async def test_opening_and_clicking_the_home_tab_send_what_slack_sends(
+    client: AsyncWebClient, standin: SlackStandIn
+) -> None:
+    received: list[tuple[dict[str, str], bytes]] = []
+
+    async def app_endpoint(request: web.Request) -> web.Response:
+        received.append((dict(request.headers), await request.read()))
+        return web.Response(status=200)
+
+    app = web.Application()
+    app.router.add_post("/slack/events", app_endpoint)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    host, port = runner.addresses[0][:2]
+    standin.events_url = f"http://{host}:{port}/slack/events"
+    try:
+        await standin.open_home("U0REVIEWER", event_id="Ev0TEST")
+        await standin.open_home("U0REVIEWER", event_id="Ev0TEST", retry=1)
+        await client.views_publish(user_id="U0REVIEWER", view=HOME)
+        await standin.click_home("U0REVIEWER", "deny", "decide:1")
+        with pytest.raises(LookupError):
+            await standin.click_home("U0REVIEWER", "deny", "no-such-block")
+    finally:
+        await runner.cleanup()
+
+    (first_headers, first), (retry_headers, retried), (click_headers, click) = received
+    verifier = SignatureVerifier(SECRET)
+    for headers, raw in received:
+        stamp, signature = headers["X-Slack-Request-Timestamp"], headers["X-Slack-Signature"]
+        assert verifier.is_valid(raw, stamp, signature)
+    assert first_headers["Content-Type"] == "application/json"
+    assert "X-Slack-Retry-Num" not in first_headers
+    assert (retry_headers["X-Slack-Retry-Num"], retry_headers["X-Slack-Retry-Reason"]) == (
+        "1",
+        "http_timeout",
+    )
+    assert retried == first  # the same delivery again
+    event = json.loads(first)
+    assert (event["type"], event["event_id"], event["team_id"]) == (
+        "event_callback",
+        "Ev0TEST",
+        "T0SANDBOX",
+    )
+    assert event["event"]["type"] == "app_home_opened" and event["event"]["tab"] == "home"
+    assert event["event"]["user"] == "U0REVIEWER"
+    payload = json.loads(parse_qs(click.decode())["payload"][0])
+    assert payload["type"] == "block_actions" and "channel" not in payload
+    assert payload["container"]["type"] == "view" and payload["view"]["type"] == "home"
+    assert payload["actions"][0]["block_id"] == "decide:1"
+    assert click_headers["Content-Type"] == "application/x-www-form-urlencoded"

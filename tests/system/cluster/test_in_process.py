@@ -68,6 +68,7 @@ from tests.integration.bot import (
     test_bot_reviewers,
     test_bot_routing,
 )
+from tests.support.replies import flat_body
 from tests.support.stack import (
     ADMIN,
     CHANNEL,
@@ -91,7 +92,7 @@ SAMPLE: list[tuple[ModuleType, str]] = [
     (test_approve_flow, "test_outsider_and_self_approval_are_refused_and_change_nothing"),
     (test_bot_modals, "test_reject_with_reason_via_modal_reaches_the_model_and_the_message"),
     (test_bot_commands, "test_pending_lists_this_channel_and_pending_all_lists_every_channel"),
-    (test_bot_commands, "test_pending_paginates_with_a_next_cursor"),
+    (test_bot_commands, "test_pending_paginates_with_a_next_page_button"),
     (test_bot_commands, "test_routes_and_route_add_remove_by_admin"),
     (test_bot_expiry, "test_request_expires_on_a_short_route_expiry"),
     (test_bot_reviewers, "test_quorum_of_two_needs_two_different_reviewers"),
@@ -118,7 +119,8 @@ def _listed(text: str) -> list[str]:
 
 
 def _next(text: str) -> str | None:
-    found = re.search(r"next:(\S+?)`", text)
+    """The sealed page marker of a reply's Next page button (`flat_body`)."""
+    found = re.search(r"\[Next page:(?:here|all):([^\]]+)\]", text)
     return found.group(1) if found else None
 
 
@@ -170,15 +172,15 @@ async def test_stack_uses_cluster_mode_and_pages_pending_over_every_master(
         seen: list[str] = []  # `pending all` lists every channel for admins only
         reply: Any = (await slash(ADMIN, CHANNEL, "/approvals", "pending all")).json()
         for _ in range(5):
-            seen += _listed(reply["text"])
-            cursor = _next(reply["text"])
+            seen += _listed(flat_body(reply))
+            cursor = _next(flat_body(reply))
             if cursor is None:
                 break
             page = await slash(ADMIN, CHANNEL, "/approvals", f"pending all next:{cursor}")
             reply = page.json()
         assert len(seen) == len(set(seen)), seen
         assert sorted(seen) == sorted(r.request_id for r in requests)
-        ops = (await slash(REVIEWER, OPS, "/approvals", "pending")).json()["text"]
+        ops = flat_body((await slash(REVIEWER, OPS, "/approvals", "pending")).json())
         assert len(_listed(ops)) == 8 and set(_listed(ops)) <= set(seen)
 
         # One refund per master approved (as through the API): each resumes, refunds once and
@@ -192,7 +194,7 @@ async def test_stack_uses_cluster_mode_and_pages_pending_over_every_master(
             await stack.run_status(request.run_id, "succeeded")
         assert stack.effects.count("refund") == 3
         assert await stack.host.store.pending_count() == len(requests) - 3
-        left = (await slash(ADMIN, CHANNEL, "/approvals", "pending all")).json()["text"]
+        left = flat_body((await slash(ADMIN, CHANNEL, "/approvals", "pending all")).json())
         assert not {r.request_id for r in by_master.values()} & set(_listed(left))
 
 

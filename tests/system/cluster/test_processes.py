@@ -35,6 +35,7 @@ from agent_host.durable.store import RunStore
 from agent_host.durable.sweeper import EXPIRED_BY
 from bot import blocks
 from tests.support.redis_cluster import LocalRedisCluster
+from tests.support.replies import flat_body
 from tests.system.faults.harness import (
     ADMIN,
     APPROVALS,
@@ -82,7 +83,7 @@ async def slash(w: World, via: Proc, user: str, channel: str, text: str) -> str:
     assert reply.status == 200, reply
     body = reply.json()
     assert body and isinstance(body.get("text"), str), reply
-    return str(body["text"])
+    return flat_body(body)
 
 
 def listed(text: str) -> list[str]:

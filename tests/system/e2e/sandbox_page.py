@@ -103,3 +103,13 @@ class Sandbox:
 
     def ephemerals(self) -> Locator:
         return self.page.get_by_test_id("ephemeral")
+
+    # -- the app's Home tab ------------------------------------------------------------------
+
+    def open_home(self) -> Locator:
+        """Open the app's Home tab (the app is sent app_home_opened); the published tab."""
+        self.page.get_by_test_id("home-link").click()
+        expect(self.page.get_by_test_id("home-link")).to_have_class(re.compile("active"))
+        home = self.page.get_by_test_id("home-view")
+        expect(home).to_be_visible()
+        return home

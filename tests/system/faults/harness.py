@@ -42,6 +42,7 @@ from agent_host.durable.store import RunStore
 from bot import blocks
 from slack_sandbox import AppReply, SlackStandIn, Workspace
 from slack_sandbox.seed import ADMIN, APPROVALS, OPS, OUTSIDER, REQUESTER, REVIEWER, REVIEWER2
+from tests.support.paths import PROJECT_ROOT
 from tests.support.processes import CLI, SPAWN_LOCK, Proc, inherited_env, until
 from tests.support.signing import webhook_signature
 
@@ -116,14 +117,15 @@ class World:
         workers: int = 1,
         cli: Sequence[str] = CLI,
         events: bool = True,
+        cwd: Path = PROJECT_ROOT,
         **extra: str,
     ) -> Proc:
-        """Start `serve`; with `events`, the stand-in's clicks go to it from now on."""
+        """Start `serve` (in `cwd`); with `events`, the stand-in's clicks go to it from now on."""
         name, log = self._log("serve")
         port = free_port()
         args = [*cli, "serve", "--host", "127.0.0.1", "--port", str(port)]
         args += ["--workers", str(workers)]
-        proc = Proc(name, args, self.env(crash_at, **extra), log, port)
+        proc = Proc(name, args, self.env(crash_at, **extra), log, port, cwd=cwd)
         self.procs.append(proc)
         if events:
             self.standin.events_url = proc.events_url

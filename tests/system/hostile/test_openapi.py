@@ -179,3 +179,26 @@ def test_webhook_answers_match_the_description(hostile: Hostile) -> None:
         hostile.url, "POST", WEBHOOK, [("X-Webhook-Signature", webhook_signature(raw))], raw
     )
     validate(missing, WEBHOOK, "post", 404)
+
+
+def test_edited_approvals_match_the_description(hostile: Hostile) -> None:
+    """The webhook's answers to edited_arguments (refused, then recorded) and the run they
+    leave, against the description."""
+    request = hostile.new_pending("refund-agent", "refund order 123")
+
+    def send(document: dict[str, Any]) -> Any:
+        raw = json.dumps({"requestId": request.request_id, **document}).encode()
+        return http(
+            hostile.url, "POST", WEBHOOK, [("X-Webhook-Signature", webhook_signature(raw))], raw
+        )
+
+    invalid = send({"decision": "approved", "edited_arguments": {"amount": "lots"}})
+    validate(invalid, WEBHOOK, "post", 400)
+    assert set(invalid.json()["errors"]) == {"amount"}
+    edited = send({"decision": "approved", "feedback": "half", "edited_arguments": {"amount": 21}})
+    validate(edited, WEBHOOK, "post", 200)
+    assert edited.json()["edited_arguments"] == {"order_id": "123", "amount": 21.0}
+    run = http(hostile.url, "GET", f"/api/v1/runs/{request.run_id}", [bearer()])
+    validate(run, "/api/v1/runs/{run_id}", "get", 200)
+    [approval] = run.json()["approvals"]
+    assert approval["decision"]["comment"] == "half" and approval["editable"] == ["amount"]

@@ -171,3 +171,25 @@ async def test_bad_settings_and_agents_fail_with_the_variable(
         "FAIL  settings: invalid configuration: PORT: Input should be a valid integer, "
         "unable to parse string as an integer"
     ], done.out
+
+
+async def test_an_escalation_channel_the_bot_cannot_post_in_fails_with_the_fix(
+    standin: SlackStandIn, redis_url: str, tmp_path: Path
+) -> None:
+    env = good_env(standin, redis_url, tmp_path)
+    path = tmp_path / "escalating.yml"
+    path.write_text(
+        "routes:\n"
+        f"  - channel: {OPS}\n    escalate_after: 4h\n    escalate_to: {SECRET_ROOM}\n"
+        f"  - channel: {OPS}\n    escalate_after: 4h\n    escalate_to: S0REVIEWERS\n"
+    )
+    env["COUNTERSIGN_ROUTES_FILE"] = str(path)
+
+    done = await check(env, tmp_path)
+
+    assert done.code == 1, done
+    assert failures(done) == [
+        f"FAIL  channel {SECRET_ROOM} (route */*'s escalation): I am not a member of "
+        f"#{SECRET_ROOM}; invite the bot with `/invite @countersign` in #{SECRET_ROOM}, then "
+        "run `countersign check` again.",
+    ], done.out

@@ -218,3 +218,23 @@ async def test_agents_whose_calls_could_run_unseen_are_refused() -> None:
     helper = Agent(name="helper")
     with pytest.raises(ConfigurationError, match="handoffs"):
         OpenAIAgentsAgent(Agent(name="triage", handoffs=[helper]))
+
+
+async def test_the_approvers_comment_reaches_the_model_with_the_tools_result() -> None:
+    shop = Shop()
+    runner = runner_for(shop.hosted(Scripted([LOOKUP, REFUND])))
+    outcome = await paused(runner)
+    [pending] = outcome.pending
+
+    done = await runner.resume(
+        outcome.state,
+        {
+            pending.call_id: Approve(
+                decided_by="U_LEAD", call_hash=pending.call_hash, comment="Checked in Stripe."
+            )
+        },
+    )
+
+    assert isinstance(done, Succeeded)
+    assert "Reviewer U_LEAD commented: Checked in Stripe." in done.output
+    assert shop.effects.count(("refund", ("124", 12.5))) == 1

@@ -271,5 +271,24 @@ async def test_repeated_call_ids_fail_the_run_closed() -> None:
     outcome = await runner.run("support", "refund both")
 
     assert isinstance(outcome, Failed)
-    assert "unique tool_call_id" in outcome.error
+    assert "unique" in outcome.error and "tool_call_id" in outcome.error
     assert shop.effects == []
+
+
+async def test_the_approvers_comment_reaches_the_model_with_the_tools_result() -> None:
+    shop = Shop()
+    runner = runner_for(PydanticAIAgent(shop.agent(scripted([LOOKUP, REFUND]))))
+    outcome = await paused_run(shop, runner)
+    [pending] = outcome.pending
+
+    done = await runner.resume(
+        outcome.state,
+        {
+            pending.call_id: Approve(
+                decided_by="U_LEAD", call_hash=pending.call_hash, comment="Checked in Stripe."
+            )
+        },
+    )
+
+    assert isinstance(done, Succeeded)
+    assert "refunded 12.5\n\nReviewer U_LEAD commented: Checked in Stripe." in done.output

@@ -31,6 +31,7 @@ CHECKPOINTS = FIXTURES / "checkpoints"
 FIXTURE = CHECKPOINTS / "v1.json"
 FIXTURE_V2 = CHECKPOINTS / "v2.json"
 FIXTURE_V3 = CHECKPOINTS / "v3.json"
+FIXTURE_V4 = CHECKPOINTS / "v4.json"
 
 
 _DROP = object()  # marks a key to leave out of a checkpoint document
@@ -50,22 +51,23 @@ def minimal(**overrides: Any) -> dict[str, Any]:
 
 
 def test_current_schema_version_is_written_and_known() -> None:
-    assert SCHEMA_VERSION == 3
-    assert sorted(CHECKPOINT_VERSIONS) == [1, 2, 3]
-    state = RunState.model_validate(minimal(schema_version=3))
-    assert json.loads(state.to_json())["schema_version"] == 3
+    assert SCHEMA_VERSION == 4
+    assert sorted(CHECKPOINT_VERSIONS) == [1, 2, 3, 4]
+    state = RunState.model_validate(minimal(schema_version=4))
+    assert json.loads(state.to_json())["schema_version"] == 4
     # an older document is migrated as it is read, and written back as the current version
-    assert RunState.from_json(json.dumps(minimal())).schema_version == 3
+    assert RunState.from_json(json.dumps(minimal())).schema_version == 4
     assert RunState.from_json(json.dumps(minimal(schema_version=2))).hosted_state is None
+    assert RunState.from_json(json.dumps(minimal(schema_version=3))).schema_version == 4
 
 
-@pytest.mark.parametrize("version", [4, 99, 0, -1, None, "1", "v1", 1.5, _DROP])
+@pytest.mark.parametrize("version", [5, 99, 0, -1, None, "1", "v1", 1.5, _DROP])
 def test_unknown_or_newer_versions_are_refused(version: Any) -> None:
     text = json.dumps(minimal(schema_version=version))
     with pytest.raises(UnsupportedCheckpointVersion) as info:
         RunState.from_json(text)
     message = str(info.value)
-    assert "is not one this countersign reads (known: 1, 2, 3)" in message
+    assert "is not one this countersign reads (known: 1, 2, 3, 4)" in message
     assert "upgrade countersign" in message
 
 
@@ -97,7 +99,7 @@ def test_frozen_v1_checkpoint_loads() -> None:
 
     # read as the current version: v1 had only the model's id, kept as both ids
     assert (state.schema_version, state.run_id, state.agent, state.status) == (
-        3,
+        4,
         "run_fixture_v1",
         "refund-agent",
         "paused",
@@ -166,7 +168,9 @@ def shape(document: dict[str, Any]) -> dict[str, Any]:
 def test_frozen_v2_checkpoint_keeps_the_models_ids_apart_from_the_runners() -> None:
     state = RunState.from_json(FIXTURE_V2.read_bytes())
 
-    assert (state.schema_version, state.run_id, state.status) == (3, "run_fixture_v2", "paused")
+    assert (state.schema_version, state.run_id, state.status) == (4, "run_fixture_v2", "paused")
+    # read as v4: nothing of a v2 checkpoint is editable
+    assert [c.editable for c in state.calls] == [[], []]
     assert [(c.call_id, c.model_call_id) for c in state.calls] == [
         ("call_0_1", "toolu_01LookupOrder"),
         ("call_1_1", "toolu_01IssueRefund"),
@@ -201,13 +205,13 @@ async def test_a_fresh_paused_run_has_the_same_shape_as_the_frozen_file() -> Non
     outcome = await Runner(build_registry(effects)).run(
         "refund-agent",
         "Please refund order 124, I was billed twice.",
-        run_id="run_fixture_v3",
+        run_id="run_fixture_v4",
         requested_by="U_CUSTOMER_SUCCESS",
         context={"channel": "C_REFUNDS"},
     )
     assert isinstance(outcome, Paused)
     fresh = json.loads(outcome.state.to_json())
-    frozen = json.loads(FIXTURE_V3.read_text(encoding="utf-8"))
+    frozen = json.loads(FIXTURE_V4.read_text(encoding="utf-8"))
     done = await Runner(build_registry(effects)).resume(
         outcome.state, {"call_1_1": Approve(decided_by="U_LEAD")}
     )
@@ -218,15 +222,33 @@ async def test_a_fresh_paused_run_has_the_same_shape_as_the_frozen_file() -> Non
     assert shape(decided)["decision"] == [
         "always",
         "call_hash",
+        "comment",
         "decided_by",
+        "edited_arguments",
+        "edited_by",
+        "edited_hash",
         "kind",
         "note",
+        "original_arguments",
         "route_id",
         "severity",
         "standing_of",
         "via",
     ]
     assert [c["call_hash"] for c in fresh["calls"]] == [c["call_hash"] for c in frozen["calls"]]
+
+
+def test_frozen_v4_checkpoint_lists_what_a_reviewer_may_edit() -> None:
+    state = RunState.from_json(FIXTURE_V4.read_bytes())
+    assert state.schema_version == 4
+    assert [(c.tool, c.editable) for c in state.calls] == [
+        ("lookup_order", []),
+        ("issue_refund", ["amount"]),
+    ]
+    assert RunState.from_json(state.to_json()) == state
+    # a v3 checkpoint is read as v4 with nothing editable
+    v3 = RunState.from_json(FIXTURE_V3.read_bytes())
+    assert v3.schema_version == 4 and [c.editable for c in v3.calls] == [[], []]
 
 
 async def test_resume_leaves_the_callers_state_untouched() -> None:

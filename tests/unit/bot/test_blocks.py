@@ -212,28 +212,34 @@ def test_approval_message_fields_and_buttons() -> None:
     (actions,) = by_type(body, "actions")
     assert actions["block_id"] == "actions:req_abc123_1"
     found = buttons(body)
-    assert list(found) == [B.APPROVE, B.APPROVE_ALWAYS, B.REJECT]
+    assert list(found) == [B.APPROVE, B.APPROVE_COMMENT, B.APPROVE_ALWAYS, B.REJECT]
     assert [b["text"]["text"] for b in found.values()] == [
         "Approve",
+        "Approve with comment",
         "Approve for this run",
         "Reject",
     ]
     assert all(b["value"] == "req_abc123_1" for b in found.values())
     assert found[B.APPROVE]["style"] == "primary"
     assert "style" not in found[B.APPROVE_ALWAYS]
+    assert "style" not in found[B.APPROVE_COMMENT] and "confirm" not in found[B.APPROVE_COMMENT]
     assert found[B.REJECT]["style"] == "danger"
 
 
 def test_action_ids_are_the_documented_constants() -> None:
-    assert (B.APPROVE, B.APPROVE_ALWAYS, B.REJECT, B.ANSWER) == (
+    assert (B.APPROVE, B.APPROVE_ALWAYS, B.REJECT, B.ANSWER, B.APPROVE_COMMENT, B.EDIT) == (
         "countersign_approve",
         "countersign_approve_always",
         "countersign_reject",
         "countersign_answer",
+        "countersign_approve_comment",
+        "countersign_edit",
     )
-    assert (B.REJECT_MODAL, B.ANSWER_MODAL) == (
+    assert (B.REJECT_MODAL, B.ANSWER_MODAL, B.COMMENT_MODAL, B.EDIT_MODAL) == (
         "countersign_reject_modal",
         "countersign_answer_modal",
+        "countersign_comment_modal",
+        "countersign_edit_modal",
     )
     assert (B.REASON_BLOCK, B.REASON_INPUT, B.ANSWER_BLOCK, B.ANSWER_INPUT) == (
         "reason",
@@ -273,7 +279,7 @@ def test_confirm_dialog_only_for_high_and_critical(severity: str, confirmed: boo
 
 def test_no_approve_always_when_not_allowed() -> None:
     _, body = B.approval_message(make_request(allow_always=False))
-    assert list(buttons(body)) == [B.APPROVE, B.REJECT]
+    assert list(buttons(body)) == [B.APPROVE, B.APPROVE_COMMENT, B.REJECT]
 
 
 def test_question_has_answer_and_reject() -> None:
@@ -708,3 +714,51 @@ def test_any_text_respects_limits(
             text = B.outcome_message(run(run_status, detail, reason), [finished] * 3)
             assert units(text) <= 3000 and balanced(text)
             assert "<" not in re.sub(r"<(@[UW]|!subteam\^S)[A-Z0-9]+>", "", text)
+
+
+# -- context, list lines and the App Home tab -----------------------------------------------
+@PROPERTY
+@given(
+    args=arguments,
+    what=short_text | huge_text,
+    said=short_text | huge_text,
+    result=short_text | huge_text,
+    earlier=st.integers(0, 12),
+    url=st.sampled_from(["", "https://t.slack.com/archives/C1/p1", "javascript:<x|y>"]),
+)
+def test_context_list_lines_and_the_home_tab_respect_limits(
+    args: Any, what: str, said: str, result: str, earlier: int, url: str
+) -> None:
+    from agent_host.approvals.context import CallContext, EarlierCall, bounded
+    from bot.blocks.home import home_view
+    from bot.blocks.listing import request_line
+
+    calls = tuple(EarlierCall(what, bounded(args), "executed", result) for _ in range(earlier))
+    context = CallContext(calls[-5:], max(0, earlier - 5), said)
+    request = make_request(
+        arguments=args, tool=what, agent=what, question=what, context=context, message_ts="1.2"
+    )
+    for kind in ("approval", "question"):
+        current = replace(request, kind=kind)
+        check_message(B.approval_message(current))
+        line = request_line(current, NOW + 90, url)
+        assert units(line) <= 3000 and line.count("\n") == 1
+        assert "<" not in re.sub(r"<(@[UW][A-Z0-9]+|!date\^[^>]+|https://t\.slack[^>]+)>", "", line)
+    many = [replace(request, request_id=f"req_abc123_{n}") for n in range(25)]
+    view = home_view("U0ME", many, many[:12], {r.request_id: url for r in many}, NOW)
+    assert check_view(view) is None and len(view["blocks"]) <= 100
+    check_limits(view["blocks"], max_blocks=100)
+
+
+def test_ages_read_as_people_say_them() -> None:
+    from bot.blocks.listing import age
+
+    assert [age(s) for s in (0, 59, 60, 12 * 60, 3 * 3600 + 5, 47 * 3600, 2 * 86400 + 1)] == [
+        "<1m",
+        "<1m",
+        "1m",
+        "12m",
+        "3h",
+        "1d",
+        "2d",
+    ]

@@ -119,7 +119,16 @@ def test_settings_and_both_urls_point_at_slack_events(manifest: dict[str, Any]) 
     assert settings["token_rotation_enabled"] is False
     urls = [manifest["features"]["slash_commands"][0]["url"]]
     urls.append(settings["interactivity"]["request_url"])
+    urls.append(settings["event_subscriptions"]["request_url"])
     assert all(url.startswith("https://") and url.endswith("/slack/events") for url in urls)
+
+
+def test_the_home_tab_is_enabled_and_its_event_subscribed(manifest: dict[str, Any]) -> None:
+    assert manifest["features"]["app_home"]["home_tab_enabled"] is True
+    events = manifest["settings"]["event_subscriptions"]
+    assert events["request_url"] == EVENTS_URL
+    assert events["bot_events"] == ["app_home_opened"]
+    assert "user_events" not in events  # nothing is read on a person's behalf
 
 
 def test_top_comment_says_to_replace_the_host_name() -> None:

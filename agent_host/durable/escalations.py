@@ -1,0 +1,90 @@
+"""The Slack side of the ladder's steps, for the outbox: the reminder and the escalated copies.
+
+Each runs from an outbox entry the ladder wrote when it claimed the step, so it is tried
+until the chat side takes it or refuses it for good. Whatever was posted is recorded
+(`Ladder.record_reminder`, `Ladder.record_copy`) before the entry is acknowledged: a
+redelivered entry finds it and posts nothing again. A request decided meanwhile gets no
+reminder and no new copy.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from agent_host.approvals import ApprovalRequest
+from agent_host.approvals.notifier import Notifier
+from agent_host.durable.ladder import Ladder
+from agent_host.durable.store import RunStore
+from agent_host.errors import DeliveryFailed, RetryLater
+
+__all__ = ["LadderDelivery"]
+
+log = logging.getLogger(__name__)
+
+
+class LadderDelivery:
+    def __init__(self, store: RunStore, notifier: Notifier, ladder: Ladder) -> None:
+        self.store, self.notifier, self.ladder = store, notifier, ladder
+
+    async def remind(self, request: ApprovalRequest) -> None:
+        """A reply in the thread of the request's message, mentioning its reviewers."""
+        if request.decided or request.reminder_ts:
+            return
+        if not request.message_ts:
+            if request.delivery == "undeliverable":
+                return  # it never reached chat: there is no thread to remind in
+            raise RetryLater(f"request {request.request_id} is not posted yet")
+        try:
+            ref = await self.notifier.request_reminded(request)
+        except DeliveryFailed as failure:  # e.g. the message was deleted
+            await self.store.record_delivery_failure(
+                request.request_id, failure, "request_reminded"
+            )
+            return
+        if ref is not None:
+            await self.ladder.record_reminder(request.request_id, ref.ts)
+            await self.store.count_delivered(request.request_id)
+
+    async def escalate(self, request: ApprovalRequest) -> None:
+        """A copy of the request at each of its escalation's destinations, linking the
+        original; then every message of the request is brought up to date."""
+        if request.decided:
+            return
+        if not request.message_ts and request.delivery != "undeliverable":
+            raise RetryLater(f"request {request.request_id} is not posted yet: nothing to link")
+        try:
+            targets = await self.notifier.escalation_targets(request)
+        except DeliveryFailed as failure:  # e.g. a user group without members
+            await self.store.record_delivery_failure(
+                request.request_id, failure, "request_escalated"
+            )
+            return
+        posted = {copy.to for copy in request.escalations}
+        added = 0
+        for target in targets:
+            if target in posted:
+                continue
+            try:
+                copy = await self.notifier.request_escalated(request, target)
+            except DeliveryFailed as failure:  # one destination refusing stops no other
+                await self.store.record_delivery_failure(
+                    request.request_id, failure, "request_escalated"
+                )
+                continue
+            if await self.ladder.record_copy(request.request_id, copy, self.store.clock()):
+                added += 1
+                await self.store.count_delivered(request.request_id)
+        if added:
+            await self._refresh(request.request_id)
+
+    async def _refresh(self, request_id: str) -> None:
+        """Update every message of the request as it is now: the original shows where it
+        was escalated, and a decision taken while the copies were being posted (whose own
+        update may have missed them) reaches them too."""
+        current = await self.store.get_request(request_id)
+        if current is None:
+            return
+        try:
+            await self.notifier.request_updated(current)
+        except DeliveryFailed as failure:
+            await self.store.record_delivery_failure(request_id, failure, "request_updated")

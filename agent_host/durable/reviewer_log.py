@@ -1,0 +1,38 @@
+"""What each reviewer decided lately, newest first: their App Home's "decided recently".
+
+DECIDE records the decision itself; this only keeps, per reviewer, which requests they
+decided (a sorted set by time, cut to the latest KEPT), written when the decision's
+notification is delivered. That delivery may come twice, so a note is idempotent.
+"""
+
+from __future__ import annotations
+
+from redis.asyncio import Redis
+
+from agent_host.durable import keys as K
+from agent_host.durable.connections import as_text, unavailable_on_redis_errors
+
+__all__ = ["KEPT", "ReviewerLog"]
+
+KEPT = 50  # decisions kept per reviewer
+IDLE_SECONDS = 90 * 86400  # a reviewer's list is dropped after this long without a decision
+
+
+@unavailable_on_redis_errors
+class ReviewerLog:
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+
+    async def note(self, user_id: str, request_id: str, at: float) -> None:
+        """`user_id` decided (or voted on) `request_id` at `at`; a repeat changes nothing."""
+        key = K.decided_by(user_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.zadd(key, {request_id: at}, nx=True)
+            pipe.zremrangebyrank(key, 0, -(KEPT + 1))
+            pipe.expire(key, IDLE_SECONDS)
+            await pipe.execute()
+
+    async def recent(self, user_id: str, count: int) -> list[str]:
+        """The request ids `user_id` decided lately, newest first."""
+        ids = await self.redis.zrange(K.decided_by(user_id), 0, count - 1, desc=True)
+        return [as_text(i) for i in ids]

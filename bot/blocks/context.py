@@ -1,0 +1,62 @@
+"""What the run did before the call a message asks about, and what the agent said: the
+context a reviewer decides with (`agent_host.approvals.context`), shortened and flattened
+so the message stays within Block Kit's limits whatever the model wrote."""
+
+from __future__ import annotations
+
+from agent_host.approvals.context import CallContext, EarlierCall
+from bot.blocks.arguments import arguments_summary
+from bot.blocks.elements import Block, section
+from bot.blocks.limits import SECTION_TEXT_MAX
+from bot.mrkdwn import inline_code, one_line, short, units
+
+__all__ = ["context_blocks"]
+
+ARGUMENTS_SHOWN = 120  # characters of an earlier call's arguments
+RESULT_SHOWN = 160  # characters of its result
+SAID_SHOWN = 700  # characters of the agent's words
+_OUTCOME = {
+    "executed": "ran",
+    "rejected": "rejected",
+    "denied": "denied by policy",
+    "expired": "expired",
+    "answered": "answered",
+    "error": "failed",
+    "invalid": "invalid call",
+    "unknown_outcome": "outcome unknown",
+}
+
+
+def context_blocks(context: CallContext | None) -> list[Block]:
+    """Up to two sections: the earlier calls and their outcomes, then the agent's words."""
+    if context is None or context.empty:
+        return []
+    shown: list[Block] = []
+    if context.earlier or context.more:
+        shown.append(section(_earlier(context)))
+    if context.said.strip():
+        said = short(one_line(context.said), SAID_SHOWN)
+        shown.append(section(f"*The agent said before asking*\n>{said}"))
+    return shown
+
+
+def _earlier(context: CallContext) -> str:
+    lines = ["*Before this call, the run*"]
+    if context.more:
+        lines.append(f"• … {context.more} earlier call{'s' if context.more != 1 else ''}")
+    lines += [_line(call) for call in context.earlier]
+    text = "\n".join(lines)
+    while units(text) > SECTION_TEXT_MAX and len(lines) > 1:  # unreachable by the bounds
+        lines.pop()
+        text = "\n".join(lines)
+    return text
+
+
+def _line(call: EarlierCall) -> str:
+    outcome = _OUTCOME.get(call.outcome, call.outcome or "?")
+    arguments = short(arguments_summary(call.arguments, ARGUMENTS_SHOWN), ARGUMENTS_SHOWN * 2)
+    line = f"• {inline_code(one_line(call.tool), 80)} {arguments} → _{short(outcome, 40)}_"
+    result = one_line(call.result)
+    if result:
+        line += f": {short(result, RESULT_SHOWN)}"
+    return line

@@ -1,0 +1,88 @@
+"""The escalation ladder in Slack: the reminder in a request's thread, the line on an
+escalated copy (linking the original), the line on the original (saying where it went).
+
+Mentions come only from the route's validated ids (`bot.mrkdwn.mention`), and a link only
+from a Slack permalink that looks like one, so nothing a user or the model wrote becomes a
+mention or a link here.
+"""
+
+from __future__ import annotations
+
+import re
+
+from agent_host.approvals import ApprovalRequest
+from bot.blocks.elements import Block, context
+from bot.blocks.limits import MESSAGE_BLOCKS_MAX
+from bot.mrkdwn import CHANNEL_ID, channel_link, date, inline_code, mention, short
+
+__all__ = [
+    "REMINDER_MENTIONS_MAX",
+    "copy_note",
+    "escalated_note",
+    "reminder_text",
+    "safe_link",
+    "with_note",
+]
+
+REMINDER_MENTIONS_MAX = 30  # beyond this a reminder says how many more it did not name
+_PERMALINK = re.compile(r"^https://[^\s<>|]{1,500}$")
+
+
+def safe_link(url: str) -> str:
+    """`url` if it is an https link that cannot break out of `<url|text>`, else ""."""
+    return url if _PERMALINK.fullmatch(url) else ""
+
+
+def _destination(target: str) -> str:
+    return channel_link(target) if CHANNEL_ID.match(target) else mention(target)
+
+
+def reminder_text(request: ApprovalRequest) -> str:
+    """The thread reply: the route's reviewers by mention, how long it has waited, and what
+    comes next (the escalation, the expiry)."""
+    reviewers = list(request.route.reviewers)
+    named = " ".join(mention(r) for r in reviewers[:REMINDER_MENTIONS_MAX])
+    if len(reviewers) > REMINDER_MENTIONS_MAX:
+        named += f" and {len(reviewers) - REMINDER_MENTIONS_MAX} more reviewers"
+    who = f"{named} " if named else ""
+    lines = [
+        f"{who}:alarm_clock: Request {inline_code(request.request_id)} "
+        f"({short(request.tool, 100)}) has been waiting for a decision since "
+        f"{date(request.created_at)}."
+    ]
+    if not reviewers:
+        lines.append("Anyone here may decide it.")
+    route = request.route
+    if route.escalate_to and not request.escalations:
+        lines.append(
+            f"It will be escalated to {_destination(route.escalate_to)} at "
+            f"{date(request.created_at + route.escalate_after_seconds)}."
+        )
+    lines.append(f"It expires {date(request.expires_at)}.")
+    return "\n".join(lines)  # bounded: at most 30 mentions, a cut tool name, dates
+
+
+def copy_note(request: ApprovalRequest, link: str) -> str:
+    """The line on an escalated copy: why it is here, and the way to the original."""
+    where = channel_link(request.message_channel or request.route.destination)
+    original = f"<{link}|the original request>" if safe_link(link) else "the original request"
+    if request.decided:
+        return f":rotating_light: Escalated copy of {original} in {where}."
+    return (
+        f":rotating_light: *Escalated*: waiting for a decision since "
+        f"{date(request.created_at)}. See {original} in {where}; "
+        "deciding here decides it there too."
+    )
+
+
+def escalated_note(request: ApprovalRequest) -> str:
+    """The line on the original once a copy is out: where it was escalated."""
+    return f":arrow_heading_up: Escalated to {_destination(request.route.escalate_to)}."
+
+
+def with_note(note: str, text: str, body: list[Block]) -> tuple[str, list[Block]]:
+    """The message with `note` as a context block on top (in the fallback text too); when
+    the blocks are at Slack's maximum already, in the fallback text only."""
+    if len(body) >= MESSAGE_BLOCKS_MAX:
+        return f"{note}\n{text}", body
+    return f"{note}\n{text}", [context(note), *body]

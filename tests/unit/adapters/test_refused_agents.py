@@ -1,0 +1,78 @@
+"""Agents of the Agents SDK whose calls would run where countersign cannot see them are
+refused when they are registered, with what to do instead.
+
+Without the refusal, an MCP server's tool ran with no pause, no policy and no record (the
+SDK adds MCP tools to each run, apart from `agent.tools`), and an agent used as a tool ran
+its own tools unseen, while its approvals came back to the outer run and were asked again
+and again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from agents import Agent, function_tool
+from agents.mcp.server import MCPServer
+
+from agent_host.adapters.openai_agents import OpenAIAgentsAgent
+from agent_host.errors import ConfigurationError
+
+
+class FakeMCPServer(MCPServer):
+    """Never reached: the agent is refused before any run."""
+
+    @property
+    def name(self) -> str:
+        return "files"
+
+    async def connect(self) -> None: ...
+
+    async def cleanup(self) -> None: ...
+
+    async def list_tools(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("an MCP server of a refused agent was asked for its tools")
+
+    async def call_tool(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("an MCP tool of a refused agent was called")
+
+    async def list_prompts(self) -> Any: ...
+
+    async def get_prompt(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+@function_tool(needs_approval=True)
+def wipe_disk(disk: str) -> str:
+    """Wipe a disk."""
+    raise AssertionError("never run")
+
+
+def test_an_agent_with_mcp_servers_is_refused() -> None:
+    agent = Agent(name="ops", mcp_servers=[FakeMCPServer()])
+
+    with pytest.raises(ConfigurationError) as refused:
+        OpenAIAgentsAgent(agent)
+
+    assert str(refused.value) == (
+        "agent 'ops' has MCP servers (files), whose tools the SDK adds to each run and would "
+        "run unseen: countersign cannot gate them yet; call the MCP tools you need from "
+        "function tools of your own"
+    )
+
+
+def test_an_agent_with_an_agent_as_a_tool_is_refused() -> None:
+    janitor = Agent(name="janitor", tools=[wipe_disk])
+    agent = Agent(name="ops", tools=[janitor.as_tool("janitor", "Cleans up.")])
+
+    with pytest.raises(ConfigurationError) as refused:
+        OpenAIAgentsAgent(agent)
+
+    assert str(refused.value) == (
+        "agent 'ops' has agents as tools (janitor), which countersign cannot gate yet: their "
+        "tools would run unseen; register each agent separately"
+    )
+
+
+def test_the_agent_used_as_a_tool_can_be_registered_on_its_own() -> None:
+    hosted = OpenAIAgentsAgent(Agent(name="janitor", tools=[wipe_disk]))
+    assert hosted.gates()["wipe_disk"].permission.value == "ask"
