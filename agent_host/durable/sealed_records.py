@@ -153,10 +153,17 @@ class SealedRecords:
 
     # -- audit entries -----------------------------------------------------------------
     def open_audit_entry(self, run_id: str, entry: dict[str, str]) -> dict[str, str]:
+        request_id = entry.get("request_id")
+        vote = entry.get("decision", "")  # a quorum vote's entry repeats its decision
+        if request_id and is_sealed(vote):
+            entry = entry | {
+                "decision": self.sealer.open_or_mark(
+                    vote, run_id=run_id, record_id=request_id, field="decision"
+                )
+            }
         detail = entry.get("detail", "")
         if not is_sealed(detail):
             return entry
-        request_id = entry.get("request_id")
         if request_id:
             return entry | {
                 "detail": self.sealer.open_or_mark(

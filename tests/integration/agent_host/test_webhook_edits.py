@@ -18,6 +18,7 @@ from redis.asyncio import Redis
 
 from agent_host import ApprovalClient
 from agent_host.durable import keys as K
+from agent_host.durable.connections import as_text
 from agent_host.durable.host import Host
 from agent_host.examples import ExampleEffects
 from agent_host.http.application import create_app
@@ -204,11 +205,15 @@ async def test_the_runner_refuses_an_edit_that_does_not_match_what_was_recorded(
     )
     assert resp.status == 200
     key = K.Keys(rid).request(rid)
-    stored = Approve.model_validate_json(await api.host.redis.hget(key, "decision") or b"")
+    sealer, where = api.host.store.sealed.sealer, {"run_id": run_id, "record_id": rid}
+    raw = as_text(await api.host.redis.hget(key, "decision") or b"")
+    stored = Approve.model_validate_json(sealer.open(raw, **where, field="decision"))
     tampered = stored.model_copy(
         update={"edited_arguments": {**(stored.edited_arguments or {}), "amount": 999.0}}
     )
-    await api.host.redis.hset(key, "decision", tampered.model_dump_json())
+    # sealed as the store would: only a writer holding the key gets this far
+    forged = sealer.seal(tampered.model_dump_json(), **where, field="decision")
+    await api.host.redis.hset(key, "decision", forged)
     await api.env.drain()
 
     detail = await api.run(run_id)

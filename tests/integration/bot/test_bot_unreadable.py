@@ -14,6 +14,7 @@ from agent_host.durable import keys as K
 from agent_host.durable.crypto import KeyRing, generate_key
 from agent_host.durable.sealed_fields import FieldSealer
 from bot import blocks
+from tests.support.replies import flat
 from tests.support.stack import API_TOKEN, CHANNEL, REVIEWER, Stack, running_stack
 
 UNREADABLE = "[unreadable: sealed under key 'gone', which is not in COUNTERSIGN_ENCRYPTION_KEYS]"
@@ -32,7 +33,8 @@ async def api_get(stack: Stack, path: str) -> Any:
 async def slash(stack: Stack, text: str) -> str:
     reply = await stack.standin.slash(REVIEWER, CHANNEL, "/approvals", text)
     assert reply.status == 200, reply.body
-    return str(json.loads(reply.body)["text"])
+    body = json.loads(reply.body)
+    return flat(body["text"], body.get("blocks"))  # the pending list is blocks
 
 
 async def test_unreadable_arguments_are_shown_as_such_and_can_only_be_rejected(
