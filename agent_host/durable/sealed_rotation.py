@@ -67,18 +67,21 @@ if m > 0 and redis.call('EXISTS', KEYS[1]) == 1 then
   local entries = redis.call('XRANGE', KEYS[1], '-', '+')
   for _, entry in ipairs(entries) do
     local fields = entry[2]
-    local scope, detail = '', nil
+    local scope, repeats = '', {}
     for i = 1, #fields, 2 do
       if fields[i] == 'request_id' then scope = fields[i + 1] end
-      if fields[i] == 'detail' then detail = i + 1 end
+      -- `detail` repeats a decision, output or error; a quorum vote's `decision` its own
+      if fields[i] == 'detail' or fields[i] == 'decision' then repeats[#repeats + 1] = i + 1 end
     end
-    if detail then
-      local new = news[scope .. '\\0' .. fields[detail]]
+    local changed = false
+    for _, at_value in ipairs(repeats) do
+      local new = news[scope .. '\\0' .. fields[at_value]]
       if new then
-        fields[detail] = new
-        entries_swapped = entries_swapped + 1
+        fields[at_value] = new
+        changed = true
       end
     end
+    if changed then entries_swapped = entries_swapped + 1 end
   end
   if entries_swapped > 0 then
     redis.call('DEL', KEYS[1])
@@ -127,7 +130,7 @@ class _Plan:
         return new
 
     async def execute(self, script: AsyncScript, audit: str) -> int:
-        if not self.updates:
+        if not self.updates and not self.swaps:
             return 0
         keys = [audit]
         index: dict[str, int] = {}
@@ -158,6 +161,9 @@ async def reseal_run(
                 pipe.hgetall(k.request(request_id))
             requests = [_text_map(r) for r in await pipe.execute()]
         ledger = _text_map(await redis.hgetall(k.ledger))
+        entries: Any = await redis.xrange(k.audit)
+        audit = [_text_map(fields) for _, fields in entries or []]
+        votes = [(e.get("request_id", ""), e.get("decision", "")) for e in audit]
     except ResponseError as exc:  # WRONGTYPE: a key of the run holds something else
         return Resealed(damaged=[f"a key of the run holds another kind of value ({exc})"])
 
@@ -175,6 +181,17 @@ async def reseal_run(
             new = plan.value(key, name, value, where=where, record_id=request_id, sealed_as=name)
             if new is not None and name == "decision":
                 plan.swaps.append((request_id, value, new))  # DECIDE / PAUSE repeated it
+    planned = {old for _, old, _ in plan.swaps}
+    for request_id, vote in votes:  # a quorum vote's decision lives only in its audit entry
+        if not request_id or vote in planned or not sealer.needs_resealing(vote):
+            continue
+        try:
+            fresh = sealer.reseal(vote, run_id=run_id, record_id=request_id, field="decision")
+        except SealedFieldError as exc:
+            plan.damaged.append(f"a vote on request {request_id} not re-sealed: {exc}")
+            continue
+        plan.swaps.append((request_id, vote, fresh))
+        planned.add(vote)
     for call_id, value in ledger.items():
         if value.startswith(DONE):  # `done:` + the sealed result; `started` has none
             plan.value(

@@ -11,7 +11,7 @@ from typing import Any
 import redis as redis_sync
 from redis.asyncio import Redis
 
-from agent_host.approvals import ApprovalService
+from agent_host.approvals import ApprovalService, Route
 from agent_host.durable import keys as K
 from agent_host.durable.crypto import KeyRing, generate_key
 from agent_host.durable.redis_ledger import DONE, RedisLedger
@@ -272,3 +272,27 @@ async def test_rotation_leaves_a_field_rewritten_meanwhile_as_it_is(
 
     assert done.damaged == [] and done.fields == 2  # the arguments and the reason, not input
     assert await hget(redis, k.run, "input") == meanwhile
+
+
+async def test_a_quorum_votes_comment_is_sealed_and_re_sealed_by_rotation(redis: Redis) -> None:
+    """A vote short of the quorum keeps its decision only in its audit entry: sealed there,
+    and rotated there, so retiring the old key loses no comment."""
+
+    class Quorum2:
+        async def route(self, agent: str, tool: str, severity: str) -> Route:
+            return Route(route_id="q2", quorum=2)
+
+    words = canary()
+    env = make_env(redis, router=Quorum2(), keyring=KeyRing.parse(KEY_A))
+    run_id = await env.start("refund-agent", "refund order 123")
+    [request] = await env.pending_requests(run_id)
+    vote = Approve(decided_by="U-alice", comment=f"first look {words}")
+    assert (await env.store.decide(request.request_id, vote)).outcome == "progress"
+    assert not await keys_holding(redis, words)  # sealed in the audit entry too
+
+    await rotate_checkpoints(redis, KeyRing.parse(f"{KEY_B},{KEY_A}"))
+
+    assert (await sealed_kids(redis))[K.Keys(run_id).audit] == {"kB"}
+    fresh = make_env(redis, router=Quorum2(), keyring=KeyRing.parse(KEY_B))
+    votes = [e for e in await fresh.store.audit(run_id) if e["event"] == "approval"]
+    assert [words in e["decision"] for e in votes] == [True]
