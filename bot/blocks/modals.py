@@ -77,7 +77,7 @@ def comment_input(*, optional: bool) -> Block:
     return _input(
         COMMENT_BLOCK,
         COMMENT_INPUT,
-        "Comment (optional)" if optional else "Comment",
+        "Comment",  # Slack itself marks an optional input "(optional)"
         "Why you approve, or what to watch for. The agent reads this.",
         optional=optional,
     )
