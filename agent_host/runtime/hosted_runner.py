@@ -11,7 +11,7 @@ to the pause.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from agent_host.errors import CheckpointError, CountersignError
@@ -53,12 +53,9 @@ class HostedRunner:
         self, agent: HostedAgent, state: RunState, journal: TurnJournal = NO_JOURNAL
     ) -> RunOutcome:
         guard = CallGuard(state.run_id, state.agent_fingerprint, self.ledger)
-        try:
-            step = await agent.start(state.input, guard)
-        except CountersignError:
-            raise
-        except Exception as exc:
-            return _failed(state, agent, exc)
+        step = await _step(state, agent, agent.start(state.input, guard))
+        if isinstance(step, Failed):
+            return step
         outcome = await self._continue(agent, state, step, guard)
         if outcome is not None:
             return outcome
@@ -87,12 +84,9 @@ class HostedRunner:
                     f"run {state.run_id}: the checkpoint holds no {agent.framework} state "
                     "to resume from"
                 )
-            try:
-                step = await agent.resume(state.hosted_state, decisions, guard)
-            except CountersignError:
-                raise
-            except Exception as exc:
-                return _failed(state, agent, exc)
+            step = await _step(state, agent, agent.resume(state.hosted_state, decisions, guard))
+            if isinstance(step, Failed):
+                return step
             outcome = await self._continue(agent, state, step, guard)
             if outcome is not None:
                 return outcome
@@ -231,7 +225,19 @@ def _settle(state: RunState, guard: CallGuard) -> None:
             record.outcome, record.result = "unknown_outcome", NOT_RUN_BY_FRAMEWORK
 
 
-def _failed(state: RunState, agent: HostedAgent, exc: Exception) -> RunOutcome:
+async def _step(
+    state: RunState, agent: HostedAgent, running: Coroutine[Any, Any, Step]
+) -> Step | Failed:
+    """The framework's step; countersign's own errors go up, the framework's fail the run."""
+    try:
+        return await running
+    except CountersignError:
+        raise
+    except Exception as exc:
+        return _failed(state, agent, exc)
+
+
+def _failed(state: RunState, agent: HostedAgent, exc: Exception) -> Failed:
     log.info("run %s: the %s agent raised %s", state.run_id, agent.framework, type(exc).__name__)
     state.status = "failed"
     state.error = f"the {agent.framework} agent failed: {type(exc).__name__}: {exc}"

@@ -19,7 +19,6 @@ reaches the model the same way, after the tool's result.
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from collections.abc import Mapping
@@ -37,7 +36,7 @@ from agent_host.errors import (
 from agent_host.runtime.agents import Agent, AgentRegistry, canonical_json
 from agent_host.runtime.checkpoint import CallRecord, RunState, call_hash
 from agent_host.runtime.decisions import Answer, Approve, Decision, Expired, Reject, RequestChanges
-from agent_host.runtime.hosted import HostedAgent
+from agent_host.runtime.hosted import HostedAgent, as_text
 from agent_host.runtime.hosted_runner import HostedRunner
 from agent_host.runtime.journal import NO_JOURNAL, TurnJournal
 from agent_host.runtime.ledger import ExecutionLedger, InMemoryLedger
@@ -227,7 +226,7 @@ class Runner:
         ctx = ToolContext(state.run_id, record.call_id, agent.name, state.context)
         try:
             value = await tool.invoke(arguments, ctx)
-            record.outcome, record.result = "executed", _as_text(value)
+            record.outcome, record.result = "executed", as_text(value)
         except PauseRequest as request:
             record.gate, record.question = "question", request.question
             record.severity, record.reason = str(request.severity), request.question
@@ -470,12 +469,3 @@ def _append_results(state: RunState) -> None:
 def _fail(state: RunState, error: str) -> Failed:
     state.status, state.error = "failed", error
     return Failed(state, error)
-
-
-def _as_text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(value, default=str)
-    except (TypeError, ValueError):
-        return str(value)
