@@ -4,7 +4,8 @@ Each runs from an outbox entry the ladder wrote when it claimed the step, so it 
 until the chat side takes it or refuses it for good. Whatever was posted is recorded
 (`Ladder.record_reminder`, `Ladder.record_copy`) before the entry is acknowledged: a
 redelivered entry finds it and posts nothing again. A request decided meanwhile gets no
-reminder and no new copy.
+reminder and no new copy. The calls of a bulk message share its thread: the first of them
+to come due reminds there for all of them (`BulkBook.claim_reminder`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import logging
 
 from agent_host.approvals import ApprovalRequest
 from agent_host.approvals.notifier import Notifier
+from agent_host.durable.bulks import BulkBook
 from agent_host.durable.ladder import Ladder
 from agent_host.durable.store import RunStore
 from agent_host.errors import DeliveryFailed, RetryLater
@@ -23,8 +25,11 @@ log = logging.getLogger(__name__)
 
 
 class LadderDelivery:
-    def __init__(self, store: RunStore, notifier: Notifier, ladder: Ladder) -> None:
+    def __init__(
+        self, store: RunStore, notifier: Notifier, ladder: Ladder, book: BulkBook | None = None
+    ) -> None:
         self.store, self.notifier, self.ladder = store, notifier, ladder
+        self.book = book or BulkBook(store)
 
     async def remind(self, request: ApprovalRequest) -> None:
         """A reply in the thread of the request's message, mentioning its reviewers."""
@@ -34,6 +39,10 @@ class LadderDelivery:
             if request.delivery == "undeliverable":
                 return  # it never reached chat: there is no thread to remind in
             raise RetryLater(f"request {request.request_id} is not posted yet")
+        if request.only_in_bulk and not await self.book.claim_reminder(
+            request.bulk_id, request.request_id
+        ):
+            return  # another call of the same message reminds in its thread
         try:
             ref = await self.notifier.request_reminded(request)
         except DeliveryFailed as failure:  # e.g. the message was deleted

@@ -45,11 +45,17 @@ def reminder_text(request: ApprovalRequest) -> str:
     if len(reviewers) > REMINDER_MENTIONS_MAX:
         named += f" and {len(reviewers) - REMINDER_MENTIONS_MAX} more reviewers"
     who = f"{named} " if named else ""
-    lines = [
-        f"{who}:alarm_clock: Request {inline_code(request.request_id)} "
-        f"({short(request.tool, 100)}) has been waiting for a decision since "
-        f"{date(request.created_at)}."
-    ]
+    if request.only_in_bulk:  # one reminder for every call of the message
+        lines = [
+            f"{who}:alarm_clock: The calls in this message have been waiting for a decision "
+            f"since {date(request.created_at)}."
+        ]
+    else:
+        lines = [
+            f"{who}:alarm_clock: Request {inline_code(request.request_id)} "
+            f"({short(request.tool, 100)}) has been waiting for a decision since "
+            f"{date(request.created_at)}."
+        ]
     if not reviewers:
         lines.append("Anyone here may decide it.")
     route = request.route
