@@ -166,7 +166,8 @@ class SlackNotifier:
     async def request_reminded(self, request: ApprovalRequest) -> MessageRef | None:
         """A reply in the request's thread that mentions the route's reviewers."""
         text = escalation.reminder_text(request)
-        channel, thread = request.message_channel, request.message_ts
+        # A call of a bulk message, even one posted on its own in its thread: that thread.
+        channel, thread = request.message_channel, request.bulk_ts or request.message_ts
         reply = await self._call(
             channel,
             lambda: self.client.chat_postMessage(channel=channel, thread_ts=thread, text=text),

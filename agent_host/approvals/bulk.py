@@ -152,7 +152,8 @@ class BulkTally:
 
     decided: list[ApprovalRequest] = field(default_factory=list)  # decided now, by this
     progress: list[ApprovalRequest] = field(default_factory=list)  # a vote towards a quorum
-    already: list[ApprovalRequest] = field(default_factory=list)  # decided before (or voted)
+    already: list[ApprovalRequest] = field(default_factory=list)  # decided before
+    voted: list[ApprovalRequest] = field(default_factory=list)  # this decider's vote is in
     refused: list[tuple[ApprovalRequest, str]] = field(default_factory=list)  # left pending
     missing: list[str] = field(default_factory=list)  # request ids that do not exist
 
@@ -201,8 +202,10 @@ def _count(tally: BulkTally, request: ApprovalRequest, result: DecideResult) -> 
         tally.decided.append(current)
     elif result.outcome == "progress":
         tally.progress.append(current)
-    elif result.outcome in ("already_decided", "duplicate_vote"):
+    elif result.outcome == "already_decided":
         tally.already.append(current)
+    elif result.outcome == "duplicate_vote":
+        tally.voted.append(current)
     elif result.outcome == "not_found":
         tally.missing.append(request.request_id)
     else:

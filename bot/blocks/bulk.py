@@ -49,6 +49,7 @@ __all__ = ["ROWS_MAX", "bulk_message", "bulk_reject_modal", "tools_summary"]
 
 ROWS_MAX = 40  # calls listed in the table; the rest are counted
 TOOL_MAX = 60  # characters of a tool's name in a row
+AGENT_MAX = 60  # characters of the agent's name in the confirm dialog
 ARGUMENTS_MAX = 100  # plain characters of a row's arguments (escaped: at most 5x)
 SEVERITY_MAX = 20
 REASONS_MAX = 3  # distinct reasons shown above the table
@@ -134,9 +135,9 @@ def _tally(requests: Sequence[ApprovalRequest]) -> str:
 def _confirm(bulk: Bulk, waiting: Sequence[ApprovalRequest]) -> Block:
     n = len(waiting)
     dialog = (
-        f"{bulk.agent} will run {n} call{'s' if n != 1 else ''}: {tools_summary(waiting)}. "
-        "Each is approved exactly as listed (its hash); any you may not decide stays "
-        "waiting. Approve all of them?"
+        f"{n} call{'s' if n != 1 else ''}: {tools_summary(waiting)}, for agent "
+        f"{plain_within(one_line(bulk.agent), AGENT_MAX)}. Each is approved exactly as "
+        "listed (its hash); any you may not decide stays waiting."
     )
     critical = any(r.severity.lower() == "critical" for r in waiting)
     return {

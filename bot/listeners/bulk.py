@@ -129,6 +129,11 @@ def tally_text(verb: str, tally: BulkTally) -> str:
             f":ballot_box_with_check: Your approval is recorded on {len(tally.progress)} "
             "call(s) that need more approvals:\n" + _calls([(r, "") for r in tally.progress])
         )
+    if tally.voted:
+        lines.append(
+            f"You approved {len(tally.voted)} call(s) already; another reviewer must "
+            "approve them too."
+        )
     if tally.refused:
         lines.append(
             f":no_entry: {len(tally.refused)} call(s) left waiting, not decided by you:\n"

@@ -16,6 +16,7 @@ import aiohttp
 from agent_host.approvals import ApprovalRequest
 from agent_host.durable import keys as K
 from agent_host.durable.outbox import Outbox
+from agent_host.durable.route_book import parse_spec
 from agent_host.examples import ExampleEffects, build_registry
 from agent_host.runtime.agents import Agent, AgentRegistry
 from agent_host.runtime.messages import ModelResponse
@@ -41,7 +42,14 @@ from tests.support.stack import (
 )
 from tests.support.waiting import eventually
 
-from .test_bot_undeliverable import WEBHOOK_SECRET, webhook_approve
+from .test_bot_undeliverable import (
+    ADMIN_DM,
+    SECRET_ROOM,
+    WEBHOOK_SECRET,
+    add_channels,
+    outbox_drained,
+    webhook_approve,
+)
 
 AGENTS = "tests.integration.bot.test_bot_bulk:registry"
 SEVEN = " ".join(f"/tmp/draft-{n}.txt" for n in range(7))
@@ -506,3 +514,81 @@ async def test_a_redelivered_bulk_entry_posts_nothing_again(redis_url: str, tmp_
         await outbox.handle("0-2", entry)
         assert len(stack.standin.calls_to("chat.postMessage")) == 1
         assert len(stack.channel_messages(CHANNEL)) == 1
+
+
+# -- nothing lost, nothing repeated -----------------------------------------------------------
+async def test_a_channel_that_refuses_the_bulk_gets_each_call_rerouted_and_the_admins_told(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async with running_stack(redis_url, tmp_path) as stack:
+        add_channels(stack)
+        await stack.bot.routes.add(parse_spec(f"agent=cleanup-agent channel={SECRET_ROOM}"), ADMIN)
+        run_id = await stack.start_run("cleanup-agent", f"delete {SEVEN}")
+        requests = await stack.pending_requests(run_id, 7)  # each posted somewhere
+        assert {r.message_channel for r in requests} == {CHANNEL}
+        assert all(r.delivery == "undeliverable" and not r.bulk_ts for r in requests)
+        assert len(stack.channel_messages(CHANNEL)) == 7  # each on its own, saying why
+        bulk = await stack.host.bulks.get(requests[0].bulk_id)
+        assert bulk is not None and bulk.fallback and not bulk.posted
+
+        async def admins_told() -> list[dict[str, Any]] | None:
+            found = stack.channel_messages(ADMIN_DM)
+            return found if len(found) == 7 else None
+
+        await eventually(admins_told)
+        for request in requests:  # decided on its own message, as any rerouted request
+            await stack.standin.click(REVIEWER, CHANNEL, request.message_ts, blocks.APPROVE)
+        await stack.run_status(run_id, "succeeded")
+        assert stack.effects.count("delete_file") == 7
+
+
+async def test_the_calls_of_one_message_share_one_reminder_in_its_thread(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async with running_stack(redis_url, tmp_path) as stack:
+        spec = f"agent=cleanup-agent channel={CHANNEL} remind_after=1s"
+        added = await stack.standin.slash(ADMIN, CHANNEL, "/approvals", f"route add {spec}")
+        assert "Added route" in added.json()["text"], added.body
+        run_id = await stack.start_run("cleanup-agent", f"delete {SEVEN}")
+        requests = await bulk_of(stack, run_id)
+
+        async def all_reminded() -> bool:
+            events = await audit_events(stack, run_id)
+            return all(events[(r.request_id, "reminded")] == 1 for r in requests)
+
+        await eventually(all_reminded)  # each call's step is taken, and audited
+        await outbox_drained(stack)
+        [reminder] = stack.thread(CHANNEL, requests[0].bulk_ts)
+        assert "The calls in this message have been waiting" in reminder["text"]
+        bulk = await stack.host.bulks.get(requests[0].bulk_id)
+        assert bulk is not None and bulk.reminder_by in {r.request_id for r in requests}
+
+
+async def test_a_quorum_applies_to_each_call_of_approve_all(redis_url: str, tmp_path: Path) -> None:
+    async with running_stack(redis_url, tmp_path) as stack:
+        spec = f"agent=cleanup-agent channel={CHANNEL} reviewers=S0REVIEWERS quorum=2"
+        added = await stack.standin.slash(ADMIN, CHANNEL, "/approvals", f"route add {spec}")
+        assert "Added route" in added.json()["text"], added.body
+        run_id = await stack.start_run("cleanup-agent", f"delete {SEVEN}")
+        requests = await bulk_of(stack, run_id)
+
+        await click_bulk(stack, REVIEWER, requests[0], blocks.BULK_APPROVE)
+        [first] = await stack.wait_ephemerals(REVIEWER)
+        assert "Your approval is recorded on 7 call(s)" in first
+        await tally_shows(stack, requests[0], "(1 of 2 approvals)", "7 waiting")
+        await click_bulk(stack, REVIEWER, requests[0], blocks.BULK_APPROVE)  # again: one vote
+        texts_ = await stack.wait_ephemerals(REVIEWER, 2)
+        assert "You approved 7 call(s) already" in texts_[-1]
+        for request in requests:
+            current = await stack.host.store.get_request(request.request_id)
+            assert current is not None and current.approvals == [REVIEWER]
+            assert current.status == "pending"
+        assert stack.effects.count("delete_file") == 0
+
+        await click_bulk(stack, REVIEWER2, requests[0], blocks.BULK_APPROVE)
+        await stack.run_status(run_id, "succeeded")
+        for request in requests:
+            decided = await stack.decided(request.request_id)
+            assert decided.approvals == [REVIEWER, REVIEWER2]
+        assert stack.effects.count("delete_file") == 7
+        assert len(await resume_entries(stack.host.redis, run_id)) == 1
