@@ -126,6 +126,17 @@ class SlackNotifier:
     async def bulk_updated(self, bulk: Bulk, requests: list[ApprovalRequest]) -> None:
         await self._update(bulk.channel, bulk.ts, *blocks.bulk_message(bulk, requests))
 
+    async def bulk_escalated(
+        self, bulk: Bulk, requests: list[ApprovalRequest], target: str
+    ) -> MessageRef:
+        """A note at `target` linking the bulk message (not a copy of each call)."""
+        link = await self._link(bulk.bulk_id, bulk.channel, bulk.ts)
+        text = escalation.bulk_note(bulk, requests, link)
+        reply = await self._call(
+            target, lambda: self.client.chat_postMessage(channel=target, text=text)
+        )
+        return MessageRef(reply["channel"], reply["ts"])
+
     async def request_updated(self, request: ApprovalRequest) -> None:
         """The original message and every escalated copy; one refused for good (deleted)
         stops none of the others, and is raised once they are done."""
@@ -215,15 +226,17 @@ class SlackNotifier:
 
     async def _permalink(self, request: ApprovalRequest) -> str:
         """The original message's permalink; "" if it has none (never posted, or deleted)."""
-        if not request.message_ts:
+        return await self._link(request.request_id, request.message_channel, request.message_ts)
+
+    async def _link(self, what: str, channel: str, ts: str) -> str:
+        if not ts:
             return ""
-        channel, ts = request.message_channel, request.message_ts
         try:
             reply = await self._call(
                 None, lambda: self.client.chat_getPermalink(channel=channel, message_ts=ts)
             )
         except DeliveryFailed as failure:
-            log.warning("no permalink for request %s: %s", request.request_id, failure)
+            log.warning("no permalink for %s: %s", what, failure)
             return ""
         return escalation.safe_link(str(reply.get("permalink") or ""))
 

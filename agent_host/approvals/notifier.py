@@ -62,6 +62,13 @@ class Notifier(Protocol):
         """Show the calls of `bulk` as they are now in its message."""
         ...
 
+    async def bulk_escalated(
+        self, bulk: Bulk, requests: list[ApprovalRequest], target: str
+    ) -> MessageRef:
+        """A note at `target` (one of `escalation_targets`) that the calls of `bulk` still
+        wait, linking its message."""
+        ...
+
     async def request_reminded(self, request: ApprovalRequest) -> MessageRef | None:
         """Remind the route's reviewers in the thread of the request's message."""
         ...
@@ -126,6 +133,11 @@ class LoggingNotifier:
     async def bulk_updated(self, bulk: Bulk, requests: list[ApprovalRequest]) -> None:
         waiting = sum(1 for r in requests if not r.decided)
         log.info("bulk %s: %d of %d calls waiting", bulk.bulk_id, waiting, len(requests))
+
+    async def bulk_escalated(
+        self, bulk: Bulk, requests: list[ApprovalRequest], target: str
+    ) -> MessageRef:
+        raise DeliveryFailed("no_chat", target)
 
     async def request_reminded(self, request: ApprovalRequest) -> MessageRef | None:
         log.info("request %s is still waiting for a decision", request.request_id)

@@ -73,18 +73,20 @@ return {'split', queued}
 """
 
 # KEYS: bulk
-# ARGV: request id
-# The first member whose reminder comes due claims the bulk's one reminder; a redelivery
-# of its own entry finds it its own.
-CLAIM_REMINDER = """
-local by = redis.call('HGET', KEYS[1], 'reminder_by')
+# ARGV: the step's field (reminder_by, escalation_by), request id
+# The first member whose step comes due claims the bulk's one reminder (or escalation); a
+# redelivery of its own entry finds it its own.
+CLAIM_STEP = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local by = redis.call('HGET', KEYS[1], ARGV[1])
 if not by or by == '' then
-  redis.call('HSET', KEYS[1], 'reminder_by', ARGV[1])
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
   return 1
 end
-if by == ARGV[1] then return 1 end
+if by == ARGV[2] then return 1 end
 return 0
 """
+ESCALATED_TO = "escalated:"  # + destination: the escalation note posted there (its ts)
 
 Split = Literal["split", "taken", "gone"]
 
@@ -97,7 +99,7 @@ class BulkBook:
         self.redis = redis
         self._record_posted = redis.register_script(RECORD_POSTED)
         self._split = redis.register_script(SPLIT)
-        self._claim_reminder = redis.register_script(CLAIM_REMINDER)
+        self._claim_step = redis.register_script(CLAIM_STEP)
 
     async def get(self, bulk_id: str) -> Bulk | None:
         try:
@@ -143,6 +145,23 @@ class BulkBook:
 
     async def claim_reminder(self, bulk_id: str, request_id: str) -> bool:
         """Whether `request_id`'s reminder is the bulk message's one reminder."""
+        return await self._claim(bulk_id, "reminder_by", request_id)
+
+    async def claim_escalation(self, bulk_id: str, request_id: str) -> bool:
+        """Whether `request_id`'s escalation is the bulk message's one escalation."""
+        return await self._claim(bulk_id, "escalation_by", request_id)
+
+    async def _claim(self, bulk_id: str, step: str, request_id: str) -> bool:
         k = K.Keys(bulk_id)
-        mine: Any = await self._claim_reminder(keys=[k.bulk(bulk_id)], args=[request_id])
+        mine: Any = await self._claim_step(keys=[k.bulk(bulk_id)], args=[step, request_id])
         return bool(mine)
+
+    async def escalated_to(self, bulk_id: str) -> set[str]:
+        """Where the bulk's escalation note was posted already."""
+        fields: Any = await self.redis.hkeys(K.Keys(bulk_id).bulk(bulk_id))
+        names = (as_text(f) for f in fields)
+        return {n.removeprefix(ESCALATED_TO) for n in names if n.startswith(ESCALATED_TO)}
+
+    async def record_escalation(self, bulk_id: str, target: str, ts: str) -> None:
+        """The note is posted at `target`: a redelivered entry posts it there no more."""
+        await self.redis.hset(K.Keys(bulk_id).bulk(bulk_id), f"{ESCALATED_TO}{target}", ts)

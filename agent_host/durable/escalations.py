@@ -5,7 +5,8 @@ until the chat side takes it or refuses it for good. Whatever was posted is reco
 (`Ladder.record_reminder`, `Ladder.record_copy`) before the entry is acknowledged: a
 redelivered entry finds it and posts nothing again. A request decided meanwhile gets no
 reminder and no new copy. The calls of a bulk message share its thread: the first of them
-to come due reminds there for all of them (`BulkBook.claim_reminder`).
+to come due reminds there for all of them (`BulkBook.claim_reminder`), and is escalated for
+all of them: one note per destination linking the message, not a copy of each call.
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ class LadderDelivery:
             return
         if not request.message_ts and request.delivery != "undeliverable":
             raise RetryLater(f"request {request.request_id} is not posted yet: nothing to link")
+        if request.only_in_bulk:
+            await self._escalate_bulk(request)
+            return
         try:
             targets = await self.notifier.escalation_targets(request)
         except DeliveryFailed as failure:  # e.g. a user group without members
@@ -85,6 +89,36 @@ class LadderDelivery:
                 await self.store.count_delivered(request.request_id)
         if added:
             await self._refresh(request.request_id)
+
+    async def _escalate_bulk(self, request: ApprovalRequest) -> None:
+        """One note per destination for every call of the bulk message, linking it (each
+        call is also in its reviewers' App Home tab, with its buttons)."""
+        if not await self.book.claim_escalation(request.bulk_id, request.request_id):
+            return  # another call of the same message escalates for all of them
+        bulk = await self.book.get(request.bulk_id)
+        if bulk is None:
+            return
+        requests = await self.book.requests(bulk)
+        if all(r.decided for r in requests):
+            return
+        try:
+            targets = await self.notifier.escalation_targets(request)
+        except DeliveryFailed as failure:
+            await self.store.record_delivery_failure(request.request_id, failure, "bulk_escalated")
+            return
+        done = await self.book.escalated_to(bulk.bulk_id)
+        for target in targets:
+            if target in done:
+                continue
+            try:
+                ref = await self.notifier.bulk_escalated(bulk, requests, target)
+            except DeliveryFailed as failure:  # one destination refusing stops no other
+                await self.store.record_delivery_failure(
+                    request.request_id, failure, "bulk_escalated"
+                )
+                continue
+            await self.book.record_escalation(bulk.bulk_id, target, ref.ts)
+            await self.store.count_delivered(request.request_id)
 
     async def _refresh(self, request_id: str) -> None:
         """Update every message of the request as it is now: the original shows where it

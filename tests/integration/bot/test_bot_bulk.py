@@ -592,3 +592,26 @@ async def test_a_quorum_applies_to_each_call_of_approve_all(redis_url: str, tmp_
             assert decided.approvals == [REVIEWER, REVIEWER2]
         assert stack.effects.count("delete_file") == 7
         assert len(await resume_entries(stack.host.redis, run_id)) == 1
+
+
+async def test_an_escalation_posts_one_note_linking_the_message_not_a_copy_of_each_call(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async with running_stack(redis_url, tmp_path) as stack:
+        spec = f"agent=cleanup-agent channel={CHANNEL} escalate_after=1s escalate_to=<#{OPS}>"
+        added = await stack.standin.slash(ADMIN, CHANNEL, "/approvals", f"route add {spec}")
+        assert "Added route" in added.json()["text"], added.body
+        run_id = await stack.start_run("cleanup-agent", f"delete {SEVEN}")
+        requests = await bulk_of(stack, run_id)
+
+        async def all_escalated() -> bool:
+            events = await audit_events(stack, run_id)
+            return all(events[(r.request_id, "escalated")] == 1 for r in requests)
+
+        await eventually(all_escalated)  # each call's step is taken, and audited
+        await outbox_drained(stack)
+        [note] = stack.channel_messages(OPS)
+        assert "Escalated" in note["text"] and "7 of 7 calls of cleanup-agent" in note["text"]
+        assert f"in <#{CHANNEL}>" in note["text"] and "|the message>" in note["text"]
+        assert OPS in await stack.host.bulks.escalated_to(requests[0].bulk_id)
+        assert all(not r.escalations for r in await stack.host.store.run_requests(run_id))
