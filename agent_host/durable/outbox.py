@@ -98,6 +98,8 @@ class Outbox:
     async def _post(self, request: ApprovalRequest, entry: dict[str, str]) -> None:
         if request.message_ts and not request.only_in_bulk:
             return  # posted already (a redelivery after the ts was saved)
+        if request.only_in_bulk and request.decided:
+            return  # one by one, but decided meanwhile: its bulk message shows it
         if request.delivery == "undeliverable":
             # Refused for good before, and the fallback did not finish: carry on with it.
             failure = DeliveryFailed(request.delivery_error, request.route.destination)
