@@ -4,7 +4,8 @@ Every environment variable countersign reads is a field here (or, for Slack's, i
 `bot.slack_settings`): nothing else reads the environment. A missing or invalid setting stops
 start-up with a message naming the variable.
 
-    CoreSettings   data directory, agents, encryption keys, routes, channels, admins
+    CoreSettings   data directory, agents, encryption keys, routes, channels, admins,
+                   the bulk-message threshold
     RedisSettings  where Redis is (unset: an embedded redis-server)
     HttpSettings   the port, the API token, the webhook secret, body limits, callback hosts
     ModelSettings  the OpenAI-compatible model your own agents may use
@@ -51,6 +52,9 @@ class CoreSettings(_Base):
     routes_file: Path | None = Field(None, validation_alias=env("COUNTERSIGN_ROUTES_FILE"))
     default_channel: str = Field("", validation_alias=env("COUNTERSIGN_DEFAULT_CHANNEL"))
     admins: str = Field("", validation_alias=env("COUNTERSIGN_ADMINS"))
+    # More approval calls than this in one turn, to one channel: one message for them all
+    # (Approve all, Reject all, Review one by one); 0 posts every call on its own.
+    bulk_threshold: int = Field(5, ge=0, validation_alias=env("COUNTERSIGN_BULK_THRESHOLD"))
     # For tests only: a crash point to stop at, and a file the example agents journal to.
     crash_at: str | None = Field(None, validation_alias=env("COUNTERSIGN_CRASH_AT"))
     example_journal: Path | None = Field(None, validation_alias=env("COUNTERSIGN_EXAMPLE_JOURNAL"))

@@ -20,11 +20,13 @@ from slack_bolt.async_app import AsyncApp
 from slack_bolt.logger.messages import warning_client_prioritized_and_token_skipped
 
 from agent_host.approvals import ApprovalService
+from agent_host.durable.bulks import BulkBook
 from agent_host.durable.seen_once import SeenOnce
 from bot import blocks
 from bot.home import HomeTab
 from bot.listeners.after_ack import BackgroundTasks, Replies
 from bot.listeners.budget import LISTENER_BUDGET
+from bot.listeners.bulk import BULK_ACTIONS, bulk_button_listener, bulk_form_listener
 from bot.listeners.buttons import ACTIONS, button_listener
 from bot.listeners.commands import COMMAND, command_listener
 from bot.listeners.events import HOME_OPENED, home_opened_listener, once_per_event
@@ -70,6 +72,7 @@ def build_bolt_app(
     tasks: BackgroundTasks,
     home: HomeTab | None = None,
     seen_events: SeenOnce | None = None,
+    bulks: BulkBook | None = None,
 ) -> AsyncApp:
     app = AsyncApp(
         client=client,
@@ -90,6 +93,11 @@ def build_bolt_app(
     on_submit = form_listener(approvals)
     for callback_id in FORMS:
         app.view(callback_id)(on_submit)
+    if bulks is not None:  # messages of many calls: Approve all, Reject all, one by one
+        on_bulk = bulk_button_listener(approvals, bulks, replies)
+        for action_id in BULK_ACTIONS:
+            app.action(action_id)(on_bulk)
+        app.view(blocks.BULK_REJECT_MODAL)(bulk_form_listener(approvals, bulks, replies))
     app.command(COMMAND)(command_listener(commands))
     app.action(blocks.PENDING_NEXT)(pages_listener(commands, tasks))
     if home is not None:

@@ -10,6 +10,10 @@ The escalation ladder: a reminder is a reply in the request's thread; an escalat
 a copy, buttons included, to a channel, a user, or each member of a user group (a direct
 message each, at most ESCALATION_DMS_MAX), linking the original (`chat.getPermalink`).
 Every update of the request is made to the original and to each copy alike.
+
+Many calls of one turn to one channel share one message (`bulk_posted`, `bulk_updated`); a
+call of such a message posted on its own later ("Review one by one") goes in its thread,
+and until then the call's own updates leave that message to `bulk_updated`.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 
 from agent_host.approvals import ApprovalRequest, EscalatedCopy
+from agent_host.approvals.bulk import Bulk
 from agent_host.approvals.notifier import MessageRef, RunSummary
 from agent_host.durable.outbox import RetryLater
 from agent_host.errors import DeliveryFailed
@@ -93,8 +98,42 @@ class SlackNotifier:
             )
             raise RetryLater("no channel to post to")
         text, body = blocks.approval_message(request)
+        if request.bulk_ts:  # one by one, from its bulk message: in that message's thread
+            channel, thread = request.message_channel or channel, request.bulk_ts
+            reply = await self._call(
+                channel,
+                lambda: self.client.chat_postMessage(
+                    channel=channel, thread_ts=thread, text=text, blocks=body
+                ),
+            )
+            return MessageRef(reply["channel"], reply["ts"])
         reply = await self._call(
             channel, lambda: self.client.chat_postMessage(channel=channel, text=text, blocks=body)
+        )
+        return MessageRef(reply["channel"], reply["ts"])
+
+    async def bulk_posted(self, bulk: Bulk, requests: list[ApprovalRequest]) -> MessageRef | None:
+        channel = bulk.destination or self.default_channel
+        if not channel:
+            log.warning("bulk %s has no channel: set COUNTERSIGN_DEFAULT_CHANNEL", bulk.bulk_id)
+            raise RetryLater("no channel to post to")
+        text, body = blocks.bulk_message(bulk, requests)
+        reply = await self._call(
+            channel, lambda: self.client.chat_postMessage(channel=channel, text=text, blocks=body)
+        )
+        return MessageRef(reply["channel"], reply["ts"])
+
+    async def bulk_updated(self, bulk: Bulk, requests: list[ApprovalRequest]) -> None:
+        await self._update(bulk.channel, bulk.ts, *blocks.bulk_message(bulk, requests))
+
+    async def bulk_escalated(
+        self, bulk: Bulk, requests: list[ApprovalRequest], target: str
+    ) -> MessageRef:
+        """A note at `target` linking the bulk message (not a copy of each call)."""
+        link = await self._link(bulk.bulk_id, bulk.channel, bulk.ts)
+        text = escalation.bulk_note(bulk, requests, link)
+        reply = await self._call(
+            target, lambda: self.client.chat_postMessage(channel=target, text=text)
         )
         return MessageRef(reply["channel"], reply["ts"])
 
@@ -106,7 +145,7 @@ class SlackNotifier:
         render = blocks.decided_message if request.decided else blocks.approval_message
         text, body = render(request)
         refused: DeliveryFailed | None = None
-        if request.message_ts:
+        if request.message_ts and not request.only_in_bulk:  # (that is `bulk_updated`'s)
             original = _noted(request, text, body)
             if request.escalations:
                 original = escalation.with_note(escalation.escalated_note(request), *original)
@@ -138,7 +177,8 @@ class SlackNotifier:
     async def request_reminded(self, request: ApprovalRequest) -> MessageRef | None:
         """A reply in the request's thread that mentions the route's reviewers."""
         text = escalation.reminder_text(request)
-        channel, thread = request.message_channel, request.message_ts
+        # A call of a bulk message, even one posted on its own in its thread: that thread.
+        channel, thread = request.message_channel, request.bulk_ts or request.message_ts
         reply = await self._call(
             channel,
             lambda: self.client.chat_postMessage(channel=channel, thread_ts=thread, text=text),
@@ -186,15 +226,17 @@ class SlackNotifier:
 
     async def _permalink(self, request: ApprovalRequest) -> str:
         """The original message's permalink; "" if it has none (never posted, or deleted)."""
-        if not request.message_ts:
+        return await self._link(request.request_id, request.message_channel, request.message_ts)
+
+    async def _link(self, what: str, channel: str, ts: str) -> str:
+        if not ts:
             return ""
-        channel, ts = request.message_channel, request.message_ts
         try:
             reply = await self._call(
                 None, lambda: self.client.chat_getPermalink(channel=channel, message_ts=ts)
             )
         except DeliveryFailed as failure:
-            log.warning("no permalink for request %s: %s", request.request_id, failure)
+            log.warning("no permalink for %s: %s", what, failure)
             return ""
         return escalation.safe_link(str(reply.get("permalink") or ""))
 
@@ -209,10 +251,11 @@ class SlackNotifier:
             return
         last = posted[-1]
         text = blocks.outcome_message(run, requests)
+        thread = last.bulk_ts or last.message_ts  # a bulk's calls: in the bulk's thread
         await self._call(
             last.message_channel,
             lambda: self.client.chat_postMessage(
-                channel=last.message_channel, thread_ts=last.message_ts, text=text
+                channel=last.message_channel, thread_ts=thread, text=text
             ),
         )
 

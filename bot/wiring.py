@@ -110,6 +110,7 @@ async def build(settings: ServiceSettings) -> tuple[Host, SlackBot]:
         tasks=tasks,
         home=home,
         seen_events=SeenOnce(redis, "slack-event"),
+        bulks=host.bulks,
     )
     secret = settings.slack_signing_secret or ""
     return host, SlackBot(client, routes, bolt, tasks, session, secret)

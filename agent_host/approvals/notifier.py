@@ -8,7 +8,10 @@ that could not be posted where it was routed goes through `request_rerouted` (po
 somewhere else, saying why) and `request_undeliverable` (tell the people who can fix it).
 The escalation ladder adds `request_reminded` (a reply in the message's thread) and
 `escalation_targets` + `request_escalated` (a copy elsewhere); `request_updated` then
-updates the copies as well as the original.
+updates the copies as well as the original. Many calls of one turn to one channel are
+posted as one message (`bulk_posted`) and kept up to date as they are decided
+(`bulk_updated`); a call posted on its own later ("Review one by one") goes through
+`request_posted` with its `bulk_ts` set (its bulk message's thread).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from agent_host.approvals import ApprovalRequest, EscalatedCopy
+from agent_host.approvals.bulk import Bulk
 from agent_host.errors import DeliveryFailed
 
 __all__ = ["DeliveryFailed", "LoggingNotifier", "MessageRef", "Notifier", "RunSummary"]
@@ -49,6 +53,21 @@ class Notifier(Protocol):
         ...
 
     async def run_finished(self, run: RunSummary, requests: list[ApprovalRequest]) -> None: ...
+
+    async def bulk_posted(self, bulk: Bulk, requests: list[ApprovalRequest]) -> MessageRef | None:
+        """Post one message for the calls of `bulk` (`requests`, in its order)."""
+        ...
+
+    async def bulk_updated(self, bulk: Bulk, requests: list[ApprovalRequest]) -> None:
+        """Show the calls of `bulk` as they are now in its message."""
+        ...
+
+    async def bulk_escalated(
+        self, bulk: Bulk, requests: list[ApprovalRequest], target: str
+    ) -> MessageRef:
+        """A note at `target` (one of `escalation_targets`) that the calls of `bulk` still
+        wait, linking its message."""
+        ...
 
     async def request_reminded(self, request: ApprovalRequest) -> MessageRef | None:
         """Remind the route's reviewers in the thread of the request's message."""
@@ -101,6 +120,24 @@ class LoggingNotifier:
 
     async def run_finished(self, run: RunSummary, requests: list[ApprovalRequest]) -> None:
         log.info("run %s %s", run.run_id, run.status)
+
+    async def bulk_posted(self, bulk: Bulk, requests: list[ApprovalRequest]) -> MessageRef | None:
+        log.info(
+            "approval needed: %d calls of run %s (bulk %s)",
+            len(requests),
+            bulk.run_id,
+            bulk.bulk_id,
+        )
+        return None
+
+    async def bulk_updated(self, bulk: Bulk, requests: list[ApprovalRequest]) -> None:
+        waiting = sum(1 for r in requests if not r.decided)
+        log.info("bulk %s: %d of %d calls waiting", bulk.bulk_id, waiting, len(requests))
+
+    async def bulk_escalated(
+        self, bulk: Bulk, requests: list[ApprovalRequest], target: str
+    ) -> MessageRef:
+        raise DeliveryFailed("no_chat", target)
 
     async def request_reminded(self, request: ApprovalRequest) -> MessageRef | None:
         log.info("request %s is still waiting for a decision", request.request_id)

@@ -134,6 +134,11 @@ class ApprovalRequest:
     # What the run did before this call, sealed by the store like the checkpoint it comes
     # from (base64 of the encrypted `CallContext`); `context` is it opened, never stored.
     sealed_context: str = ""
+    # Posted with other calls of its turn in one message (`approvals.bulk`): that message's
+    # id (its first call's request id) and ts. Until the call is posted on its own too
+    # ("Review one by one"), `message_channel`/`message_ts` are that message's.
+    bulk_id: str = ""
+    bulk_ts: str = ""
     context: CallContext | None = field(default=None, compare=False, repr=False)
     # Fields whose sealed value could not be decrypted, and why (set by the store, never
     # stored); each such field reads "[unreadable: <why>]".
@@ -204,7 +209,14 @@ class ApprovalRequest:
             reminder_ts=raw.get("reminder_ts", ""),
             escalations=escalated_copies(raw.get("escalations", "")),
             sealed_context=raw.get("sealed_context", ""),
+            bulk_id=raw.get("bulk_id", ""),
+            bulk_ts=raw.get("bulk_ts", ""),
         )
+
+    @property
+    def only_in_bulk(self) -> bool:
+        """Shown only in its bulk message (which has no buttons of its own for it)."""
+        return bool(self.bulk_ts) and self.message_ts == self.bulk_ts
 
     def posted_in(self, channel: str) -> bool:
         """Whether a message of this request (the original, or an escalated copy) is in
@@ -242,6 +254,7 @@ class ApprovalRequest:
             "delivery_error": self.delivery_error or None,
             "origin": self.origin or "countersign",
             "editable": list(self.editable),
+            "bulk_id": self.bulk_id or None,
         }
 
 

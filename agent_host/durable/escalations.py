@@ -4,7 +4,9 @@ Each runs from an outbox entry the ladder wrote when it claimed the step, so it 
 until the chat side takes it or refuses it for good. Whatever was posted is recorded
 (`Ladder.record_reminder`, `Ladder.record_copy`) before the entry is acknowledged: a
 redelivered entry finds it and posts nothing again. A request decided meanwhile gets no
-reminder and no new copy.
+reminder and no new copy. The calls of a bulk message share its thread: the first of them
+to come due reminds there for all of them (`BulkBook.claim_reminder`), and is escalated for
+all of them: one note per destination linking the message, not a copy of each call.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import logging
 
 from agent_host.approvals import ApprovalRequest
 from agent_host.approvals.notifier import Notifier
+from agent_host.durable.bulks import BulkBook
 from agent_host.durable.ladder import Ladder
 from agent_host.durable.store import RunStore
 from agent_host.errors import DeliveryFailed, RetryLater
@@ -23,8 +26,11 @@ log = logging.getLogger(__name__)
 
 
 class LadderDelivery:
-    def __init__(self, store: RunStore, notifier: Notifier, ladder: Ladder) -> None:
+    def __init__(
+        self, store: RunStore, notifier: Notifier, ladder: Ladder, book: BulkBook | None = None
+    ) -> None:
         self.store, self.notifier, self.ladder = store, notifier, ladder
+        self.book = book or BulkBook(store)
 
     async def remind(self, request: ApprovalRequest) -> None:
         """A reply in the thread of the request's message, mentioning its reviewers."""
@@ -34,6 +40,10 @@ class LadderDelivery:
             if request.delivery == "undeliverable":
                 return  # it never reached chat: there is no thread to remind in
             raise RetryLater(f"request {request.request_id} is not posted yet")
+        if request.only_in_bulk and not await self.book.claim_reminder(
+            request.bulk_id, request.request_id
+        ):
+            return  # another call of the same message reminds in its thread
         try:
             ref = await self.notifier.request_reminded(request)
         except DeliveryFailed as failure:  # e.g. the message was deleted
@@ -52,6 +62,9 @@ class LadderDelivery:
             return
         if not request.message_ts and request.delivery != "undeliverable":
             raise RetryLater(f"request {request.request_id} is not posted yet: nothing to link")
+        if request.only_in_bulk:
+            await self._escalate_bulk(request)
+            return
         try:
             targets = await self.notifier.escalation_targets(request)
         except DeliveryFailed as failure:  # e.g. a user group without members
@@ -76,6 +89,36 @@ class LadderDelivery:
                 await self.store.count_delivered(request.request_id)
         if added:
             await self._refresh(request.request_id)
+
+    async def _escalate_bulk(self, request: ApprovalRequest) -> None:
+        """One note per destination for every call of the bulk message, linking it (each
+        call is also in its reviewers' App Home tab, with its buttons)."""
+        if not await self.book.claim_escalation(request.bulk_id, request.request_id):
+            return  # another call of the same message escalates for all of them
+        bulk = await self.book.get(request.bulk_id)
+        if bulk is None:
+            return
+        requests = await self.book.requests(bulk)
+        if all(r.decided for r in requests):
+            return
+        try:
+            targets = await self.notifier.escalation_targets(request)
+        except DeliveryFailed as failure:
+            await self.store.record_delivery_failure(request.request_id, failure, "bulk_escalated")
+            return
+        done = await self.book.escalated_to(bulk.bulk_id)
+        for target in targets:
+            if target in done:
+                continue
+            try:
+                ref = await self.notifier.bulk_escalated(bulk, requests, target)
+            except DeliveryFailed as failure:  # one destination refusing stops no other
+                await self.store.record_delivery_failure(
+                    request.request_id, failure, "bulk_escalated"
+                )
+                continue
+            await self.book.record_escalation(bulk.bulk_id, target, ref.ts)
+            await self.store.count_delivered(request.request_id)
 
     async def _refresh(self, request_id: str) -> None:
         """Update every message of the request as it is now: the original shows where it

@@ -21,6 +21,7 @@ from redis.asyncio import Redis
 
 from agent_host.approvals import ApprovalService, ArgumentEditor, ReviewerDirectory, Router
 from agent_host.approvals.notifier import LoggingNotifier, Notifier
+from agent_host.durable.bulks import BulkBook
 from agent_host.durable.callbacks import AiohttpSender, CallbackDelivery, CallbackSender
 from agent_host.durable.crashpoints import CrashPoints
 from agent_host.durable.crypto import ENV_VAR, KeyRing, generate_key
@@ -151,7 +152,13 @@ class Host:
 
     def __post_init__(self) -> None:
         self.crash = CrashPoints(self.settings.crash_at)
-        self.store = RunStore(self.redis, self.keyring, self.router)
+        self.store = RunStore(
+            self.redis,
+            self.keyring,
+            self.router,
+            bulk_threshold=self.settings.bulk_threshold,
+        )
+        self.bulks = BulkBook(self.store)
         self.runner = Runner(self.registry, RedisLedger(self.redis, self.keyring))
         # Edits are checked with the agents the runner resumes with, routed as pauses are.
         editor = ArgumentEditor(self.runner.agent, self.router)

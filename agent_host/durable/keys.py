@@ -176,6 +176,10 @@ class Keys:
     def approvers(self, request_id: str) -> str:
         return f"{self._base}:req:{request_id}:approvers"
 
+    def bulk(self, bulk_id: str) -> str:
+        """A hash: one message for many calls of a pause (`approvals.bulk`), by its id."""
+        return f"{self._base}:bulk:{bulk_id}"
+
     def decided(self, request_id: str) -> str:
         """A list DECIDE pushes to when the request is decided, with a short time to live:
         long polls block on it (BLPOP) instead of polling the request."""

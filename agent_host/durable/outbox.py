@@ -6,7 +6,8 @@ or once the chat side refused it for good (`DeliveryFailed`): retrying that woul
 hide it. Such a refusal is recorded (audit entry, counter); a request that could not be
 posted is also marked undeliverable, its entry copied to the shard's dead-letter stream,
 and it is posted to the fallback destination with the administrators told. The ladder's
-steps (a reminder, an escalation) are delivered by `escalations.LadderDelivery`.
+steps (a reminder, an escalation) are delivered by `escalations.LadderDelivery`, and the
+messages of many calls at once (bulks) by `bulk_delivery.BulkDelivery`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 from agent_host.approvals import ApprovalRequest
 from agent_host.approvals.notifier import Notifier, RunSummary
 from agent_host.durable import keys as K
+from agent_host.durable.bulk_delivery import BulkDelivery
+from agent_host.durable.bulks import BULK_POSTED, BULK_UPDATED, BulkBook
 from agent_host.durable.crashpoints import NEVER, CrashPoints
 from agent_host.durable.escalations import LadderDelivery
 from agent_host.durable.ladder import ESCALATED, REMINDED, Ladder
@@ -35,7 +38,9 @@ class Outbox:
         crash: CrashPoints = NEVER,
     ) -> None:
         self.store, self.notifier, self.crash = store, notifier, crash
-        self.ladder = LadderDelivery(store, notifier, Ladder(store.redis))
+        self.book = BulkBook(store)
+        self.ladder = LadderDelivery(store, notifier, Ladder(store.redis), self.book)
+        self.bulks = BulkDelivery(store, notifier, self.book, self._post)
         self.consumer = ShardedConsumer(
             [
                 StreamConsumer(
@@ -57,6 +62,12 @@ class Outbox:
         if kind == "run_finished":
             await self._run_finished(fields["run_id"])
             return
+        if kind == BULK_POSTED:
+            await self.bulks.post(fields.get("bulk_id", ""), fields | {"entry_id": entry_id})
+            return
+        if kind == BULK_UPDATED:
+            await self.bulks.refresh(fields.get("bulk_id", ""))
+            return
         request = await self.store.get_request(fields.get("request_id", ""))
         if request is None:
             return
@@ -68,20 +79,27 @@ class Outbox:
         elif kind == ESCALATED:
             await self.ladder.escalate(request)
         elif kind in ("request_decided", "request_progress"):
-            if not (request.message_ts or request.escalations) and (
-                request.delivery == "undeliverable"
-            ):
-                return  # it never reached chat: there is no message to update
-            try:
-                await self.notifier.request_updated(request)
-            except DeliveryFailed as failure:  # e.g. the message was deleted: drop it
-                await self.store.record_delivery_failure(request.request_id, failure, kind)
-                return
-            await self.store.count_delivered(request.request_id)
+            await self._updated(request, kind)
+            if request.bulk_id:  # and the tally of the message it was posted with
+                await self.bulks.refresh(request.bulk_id)
+
+    async def _updated(self, request: ApprovalRequest, kind: str) -> None:
+        if not (request.message_ts or request.escalations) and (
+            request.delivery == "undeliverable"
+        ):
+            return  # it never reached chat: there is no message to update
+        try:
+            await self.notifier.request_updated(request)
+        except DeliveryFailed as failure:  # e.g. the message was deleted: drop it
+            await self.store.record_delivery_failure(request.request_id, failure, kind)
+            return
+        await self.store.count_delivered(request.request_id)
 
     async def _post(self, request: ApprovalRequest, entry: dict[str, str]) -> None:
-        if request.message_ts:  # posted already (a redelivery after the ts was saved)
-            return
+        if request.message_ts and not request.only_in_bulk:
+            return  # posted already (a redelivery after the ts was saved)
+        if request.only_in_bulk and request.decided:
+            return  # one by one, but decided meanwhile: its bulk message shows it
         if request.delivery == "undeliverable":
             # Refused for good before, and the fallback did not finish: carry on with it.
             failure = DeliveryFailed(request.delivery_error, request.route.destination)

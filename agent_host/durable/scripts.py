@@ -52,14 +52,17 @@ end
 """
 
 # KEYS: run, checkpoint, requests, run audit, PENDING, DEADLINES, OUTBOX, RESUME, then per
-#       request: request hash, pending-by-destination zset; last: LADDER
+#       request: request hash, pending-by-destination zset; then per bulk: its hash;
+#       last: LADDER
 # ARGV: expected pause id, new pause id, checkpoint blob, now, actor, n, then per request:
-#       request id, created score, seconds until its deadline, fields as JSON
+#       request id, created score, seconds until its deadline, fields as JSON; then the
+#       number of bulks and per bulk: its id, its fields as JSON
 # Deadlines are set from Redis's clock (TIME), the one DECIDE and the sweeper check, so a
 # worker whose clock is off cannot post a request that is already due or due too late.
 # A request whose fields arrive already decided (a call covered by a standing approval) is
 # recorded and audited but never listed, posted or swept; if every request of the pause is
-# such, the run is queued to resume at once.
+# such, the run is queued to resume at once. A request with a `bulk_id` is posted with the
+# others of its bulk: one `requests_posted_bulk` entry per bulk instead of one each.
 PAUSE = (
     _SCHEDULE_LADDER
     + """
@@ -89,13 +92,24 @@ for i = 1, n do
     redis.call('ZADD', by_dest, created, rid)
     redis.call('ZADD', KEYS[6], expires, rid)
     schedule_ladder(KEYS[#KEYS], rid, fields['route'], now_n, tonumber(ARGV[base + 3]))
-    redis.call('XADD', KEYS[7], '*', 'type', 'request_posted', 'request_id', rid)
+    if (fields['bulk_id'] or '') == '' then
+      redis.call('XADD', KEYS[7], '*', 'type', 'request_posted', 'request_id', rid)
+    end
   else
     redis.call('XADD', KEYS[4], '*', 'at', ARGV[4], 'actor', fields['decided_by'],
       'event', fields['status'], 'request_id', rid, 'call_hash', fields['call_hash'],
       'detail', fields['decision'])
   end
   ids[#ids + 1] = rid
+end
+local bulks = tonumber(ARGV[6 + n * 4 + 1] or '0')
+for j = 1, bulks do
+  local bulk_id = ARGV[6 + n * 4 + 1 + (j - 1) * 2 + 1]
+  local bulk = cjson.decode(ARGV[6 + n * 4 + 1 + (j - 1) * 2 + 2])
+  local flat = {}
+  for k, v in pairs(bulk) do flat[#flat + 1] = k; flat[#flat + 1] = v end
+  redis.call('HSET', KEYS[8 + n * 2 + j], unpack(flat))
+  redis.call('XADD', KEYS[7], '*', 'type', 'requests_posted_bulk', 'bulk_id', bulk_id)
 end
 local status = 'waiting'
 if undecided == 0 then status = 'resuming' end

@@ -71,6 +71,9 @@ REQUEST_CLEAR = frozenset(
         "reminder_ts",  # Slack references, like message_ts
         "escalations",  # the escalated copies' channels, ts and permalinks; LADDER appends
         "sealed_context",  # sealed already, by the store with the checkpoint's key ring
+        "bulk_id",  # the request id of the bulk message's first call
+        "bulk_channel",
+        "bulk_ts",  # Slack references, like message_ts
     }
 )  # sealed: arguments, reason, question, decision, and any field not named above
 

@@ -32,6 +32,7 @@ from agent_host.approvals import (
     Router,
     RunRecord,
 )
+from agent_host.approvals.bulk import plan_bulks
 from agent_host.approvals.context import CallContext, context_for
 from agent_host.durable import keys as K
 from agent_host.durable.connections import as_text, unavailable_on_redis_errors
@@ -72,8 +73,14 @@ class RunStore:
         keyring: KeyRing,
         router: Router,
         clock: Callable[[], float] = time.time,
+        *,
+        bulk_threshold: int = 0,
     ) -> None:
+        """`bulk_threshold`: a pause with more approval calls than this to one channel posts
+        them as one message (`approvals.bulk`); 0, the default here, posts each on its own
+        (the `Host` passes COUNTERSIGN_BULK_THRESHOLD)."""
         self.redis = redis
+        self.bulk_threshold = bulk_threshold
         self.keyring = keyring
         self.router = router
         self.clock = clock
@@ -188,6 +195,8 @@ class RunStore:
         args: list[Any] = [expected_pause_id, pause_id, blob, repr(now), actor, len(requests)]
         for request in requests:
             request.pause_id = pause_id
+        bulks = plan_bulks(requests, self.bulk_threshold)  # sets each member's bulk_id
+        for request in requests:
             fields = self.sealed.seal_request(
                 request.to_hash() | {"quorum": str(request.route.quorum)}
             )
@@ -201,6 +210,10 @@ class RunStore:
                 request.route.expiry_seconds,
                 json.dumps(fields),
             ]
+        args.append(len(bulks))
+        for bulk in bulks:
+            script_keys.append(k.bulk(bulk.bulk_id))
+            args += [bulk.bulk_id, json.dumps(bulk.to_hash())]
         script_keys.append(shard.ladder)  # last: the per-request keys come before it
         return bool(await self._pause(keys=script_keys, args=args))
 

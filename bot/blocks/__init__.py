@@ -10,11 +10,13 @@ secret-looking keys are masked at any depth before they are shown (`arguments`).
 - `modals`: the reject, answer and comment forms
 - `edit`: the "Edit & approve" form, built from the tool's schema and read back
 - `outcome`: the thread reply when a run ends
+- `bulk`: one message for many calls of a turn, with Approve all, Reject all, one by one
 """
 
 from __future__ import annotations
 
 from bot.blocks.arguments import MASK, mask_secrets
+from bot.blocks.bulk import bulk_message, bulk_reject_modal
 from bot.blocks.decided import decided_message
 from bot.blocks.edit import block_of, edit_modal, read_edit
 from bot.blocks.ids import (
@@ -25,6 +27,10 @@ from bot.blocks.ids import (
     APPROVE,
     APPROVE_ALWAYS,
     APPROVE_COMMENT,
+    BULK_APPROVE,
+    BULK_REJECT,
+    BULK_REJECT_MODAL,
+    BULK_SPLIT,
     COMMENT_BLOCK,
     COMMENT_INPUT,
     COMMENT_MODAL,
@@ -37,7 +43,10 @@ from bot.blocks.ids import (
     REJECT,
     REJECT_MODAL,
     actions_block_id,
+    bulk_block_id,
+    bulk_value,
     edit_block_id,
+    parse_bulk_value,
 )
 from bot.blocks.limits import MESSAGE_BLOCKS_MAX
 from bot.blocks.message import approval_message, offers_edit
@@ -52,6 +61,10 @@ __all__ = [
     "APPROVE",
     "APPROVE_ALWAYS",
     "APPROVE_COMMENT",
+    "BULK_APPROVE",
+    "BULK_REJECT",
+    "BULK_REJECT_MODAL",
+    "BULK_SPLIT",
     "COMMENT_BLOCK",
     "COMMENT_INPUT",
     "COMMENT_MODAL",
@@ -69,6 +82,10 @@ __all__ = [
     "answer_modal",
     "approval_message",
     "block_of",
+    "bulk_block_id",
+    "bulk_message",
+    "bulk_reject_modal",
+    "bulk_value",
     "comment_modal",
     "decided_message",
     "edit_block_id",
@@ -76,6 +93,7 @@ __all__ = [
     "mask_secrets",
     "offers_edit",
     "outcome_message",
+    "parse_bulk_value",
     "read_edit",
     "reject_modal",
 ]

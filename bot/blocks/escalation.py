@@ -9,14 +9,17 @@ mention or a link here.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from agent_host.approvals import ApprovalRequest
+from agent_host.approvals.bulk import Bulk
 from bot.blocks.elements import Block, context
 from bot.blocks.limits import MESSAGE_BLOCKS_MAX
-from bot.mrkdwn import CHANNEL_ID, channel_link, date, inline_code, mention, short
+from bot.mrkdwn import CHANNEL_ID, channel_link, date, inline_code, mention, one_line, short
 
 __all__ = [
     "REMINDER_MENTIONS_MAX",
+    "bulk_note",
     "copy_note",
     "escalated_note",
     "reminder_text",
@@ -45,11 +48,17 @@ def reminder_text(request: ApprovalRequest) -> str:
     if len(reviewers) > REMINDER_MENTIONS_MAX:
         named += f" and {len(reviewers) - REMINDER_MENTIONS_MAX} more reviewers"
     who = f"{named} " if named else ""
-    lines = [
-        f"{who}:alarm_clock: Request {inline_code(request.request_id)} "
-        f"({short(request.tool, 100)}) has been waiting for a decision since "
-        f"{date(request.created_at)}."
-    ]
+    if request.only_in_bulk:  # one reminder for every call of the message
+        lines = [
+            f"{who}:alarm_clock: The calls in this message have been waiting for a decision "
+            f"since {date(request.created_at)}."
+        ]
+    else:
+        lines = [
+            f"{who}:alarm_clock: Request {inline_code(request.request_id)} "
+            f"({short(request.tool, 100)}) has been waiting for a decision since "
+            f"{date(request.created_at)}."
+        ]
     if not reviewers:
         lines.append("Anyone here may decide it.")
     route = request.route
@@ -72,6 +81,19 @@ def copy_note(request: ApprovalRequest, link: str) -> str:
         f":rotating_light: *Escalated*: waiting for a decision since "
         f"{date(request.created_at)}. See {original} in {where}; "
         "deciding here decides it there too."
+    )
+
+
+def bulk_note(bulk: Bulk, requests: Sequence[ApprovalRequest], link: str) -> str:
+    """The escalation of a message of many calls: one note linking it, not a copy of each
+    call (each is in its reviewers' App Home tab, with its buttons)."""
+    waiting = [r for r in requests if not r.decided]
+    since = date(min((r.created_at for r in requests), default=None))
+    message = f"<{link}|the message>" if safe_link(link) else "the message"
+    return (
+        f":rotating_light: *Escalated*: {len(waiting)} of {len(requests)} calls of "
+        f"{short(one_line(bulk.agent), 100)} have waited for a decision since {since}. "
+        f"See {message} in {channel_link(bulk.channel)}, or your countersign App Home tab."
     )
 
 

@@ -91,6 +91,8 @@ def _click_belongs(click: Click, request: ApprovalRequest) -> bool:
         return block in click.message_block_ids
     if not request.posted_in(click.channel):
         return False
+    if request.only_in_bulk:  # its bulk message has no buttons of its own for it
+        return block in click.message_block_ids
     return click.message_ts == request.message_ts or block in click.message_block_ids
 
 

@@ -106,7 +106,7 @@ const EMOJI = {
   white_check_mark: "✅", x: "❌", memo: "📝", speech_balloon: "💬", hourglass: "⌛",
   hourglass_flowing_sand: "⏳", grey_question: "❔", warning: "⚠️", no_entry: "⛔",
   wastebasket: "🗑️", ballot_box_with_check: "☑️", robot_face: "🤖", tada: "🎉",
-  alarm_clock: "⏰", rotating_light: "🚨", arrow_heading_up: "⤴️",
+  alarm_clock: "⏰", rotating_light: "🚨", arrow_heading_up: "⤴️", bar_chart: "📊", thread: "🧵",
 };
 const ENTITIES = { "&amp;": "&", "&lt;": "<", "&gt;": ">" };
 // Slack escapes &, < and > in text; show them as the characters (text nodes escape again).
