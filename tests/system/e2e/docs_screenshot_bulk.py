@@ -12,15 +12,13 @@ waiting) and its Approve all / Reject all / Review one by one buttons.
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
 
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
-from agent_host.durable.redis_server import free_port
-
-from .conftest import CHROMIUM, CHROMIUM_ARGS, ROOT, VIEWPORT, Demo
-from .sandbox_page import APPROVALS, APPROVE, REQUESTER, REVIEWER, Sandbox
+from .conftest import ROOT
+from .docs_screenshot import demo_page
+from .sandbox_page import APPROVALS, APPROVE, REVIEWER
 from .test_bulk_flow import bulk_message
 
 OUTPUT = ROOT / "docs" / "images" / "bulk-message.png"
@@ -29,36 +27,23 @@ FILES += ["scan-002.png", "budget-copy.xlsx", "tmp-export.csv"]
 
 
 def make_screenshot(output: Path) -> None:
-    with tempfile.TemporaryDirectory(prefix="countersign-screenshot-") as tmp:
-        demo = Demo(data_dir=Path(tmp) / "data", port=free_port(), log_path=Path(tmp) / "log")
-        demo.start()
-        try:
-            with sync_playwright() as playwright:
-                browser = playwright.chromium.launch(
-                    executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
-                )
-                page = browser.new_page(viewport=VIEWPORT, locale="en-US", timezone_id="UTC")
-                sandbox = Sandbox(page, demo.url)
-                sandbox.open(REQUESTER)
-                paths = " ".join(f"/matter/acme/{name}" for name in FILES)
-                run_id = sandbox.start_run("cleanup-agent", f"delete {paths}")
-                sandbox.act_as(REVIEWER)
-                message = bulk_message(sandbox, len(FILES))
-                expect(sandbox.run(run_id)).to_have_attribute("data-status", "waiting")
+    with demo_page() as (page, sandbox):
+        paths = " ".join(f"/matter/acme/{name}" for name in FILES)
+        run_id = sandbox.start_run("cleanup-agent", f"delete {paths}")
+        sandbox.act_as(REVIEWER)
+        message = bulk_message(sandbox, len(FILES))
+        expect(sandbox.run(run_id)).to_have_attribute("data-status", "waiting")
 
-                home = sandbox.open_home()  # one call decided elsewhere: the tally follows
-                home.get_by_test_id(f"button-{APPROVE}").first.click()
-                dialog = page.get_by_test_id("confirm-dialog")
-                dialog.get_by_test_id("confirm-ok").click()
-                sandbox.show_channel(APPROVALS)
-                message = bulk_message(sandbox, len(FILES))
-                expect(message).to_contain_text("1 approved")
-                message.scroll_into_view_if_needed()
-                output.parent.mkdir(parents=True, exist_ok=True)
-                page.screenshot(path=str(output))
-                browser.close()
-        finally:
-            demo.stop()
+        home = sandbox.open_home()  # one call decided elsewhere: the tally follows
+        home.get_by_test_id(f"button-{APPROVE}").first.click()
+        dialog = page.get_by_test_id("confirm-dialog")
+        dialog.get_by_test_id("confirm-ok").click()
+        sandbox.show_channel(APPROVALS)
+        message = bulk_message(sandbox, len(FILES))
+        expect(message).to_contain_text("1 approved")
+        message.scroll_into_view_if_needed()
+        output.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(output))
 
 
 if __name__ == "__main__":
