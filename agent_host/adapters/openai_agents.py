@@ -11,6 +11,11 @@ in whichever worker picks it up. Every call runs through countersign's call guar
 approved, at most once. "Approve for this run" is countersign's own (scoped to the route
 and severity it was given for), so each later call is still judged and recorded.
 
+`editable={"issue_refund": ["amount"]}` (or `True` for every argument) lets a reviewer edit
+those arguments before approving ("Edit & approve"): the edit is checked against the tool's
+`params_json_schema` (all the SDK holds of its parameters) and judged again by the policy,
+and the call guard invokes the tool with the edited arguments as its JSON input.
+
     from agents import Agent, function_tool
     from agent_host.adapters.openai_agents import OpenAIAgentsAgent
 
@@ -21,6 +26,7 @@ and severity it was given for), so each later call is still judged and recorded.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,8 +36,10 @@ from agents.items import ItemHelpers, ToolApprovalItem
 from agents.tool_context import ToolContext
 
 from agent_host.adapters.gates import gates_for
-from agent_host.errors import CheckpointError, ConfigurationError
+from agent_host.adapters.json_schema import check_arguments
+from agent_host.errors import CheckpointError, ConfigurationError, InvalidArguments
 from agent_host.runtime.decisions import Approve
+from agent_host.runtime.editing import editable_names
 from agent_host.runtime.hosted import (
     CallGuard,
     Finished,
@@ -61,6 +69,7 @@ class OpenAIAgentsAgent(HostedAgent):
         context: Any = None,
         run_config: RunConfig | None = None,
         max_turns: int = 20,
+        editable: Mapping[str, bool | Sequence[str]] | None = None,
     ) -> None:
         _check_supported(agent)
         self.agent = agent
@@ -76,12 +85,24 @@ class OpenAIAgentsAgent(HostedAgent):
             {name: tool.needs_approval is not False for name, tool in self._tools.items()},
             policy,
         )
+        self._editable = _editable(self.name, self._tools, editable or {})
 
     def tool_schemas(self) -> dict[str, dict[str, Any]]:
         return {name: tool.params_json_schema for name, tool in self._tools.items()}
 
     def gates(self) -> dict[str, ToolGate]:
         return self._gates
+
+    def editable(self) -> dict[str, tuple[str, ...]]:
+        return dict(self._editable)
+
+    def validate_arguments(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Checked against the tool's `params_json_schema` (strictly: what the check does
+        not know fails it); the SDK's tool validates its input again when invoked."""
+        found = self._tools.get(tool)
+        if found is None:
+            raise InvalidArguments(f"{tool} is not a tool of agent {self.name}")
+        return check_arguments(tool, found.params_json_schema, arguments)
 
     async def start(self, input: str, guard: CallGuard) -> Step:
         guarded = self._guarded(guard)
@@ -129,14 +150,34 @@ def _guarded_tool(tool: FunctionTool, guard: CallGuard) -> FunctionTool:
     invoke_original = tool.on_invoke_tool
 
     async def invoke(ctx: ToolContext[Any], input: str) -> Any:
-        return await guard.run(
-            ctx.tool_call_id,
-            tool.name,
-            parse_arguments(input),
-            lambda: invoke_original(ctx, input),
-        )
+        held = parse_arguments(input)  # what the SDK holds: the call as it was shown
+
+        async def run(arguments: dict[str, Any] | str) -> Any:
+            # a reviewer's edited arguments as the tool's JSON input; else the SDK's own
+            edited = arguments != held and isinstance(arguments, dict)
+            return await invoke_original(ctx, json.dumps(arguments) if edited else input)
+
+        return await guard.run(ctx.tool_call_id, tool.name, held, run)
 
     return dataclasses.replace(tool, needs_approval=True, on_invoke_tool=invoke)
+
+
+def _editable(
+    agent: str, tools: Mapping[str, FunctionTool], editable: Mapping[str, bool | Sequence[str]]
+) -> dict[str, tuple[str, ...]]:
+    """The adapter's `editable=` by tool, checked against the tools' parameters."""
+    names: dict[str, tuple[str, ...]] = {}
+    for tool, wanted in editable.items():
+        found = tools.get(tool)
+        if found is None:
+            raise ConfigurationError(
+                f"agent {agent!r}: editable names tool {tool!r}, which it does not have "
+                f"({', '.join(sorted(tools)) or 'no function tools'})"
+            )
+        properties = list((found.params_json_schema.get("properties") or {}).keys())
+        if chosen := editable_names(tool, properties, wanted):
+            names[tool] = chosen
+    return names
 
 
 def _apply(

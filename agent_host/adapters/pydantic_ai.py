@@ -10,6 +10,11 @@ message history (`ModelMessagesTypeAdapter`); decisions become `DeferredToolResu
 asks a person a question, and the answer is the call's result. Every call then runs
 through countersign's call guard: as approved, at most once.
 
+`editable={"issue_refund": ["amount"]}` (or `True` for every argument) lets a reviewer edit
+those arguments before approving ("Edit & approve"): the edit is validated by the tool's own
+Pydantic validator and judged again by the policy, and the call guard runs the tool with the
+edited arguments (`ToolApproved()` as for any approval: the guard alone decides what runs).
+
     from pydantic_ai import Agent
     from agent_host.adapters.pydantic_ai import PydanticAIAgent
 
@@ -37,11 +42,12 @@ from pydantic_ai.tools import RunContext, ToolApproved, ToolDefinition
 from pydantic_ai.toolsets import CombinedToolset, FunctionToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_ai.toolsets.wrapper import WrapperToolset
-from pydantic_core import to_jsonable_python
+from pydantic_core import ValidationError, to_jsonable_python
 
 from agent_host.adapters.gates import gates_for
-from agent_host.errors import CheckpointError, ConfigurationError
+from agent_host.errors import CheckpointError, ConfigurationError, InvalidArguments
 from agent_host.runtime.decisions import Answer, Approve
+from agent_host.runtime.editing import editable_names
 from agent_host.runtime.hosted import (
     CallGuard,
     Finished,
@@ -70,6 +76,7 @@ class PydanticAIAgent(HostedAgent):
         rules: RuleSet | None = None,
         deps: Any = None,
         max_turns: int = 20,
+        editable: Mapping[str, bool | Sequence[str]] | None = None,
     ) -> None:
         _check_supported(agent)
         self.agent = agent
@@ -81,12 +88,28 @@ class PydanticAIAgent(HostedAgent):
         self._gates = gates_for(
             {name: tool.requires_approval for name, tool in self._tools.items()}, policy
         )
+        self._editable = _editable(self.name, self._tools, editable or {})
 
     def tool_schemas(self) -> dict[str, dict[str, Any]]:
         return {name: tool.tool_def.parameters_json_schema for name, tool in self._tools.items()}
 
     def gates(self) -> dict[str, ToolGate]:
         return self._gates
+
+    def editable(self) -> dict[str, tuple[str, ...]]:
+        return dict(self._editable)
+
+    def validate_arguments(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The tool's own Pydantic validator, as Pydantic AI runs it on a model's call; the
+        result in its JSON form, as a call is shown, hashed and matched."""
+        found = self._tools.get(tool)
+        if found is None:
+            raise InvalidArguments(f"{tool} is not a tool of agent {self.name}")
+        try:
+            valid = found.function_schema.validator.validate_python(arguments)
+        except ValidationError as exc:
+            raise _invalid(tool, exc) from exc
+        return dict(to_jsonable_python(valid))
 
     async def start(self, input: str, guard: CallGuard) -> Step:
         return await self._run(guard, user_prompt=input)
@@ -188,16 +211,62 @@ class _GuardedToolset(WrapperToolset[Any]):
         # A call the policy let through runs as unapproved, so a tool that asks for approval
         # itself (raising ApprovalRequired) still does; a person's approval is passed on.
         inner = ctx if not self.guard.approved_by_policy(call_id) else _unapproved(ctx)
+
+        async def invoke(run_with: dict[str, Any] | str) -> Any:
+            # a reviewer's edited arguments (checked in JSON form) validated back into what
+            # the tool takes, by the tool's own validator; else the framework's, as they are
+            valid = tool_args if run_with == arguments else _python_args(tool, run_with)
+            return await self.wrapped.call_tool(name, valid, inner, tool)
+
         try:
-            return await self.guard.run(
-                call_id,
-                name,
-                arguments,
-                lambda: self.wrapped.call_tool(name, tool_args, inner, tool),
-            )
+            return await self.guard.run(call_id, name, arguments, invoke)
         except (ApprovalRequired, CallDeferred):
             self.validated[call_id] = arguments  # the tool deferred itself: asked anew
             raise
+
+
+def _python_args(tool: ToolsetTool[Any], arguments: dict[str, Any] | str) -> dict[str, Any]:
+    if not isinstance(arguments, dict):  # an edit is always an object; never reached
+        raise InvalidArguments("edited arguments must be a JSON object")
+    return dict(tool.args_validator.validate_python(arguments))
+
+
+def _invalid(tool: str, exc: ValidationError) -> InvalidArguments:
+    """A Pydantic validation error as countersign's, with the first problem per argument."""
+    problems: dict[str, str] = {}
+    for error in exc.errors():
+        where = str(error["loc"][0]) if error["loc"] else ""
+        inner = ".".join(str(p) for p in error["loc"][1:])
+        problems.setdefault(where, f"{inner}: {error['msg']}" if inner else error["msg"])
+    text = "; ".join(f"{name or '(arguments)'}: {msg}" for name, msg in problems.items())
+    return InvalidArguments(f"invalid arguments for {tool}: {text}", problems)
+
+
+def _editable(
+    agent: str, tools: Mapping[str, Any], editable: Mapping[str, bool | Sequence[str]]
+) -> dict[str, tuple[str, ...]]:
+    """The adapter's `editable=` by tool, checked against the tools' parameters. A tool with
+    its own `args_validator` function is refused: it needs the run's context, which an edit
+    checked in Slack does not have, so an edited call would skip it."""
+    names: dict[str, tuple[str, ...]] = {}
+    for tool, wanted in editable.items():
+        found = tools.get(tool)
+        if found is None:
+            raise ConfigurationError(
+                f"agent {agent!r}: editable names tool {tool!r}, which it does not have "
+                f"({', '.join(sorted(tools)) or 'no function tools'})"
+            )
+        properties = list((found.tool_def.parameters_json_schema.get("properties") or {}).keys())
+        chosen = editable_names(tool, properties, wanted)
+        if chosen and found.args_validator is not None:
+            raise ConfigurationError(
+                f"agent {agent!r}: {tool} has an args_validator function, which countersign "
+                "cannot run on a reviewer's edit; drop it from editable= or validate in the "
+                "tool's argument types instead"
+            )
+        if chosen:
+            names[tool] = chosen
+    return names
 
 
 def _gated_here(tool_def: ToolDefinition) -> ToolDefinition:

@@ -9,7 +9,9 @@ refused with the reason, so an edit never lowers the bar (invariant 19,
 docs/ARCHITECTURE.md). The runner checks it all again at resume.
 
 The tool and its policy come from the agent registry every process builds at start
-(`Runner.agent`); the route from the same router the store pauses with.
+(`Runner.agent`); the route from the same router the store pauses with. A countersign
+agent and a hosted one (its adapter's `editable=`, its framework's validation) are checked
+alike, through `runtime.editing.EditableAgent`.
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ from agent_host.approvals.requests import ApprovalRequest, Router
 from agent_host.errors import CountersignError, InvalidArguments
 from agent_host.runtime.agents import Agent, canonical_json
 from agent_host.runtime.checkpoint import call_hash
+from agent_host.runtime.editing import EditableAgent, EditableTool
 from agent_host.runtime.hosted import HostedAgent
 from agent_host.runtime.policy import Permission, Severity
-from agent_host.runtime.tools import Tool
 
 __all__ = [
     "MAX_EDITED_BYTES",
@@ -145,7 +147,9 @@ def _bound(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def editable_fields(tool: Tool, names: tuple[str, ...] | list[str]) -> tuple[EditableField, ...]:
+def editable_fields(
+    tool: EditableTool, names: tuple[str, ...] | list[str]
+) -> tuple[EditableField, ...]:
     """The fields of `names` (in the tool's argument order) from the tool's JSON schema."""
     schema = tool.schema()
     properties = schema.get("properties") or {}
@@ -215,7 +219,7 @@ class ArgumentEditor:
             changed=True,
         )
 
-    def _tool(self, request: ApprovalRequest) -> tuple[Tool, Agent, str] | str:
+    def _tool(self, request: ApprovalRequest) -> tuple[EditableTool, EditableAgent, str] | str:
         """The request's tool as this process's registry defines it, or why not editable."""
         if request.kind != "approval":
             return "only a call waiting for approval can be edited, not a question"
@@ -235,22 +239,23 @@ class ArgumentEditor:
             agent, fingerprint = self.agents(request.agent)
         except CountersignError:
             return f"agent {request.agent} is not known here, so its call cannot be edited"
-        if not isinstance(agent, Agent):  # a hosted framework's agent runs its own calls
-            return f"agent {request.agent} is hosted, so its calls cannot be edited"
-        tool = agent.tool(request.tool)
-        if (
-            tool is None
-            or call_hash(fingerprint, tool.name, request.arguments) != request.call_hash
-        ):
+        tool = agent.editable_tool(request.tool)
+        if tool is None:
+            return f"agent {request.agent} does not let a reviewer edit {request.tool} now"
+        if call_hash(fingerprint, tool.name, request.arguments) != request.call_hash:
             return "the agent changed since this call was asked, so it cannot be edited"
         return tool, agent, fingerprint
 
     async def _judge_again(
-        self, request: ApprovalRequest, agent: Agent, tool: Tool, arguments: dict[str, Any]
+        self,
+        request: ApprovalRequest,
+        agent: EditableAgent,
+        tool: EditableTool,
+        arguments: dict[str, Any],
     ) -> str:
         """Why the policy will not have the edited call approved here; empty if it will."""
         context = {"run_id": request.run_id, "requested_by": request.requested_by or None}
-        verdict = agent.judge(tool, arguments, context)
+        verdict = agent.judge_edit(tool.name, arguments, context)
         if verdict.permission is Permission.DENY:
             return f"the policy denies the edited call ({verdict.reason})"
         if verdict.permission is Permission.ALLOW:

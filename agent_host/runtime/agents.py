@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from agent_host.errors import UnknownAgentError
 from agent_host.runtime.messages import ToolSpec
 from agent_host.runtime.models.base import Model
-from agent_host.runtime.policy import RuleSet, Verdict
+from agent_host.runtime.policy import Permission, RuleSet, Verdict
 from agent_host.runtime.tools import Tool
 
 if TYPE_CHECKING:
@@ -48,6 +48,19 @@ class Agent:
         permission (the runner plans every call with it; an edit is judged again with it)."""
         verdict = self.rules.first_match(self.name, tool.name, arguments)
         return verdict or tool.judge(arguments, context)
+
+    def editable_tool(self, name: str) -> Tool | None:
+        """The tool an edit of one of its calls is checked with (`runtime.editing`)."""
+        return self.tool(name)
+
+    def judge_edit(
+        self, tool: str, arguments: Mapping[str, Any], context: Mapping[str, Any]
+    ) -> Verdict:
+        """The policy on a call's edited arguments; a tool no longer here is denied."""
+        found = self.tool(tool)
+        if found is None:
+            return Verdict(Permission.DENY, f"{tool} is not a tool of agent {self.name}")
+        return self.judge(found, arguments, context)
 
     def tool_specs(self) -> list[ToolSpec]:
         return [

@@ -6,7 +6,8 @@ model, and stops on the tool calls it was told to have approved. A `HostedAgent`
 the whole turn is judged before any of it runs; countersign's policy decides which of those
 calls a person must approve; the framework's own serialized state is the checkpoint; and
 each call the framework then executes goes through a `CallGuard`, which runs it only if it
-was decided, with exactly the arguments that were decided, at most once per call id.
+was decided, with exactly the arguments that were decided (a reviewer's edited ones, if
+the adapter let the tool be edited), at most once per call id.
 
 This module is pure: the adapters bring the frameworks, the runner brings the ledger.
 """
@@ -20,9 +21,11 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from agent_host.errors import InvalidArguments
 from agent_host.runtime.agents import canonical_json, describe_changes
 from agent_host.runtime.checkpoint import CallRecord, call_hash
 from agent_host.runtime.decisions import Approve, Decision
+from agent_host.runtime.editing import with_reviewer_note
 from agent_host.runtime.ledger import ExecutionLedger
 from agent_host.runtime.policy import (
     Permission,
@@ -33,6 +36,7 @@ from agent_host.runtime.policy import (
     describe_permission,
     to_verdict,
 )
+from agent_host.runtime.strict_json import non_finite_path
 
 __all__ = [
     "NOT_SEEN",
@@ -41,6 +45,7 @@ __all__ = [
     "GatedCall",
     "HostedAgent",
     "HostedDecision",
+    "HostedTool",
     "Interrupted",
     "ToolGate",
 ]
@@ -116,6 +121,30 @@ class ToolGate:
         return verdict
 
 
+@dataclass(frozen=True)
+class HostedTool:
+    """A hosted agent's tool as an edit of its calls sees it (`runtime.editing.EditableTool`):
+    its editable arguments, its JSON schema, and the framework's validation of arguments."""
+
+    name: str
+    editable: tuple[str, ...]
+    json_schema: dict[str, Any]
+    validator: Callable[[dict[str, Any]], dict[str, Any]]
+
+    def schema(self) -> dict[str, Any]:
+        return self.json_schema
+
+    def validate(self, raw: Mapping[str, Any]) -> dict[str, Any]:
+        if not isinstance(raw, Mapping):
+            raise InvalidArguments("arguments must be a JSON object")
+        if (where := non_finite_path(dict(raw))) is not None:
+            raise InvalidArguments(f"{where} is NaN or Infinity, which is not a JSON number")
+        valid = self.validator(dict(raw))
+        if (where := non_finite_path(valid)) is not None:
+            raise InvalidArguments(f"{where} is NaN or Infinity, which is not a JSON number")
+        return valid
+
+
 class HostedAgent(ABC):
     """An agent of another framework, registered in the `AgentRegistry` like any other."""
 
@@ -142,6 +171,39 @@ class HostedAgent(ABC):
     ) -> Step:
         """Restore the framework's state, apply one decision per call it stopped on, go on."""
 
+    def editable(self) -> dict[str, tuple[str, ...]]:
+        """The arguments a reviewer may edit, by tool (the adapter's `editable=`)."""
+        return {}
+
+    def validate_arguments(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """`arguments` as the framework would run `tool` with them, in their JSON form;
+        raises InvalidArguments. An adapter that lets tools be edited validates here."""
+        raise InvalidArguments(f"{self.framework} cannot validate edited arguments of {tool}")
+
+    def editable_tool(self, name: str) -> HostedTool | None:
+        """The tool an edit of one of its calls is checked with, if the adapter lets a
+        reviewer edit any of its arguments."""
+        names = self.editable().get(name, ())
+        schema = self.tool_schemas().get(name)
+        if not names or schema is None:
+            return None
+        return HostedTool(
+            name, names, schema, lambda arguments: self.validate_arguments(name, arguments)
+        )
+
+    def judge_edit(
+        self, tool: str, arguments: Mapping[str, Any], context: Mapping[str, Any]
+    ) -> Verdict:
+        """The policy on a call's edited arguments, as on any call the framework stops on;
+        a policy that cannot judge them denies the edit (fail closed)."""
+        try:
+            return self.judge(GatedCall("", tool, dict(arguments)), context)
+        except Exception as exc:  # an operator's permission function on arguments it never saw
+            return Verdict(
+                Permission.DENY,
+                f"countersign's policy could not judge these arguments ({type(exc).__name__})",
+            )
+
     def judge(self, call: GatedCall, context: Mapping[str, Any]) -> Verdict:
         """The operator's rules first, then the tool's gate; unknown tools are asked about."""
         arguments = call.arguments if isinstance(call.arguments, dict) else {}
@@ -154,7 +216,8 @@ class HostedAgent(ABC):
 
     def fingerprint_parts(self) -> dict[str, Any]:
         gates = self.gates()
-        return {
+        editable = self.editable()
+        parts: dict[str, Any] = {
             "agent": self.name,
             "framework": self.framework,
             "tools": {
@@ -165,10 +228,14 @@ class HostedAgent(ABC):
                     else "ask",
                     "severity": gates[name].severity.value if name in gates else "high",
                 }
+                # what a reviewer may edit, only when any: an agent without edits keeps the
+                # fingerprint its paused runs were recorded with
+                | ({"editable": list(editable[name])} if editable.get(name) else {})
                 for name, schema in sorted(self.tool_schemas().items())
             },
             "rules": [repr(rule) for rule in self.rules.rules],
         }
+        return parts
 
     def fingerprint(self) -> str:
         return hashlib.sha256(canonical_json(self.fingerprint_parts()).encode()).hexdigest()
@@ -183,10 +250,12 @@ class CallGuard:
 
     `decided` are the calls of the interruption being resumed. A call the framework
     executes is matched to one of them by the framework's id and the hash of the arguments
-    it is about to run with: the model may repeat an id, so two calls can share one, but
-    never an id and a hash with a call still unused. The ledger is keyed by countersign's
-    call id and hash, so a resume redelivered after a crash gets the recorded result instead
-    of running the call again.
+    the framework holds (the model's, as the call was shown): the model may repeat an id, so
+    two calls can share one, but never an id and a hash with a call still unused. It then
+    runs with the arguments that were decided: a reviewer's edited ones (checked by the
+    approval service and again at resume), else the framework's. The ledger is keyed by
+    countersign's call id and hash, so a resume redelivered after a crash gets the recorded
+    result instead of running the call again.
     """
 
     run_id: str
@@ -205,9 +274,11 @@ class CallGuard:
         framework_id: str,
         tool: str,
         arguments: Any,
-        invoke: Callable[[], Awaitable[Any]],
+        invoke: Callable[[dict[str, Any] | str], Awaitable[Any]],
     ) -> Any:
-        """`invoke()` if this call was approved with these arguments; else a refusal text."""
+        """`invoke(arguments to run with)` if this call was approved as the framework holds
+        it (`arguments`); else a refusal text. The model reads the result with a note of
+        what a reviewer edited and their comment."""
         record = self._match(framework_id, tool, arguments)
         if record is None:
             same_id = [r for r in self.decided if r.model_call_id == framework_id]
@@ -222,15 +293,16 @@ class CallGuard:
         claim = await self.ledger.claim(self.run_id, entry)
         if claim.status == "finished":
             self.results[record.call_id] = claim.result or ""
-            return _with_comment(claim.result, record)
+            return _with_note(claim.result, record)
         if claim.status == "in_doubt":
             self.results[record.call_id] = UNKNOWN_OUTCOME
             return UNKNOWN_OUTCOME
-        value = await invoke()  # a tool's exception is the framework's to report
+        # a tool's exception is the framework's to report
+        value = await invoke(record.run_arguments)
         text = as_text(value)
         await self.ledger.finish(self.run_id, entry, text)
         self.results[record.call_id] = text
-        return _with_comment(value, record)
+        return _with_note(value, record)
 
     def _match(self, framework_id: str, tool: str, arguments: Any) -> CallRecord | None:
         digest = call_hash(self.fingerprint, tool, arguments)
@@ -247,13 +319,13 @@ class CallGuard:
         return None
 
 
-def _with_comment(value: Any, record: CallRecord) -> Any:
-    """The tool's result, and after it the approver's comment, as the model is told it."""
+def _with_note(value: Any, record: CallRecord) -> Any:
+    """The tool's result, then what a reviewer edited and their comment, as the model is
+    told it (the result as it is when there is nothing to add)."""
     decision = record.decision
-    if not isinstance(decision, Approve) or not (comment := decision.comment.strip()):
+    if not isinstance(decision, Approve) or not (decision.edited or decision.comment.strip()):
         return value
-    who = decision.decided_by or "who approved"
-    return f"{as_text(value)}\n\nReviewer {who} commented: {comment}"
+    return with_reviewer_note(as_text(value), decision)
 
 
 def _may_run(record: CallRecord) -> bool:

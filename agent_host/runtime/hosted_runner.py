@@ -184,6 +184,9 @@ def _plan(
         record.gate = "allow"
     elif state.sticky.get(call.tool) == "reject":
         record.decision = Reject(decided_by="reject-always", call_hash=record.call_hash)
+    if record.gate == "ask" and isinstance(call.arguments, dict):
+        # what a reviewer may edit (the adapter's `editable=`), as a native tool lists it
+        record.editable = list(agent.editable().get(call.tool, ()))
     return record
 
 

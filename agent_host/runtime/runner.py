@@ -36,6 +36,7 @@ from agent_host.errors import (
 from agent_host.runtime.agents import Agent, AgentRegistry, canonical_json
 from agent_host.runtime.checkpoint import CallRecord, RunState, call_hash
 from agent_host.runtime.decisions import Answer, Approve, Decision, Expired, Reject, RequestChanges
+from agent_host.runtime.editing import with_reviewer_note
 from agent_host.runtime.hosted import HostedAgent, as_text
 from agent_host.runtime.hosted_runner import HostedRunner
 from agent_host.runtime.journal import NO_JOURNAL, TurnJournal
@@ -209,7 +210,7 @@ class Runner:
         elif record.gate in ("allow", "ask"):  # allowed, or approved
             await self._execute(state, agent, record)
             if isinstance(decision, Approve) and record.outcome is not None:
-                record.result = _with_reviewer_note(record.result or "", decision)
+                record.result = with_reviewer_note(record.result or "", decision)
 
     async def _execute(self, state: RunState, agent: Agent, record: CallRecord) -> None:
         tool = agent.tool(record.tool)
@@ -372,14 +373,17 @@ def _check_edit(
     """An approval with edited arguments, checked again before anything runs (the approval
     service checked it when it was recorded): on the arguments the reviewer was shown, only
     what the tool lets them edit, valid for the tool, hashed as recorded, and judged by the
-    policy no lower than the call was asked at. Anything else fails the run, closed."""
+    policy no lower than the call was asked at. Anything else fails the run, closed.
+    The same for a hosted agent: its adapter names the editable arguments and validates
+    them with its framework, and its call guard runs the call with them."""
     where = f"call {record.call_id}: the edited arguments"
-    if isinstance(agent, HostedAgent):  # its framework runs the call as the model made it
+    tool = agent.editable_tool(record.tool)
+    if tool is None:
         raise InvalidDecisionError(
-            f"{where} cannot be used: a hosted agent's calls cannot be edited; nothing was run"
+            f"{where} cannot be used: agent {agent.name} does not let a reviewer edit "
+            f"{record.tool}'s arguments; nothing was run"
         )
-    tool = agent.tool(record.tool)
-    if record.gate != "ask" or tool is None or decision.always:
+    if record.gate != "ask" or decision.always or not record.editable:
         raise InvalidDecisionError(
             f"{where} cannot be used: only a call approved once, as it waited for approval, "
             "can be edited; nothing was run"
@@ -388,7 +392,7 @@ def _check_edit(
         raise DecisionMismatchError(f"{where} were made on other arguments; nothing was run")
     edited = decision.edited_arguments or {}
     changed = [name for name, _, _ in decision.changes()]
-    if refused := sorted(set(changed) - set(tool.editable)):
+    if refused := sorted(set(changed) - (set(tool.editable) & set(record.editable))):
         raise InvalidDecisionError(
             f"{where} change {', '.join(refused)}, which {tool.name} does not let a reviewer "
             "edit; nothing was run"
@@ -403,7 +407,8 @@ def _check_edit(
             f"{where} are not the ones recorded (hash {decision.edited_hash[:12]}, these "
             f"{edited_hash[:12]}); nothing was run"
         )
-    _check_edited_verdict(where, record, agent.judge(tool, valid, _policy_context(state)))
+    verdict = agent.judge_edit(tool.name, valid, _policy_context(state))
+    _check_edited_verdict(where, record, verdict)
 
 
 def _check_edited_verdict(where: str, record: CallRecord, verdict: Verdict) -> None:
@@ -425,32 +430,6 @@ def _rank(severity: str) -> int:
         return Severity(severity.lower()).rank
     except ValueError:
         return -1  # unknown: every known severity is above it, so an edit is refused
-
-
-NOTE_VALUE_MAX = 200  # characters of one argument's value in the note to the model
-
-
-def _with_reviewer_note(result: str, decision: Approve) -> str:
-    """The tool's result, then what the reviewer changed (and who) and their comment."""
-    lines = []
-    if decision.edited_arguments is not None:
-        who = decision.edited_by or decision.decided_by or "a reviewer"
-        changes = "; ".join(
-            f"{name}: {_short_json(before)} -> {_short_json(after)}"
-            for name, before, after in decision.changes()
-        )
-        lines.append(
-            f"Note: reviewer {who} edited the arguments before approving ({changes}); the "
-            f"tool ran with the edited arguments: {canonical_json(decision.edited_arguments)}"
-        )
-    if comment := decision.comment.strip():
-        lines.append(f"Reviewer {decision.decided_by or 'who approved'} commented: {comment}")
-    return "\n\n".join([result, *lines]) if lines else result
-
-
-def _short_json(value: Any) -> str:
-    text = "(none)" if value is None else canonical_json(value)
-    return text if len(text) <= NOTE_VALUE_MAX else text[: NOTE_VALUE_MAX - 1] + "…"
 
 
 def _append_results(state: RunState) -> None:
