@@ -7,7 +7,9 @@ COUNTERSIGN_AGENTS=tests.support.hosted_agents:registry.
 - `sdk-refunds`: an OpenAI Agents SDK agent (a `Model` of its own), `issue_refund` made
   with `needs_approval=True`.
 
-Both have `lookup_order` and `notify` (let through) and `issue_refund` (asks a person).
+Both have `lookup_order` and `notify` (let through) and `issue_refund` (asks a person);
+the `*-limited` variants let refunds up to LIMIT through, and in the `*-editable` ones a
+reviewer may edit the refund's amount (`editable=`).
 Their models are stateless: each answers from the conversation it is shown, as a real model
 does, so every process that rebuilds the agent gets the same answers (but for the wording
 of a note). What the request says picks the script (`answer`): "refund order N" calls
@@ -60,6 +62,7 @@ __all__ = [
     "AGENTS",
     "CALLBACKS",
     "DEFAULT_AMOUNT",
+    "EDITABLE",
     "FINAL",
     "LIMIT",
     "LIMITED",
@@ -130,6 +133,7 @@ def pydantic_agent(
     name: str = PYDANTIC,
     changed: bool = False,
     policy: dict[str, Any] | None = None,
+    editable: dict[str, Any] | None = None,
 ) -> PydanticAIAgent:
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         parts = [p for m in messages for p in getattr(m, "parts", [])]
@@ -187,7 +191,7 @@ def pydantic_agent(
             """Refund an order. Irreversible."""
             return refund(ctx, order_id, amount)
 
-    return PydanticAIAgent(agent, name=name, policy=policy)
+    return PydanticAIAgent(agent, name=name, policy=policy, editable=editable)
 
 
 CALLBACKS = "pydantic-callbacks"
@@ -261,6 +265,7 @@ def sdk_agent(
     name: str = SDK,
     changed: bool = False,
     policy: dict[str, Any] | None = None,
+    editable: dict[str, Any] | None = None,
 ) -> OpenAIAgentsAgent:
     @function_tool
     def lookup_order(ctx: SDKToolContext[Any], order_id: str) -> str:
@@ -302,7 +307,9 @@ def sdk_agent(
         tools=[lookup_order, issue_refund, notify],
         model=ScriptedSDKModel(effects, name),
     )
-    return OpenAIAgentsAgent(agent, policy=policy, run_config=RunConfig(tracing_disabled=True))
+    return OpenAIAgentsAgent(
+        agent, policy=policy, run_config=RunConfig(tracing_disabled=True), editable=editable
+    )
 
 
 # -- the registry -----------------------------------------------------------------------------
@@ -319,6 +326,9 @@ def up_to_the_limit(arguments: Mapping[str, Any], context: Mapping[str, Any]) ->
 
 
 LIMIT_POLICY = {"issue_refund": up_to_the_limit}
+# The same agents, a reviewer may edit the refund's amount ("Edit & approve")
+EDITABLE = {"pydantic-ai": "pydantic-editable", "openai-agents": "sdk-editable"}
+EDITABLE_AMOUNT = {"issue_refund": ["amount"]}
 
 
 def build_registry(effects: ExampleEffects, *, changed: bool = False) -> AgentRegistry:
@@ -331,6 +341,13 @@ def build_registry(effects: ExampleEffects, *, changed: bool = False) -> AgentRe
         registry.register(
             limited,
             lambda b=build, n=limited: b(effects, name=n, changed=changed, policy=LIMIT_POLICY),
+        )
+        editable = EDITABLE[framework]
+        registry.register(
+            editable,
+            lambda b=build, n=editable: b(
+                effects, name=n, changed=changed, editable=EDITABLE_AMOUNT
+            ),
         )
     registry.register(CALLBACKS, lambda: callbacks_agent(effects))
     return registry
