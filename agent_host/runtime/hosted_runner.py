@@ -17,6 +17,7 @@ from typing import Any
 from agent_host.errors import CheckpointError, CountersignError
 from agent_host.runtime.checkpoint import CallRecord, Outcome, RunState, call_hash
 from agent_host.runtime.decisions import Answer, Approve, Decision, Expired, Reject, RequestChanges
+from agent_host.runtime.editing import with_reviewer_note
 from agent_host.runtime.hosted import (
     CallGuard,
     Finished,
@@ -216,7 +217,10 @@ def _settle(state: RunState, guard: CallGuard) -> None:
             continue
         decision = _effective(record)
         if record.call_id in guard.results:
-            record.outcome, record.result = "executed", guard.results[record.call_id]
+            result = guard.results[record.call_id]
+            if isinstance(decision, Approve):  # as the model read it: what was edited, the comment
+                result = with_reviewer_note(result, decision)
+            record.outcome, record.result = "executed", result
         elif isinstance(decision, Answer):
             record.outcome, record.result = "answered", decision.text
         elif isinstance(decision, Reject | RequestChanges):
