@@ -45,7 +45,15 @@ from agent_host.runtime.decisions import Approve, Decision, decision_adapter
 from agent_host.runtime.policy import Severity
 from agent_host.runtime.runner import Failed, Paused, RunOutcome
 
-__all__ = ["DELIVERED", "PendingPage", "RunStore", "decide_keys", "parse_cursor"]
+__all__ = [
+    "DELIVERED",
+    "PendingPage",
+    "ResumeReads",
+    "RunStore",
+    "decide_keys",
+    "parse_cursor",
+    "pause_decisions",
+]
 
 log = logging.getLogger(__name__)
 
@@ -213,10 +221,16 @@ class RunStore:
         try:
             blob: Any = await self.redis.get(K.Keys(run_id).checkpoint)
         except ResponseError as exc:  # WRONGTYPE: something else was written under the key
+            blob = exc
+        return self.open_checkpoint(run_id, pause_id, blob)
+
+    def open_checkpoint(self, run_id: str, pause_id: str, blob: Any) -> RunState:
+        """`load_checkpoint` of a blob read already (or of the error its GET answered)."""
+        if isinstance(blob, ResponseError):
             raise CheckpointError(
-                f"run {run_id}'s checkpoint key holds another kind of value ({exc}); the run "
+                f"run {run_id}'s checkpoint key holds another kind of value ({blob}); the run "
                 "cannot be resumed: start it again"
-            ) from exc
+            ) from blob
         if blob is None:
             raise CheckpointError(
                 f"run {run_id} has no checkpoint; it cannot be resumed: restore the checkpoint "
@@ -225,23 +239,33 @@ class RunStore:
         plaintext = self.keyring.decrypt(blob, run_id=run_id, request_id=pause_id)
         return RunState.from_json(plaintext)
 
+    async def resume_reads(self, info: RunRecord) -> ResumeReads:
+        """What resuming the run's current pause reads, in one round trip: its checkpoint
+        (as stored: `open_checkpoint` opens it) and the requests of the pause; the time since
+        the last decision is counted for /metrics in the same trip."""
+        k = K.Keys(info.run_id)
+        ids = list(info.pause_requests)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.get(k.checkpoint)
+            for rid in ids:
+                pipe.hgetall(k.request(rid))
+            if info.decided_at is not None:
+                latency = max(0.0, self.clock() - info.decided_at)
+                pipe.hincrbyfloat(k.shard.metrics, "resume_latency_seconds_sum", latency)
+                pipe.hincrby(k.shard.metrics, "resume_latency_seconds_count", 1)
+            rows = await pipe.execute(raise_on_error=False)
+        for row in rows[1:]:
+            if isinstance(row, Exception):
+                raise row  # only the checkpoint's answer is judged by `open_checkpoint`
+        hashes = rows[1 : 1 + len(ids)]
+        return ResumeReads(rows[0], [self._request_from(_decode_map(r)) for r in hashes if r])
+
     async def decisions_for(self, run_id: str, pause_id: str) -> dict[str, Decision]:
         """The recorded decision of every request of a pause, by call id; SealedFieldError
         if one cannot be decrypted (a run never resumes on a decision nobody can read)."""
         info = await self.run_info(run_id)
         ids = list(info.pause_requests) if info is not None else []
-        decisions: dict[str, Decision] = {}
-        for request in await self.get_requests(run_id, ids):
-            if request.pause_id != pause_id:
-                continue
-            if reason := request.unreadable.get("decision"):
-                raise SealedFieldError(
-                    f"the decision on request {request.request_id} could not be decrypted "
-                    f"({reason}), so the run was not resumed on it"
-                )
-            if request.decision is not None:
-                decisions[request.call_id] = request.decision
-        return decisions
+        return pause_decisions(pause_id, await self.get_requests(run_id, ids))
 
     # -- requests -----------------------------------------------------------------------
     async def get_request(self, request_id: str) -> ApprovalRequest | None:
@@ -284,7 +308,7 @@ class RunStore:
             current = await self.get_request(request_id)
         if current is None:
             return DecideResult("not_found")
-        outcome, extra = await self._decide(
+        reply = await self._decide(
             keys=decide_keys(request_id, current.route.destination),
             args=[
                 request_id,
@@ -298,11 +322,16 @@ class RunStore:
                 "1" if completes_quorum else "0",
             ],
         )
-        kind = as_text(outcome)
-        # The script's second value: resume queued (decided) or approvals so far (progress).
+        kind, extra = as_text(reply[0]), reply[1]
+        # The script's second value: resume queued (decided) or approvals so far (progress);
+        # a decision or vote recorded also returns the request's hash as it now is.
+        if len(reply) > 2:
+            updated: ApprovalRequest | None = self._request_from(_decode_pairs(reply[2]))
+        else:
+            updated = await self.get_request(request_id)
         return DecideResult(
             kind,  # type: ignore[arg-type]
-            await self.get_request(request_id),
+            updated,
             resume_queued=kind == "decided" and bool(extra),
             approvals=int(extra) if kind == "progress" else 0,
         )
@@ -513,6 +542,33 @@ class RunStore:
         return rows
 
 
+@dataclass(frozen=True)
+class ResumeReads:
+    """What `RunStore.resume_reads` read: the checkpoint as stored (bytes, None when
+    missing, or the error its GET answered) and the pause's requests."""
+
+    checkpoint: Any
+    requests: list[ApprovalRequest]
+
+
+def pause_decisions(pause_id: str, requests: list[ApprovalRequest]) -> dict[str, Decision]:
+    """The recorded decision of each of `requests` that belongs to the pause, by call id;
+    SealedFieldError if one cannot be decrypted (a run never resumes on a decision nobody
+    can read)."""
+    decisions: dict[str, Decision] = {}
+    for request in requests:
+        if request.pause_id != pause_id:
+            continue
+        if reason := request.unreadable.get("decision"):
+            raise SealedFieldError(
+                f"the decision on request {request.request_id} could not be decrypted "
+                f"({reason}), so the run was not resumed on it"
+            )
+        if request.decision is not None:
+            decisions[request.call_id] = request.decision
+    return decisions
+
+
 def _new_request(
     state: RunState, record: CallRecord, request_id: str, route: Route, now: float
 ) -> ApprovalRequest:
@@ -635,3 +691,8 @@ def _score(at: float) -> int:
 
 def _decode_map(raw: dict[Any, Any]) -> dict[str, str]:
     return {as_text(k): as_text(v) for k, v in raw.items()}
+
+
+def _decode_pairs(flat: list[Any]) -> dict[str, str]:
+    """A hash as a script returns it (HGETALL's flat list of names and values)."""
+    return {as_text(flat[i]): as_text(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}

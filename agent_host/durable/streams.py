@@ -48,6 +48,7 @@ class StreamConsumer:
         self._group_ready = False
         self.concurrent = concurrent  # handle a batch at once (the outbox: one slow channel
         # must not hold up the others)
+        self._reclaimed_at: float | None = None  # loop time of the last XAUTOCLAIM
 
     async def ensure_group(self) -> None:
         try:
@@ -64,7 +65,7 @@ class StreamConsumer:
         """
         if not self._group_ready:
             await self.ensure_group()
-        entries = await self._reclaim()
+        entries = await self._reclaim() if self._reclaim_due() else []
         if not entries:
             block = self.block_ms if block_ms is None else block_ms
             reply: Any = await self.redis.xreadgroup(
@@ -114,11 +115,24 @@ class StreamConsumer:
             except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
                 log.warning("%s entry %s: heartbeat failed (%s)", self.stream, entry_id, exc)
 
+    def _reclaim_due(self) -> bool:
+        """Whether to look for entries to reclaim now: at most every quarter of `idle_ms`.
+        An entry is reclaimable only after `idle_ms` anyway, so it is still reclaimed within
+        1.25 x `idle_ms`, and a busy consumer no longer pays a round trip per read for it."""
+        now = asyncio.get_running_loop().time()
+        if self._reclaimed_at is not None and now - self._reclaimed_at < self.idle_ms / 4000:
+            return False
+        self._reclaimed_at = now
+        return True
+
     async def _reclaim(self) -> list[tuple[bytes, dict[bytes, bytes] | None]]:
         reply: Any = await self.redis.xautoclaim(
             self.stream, self.group, self.consumer, self.idle_ms, start_id="0-0", count=self.count
         )
-        return list(reply[1])
+        entries = list(reply[1])
+        if len(entries) >= self.count:  # more may wait: look again on the next poll
+            self._reclaimed_at = None
+        return entries
 
     async def run(self, stop: asyncio.Event) -> None:
         """Poll until `stop`; the loop outlives Redis outages and any one bad moment."""

@@ -18,7 +18,7 @@ from agent_host.approvals import RunRecord, RunStatus
 from agent_host.durable import keys as K
 from agent_host.durable.crashpoints import NEVER, CrashPoints
 from agent_host.durable.progress import ProgressStore, RedisTurnJournal
-from agent_host.durable.store import RunStore
+from agent_host.durable.store import RunStore, pause_decisions
 from agent_host.durable.streams import ShardedConsumer, StreamConsumer
 from agent_host.errors import (
     CheckpointDecryptError,
@@ -119,9 +119,9 @@ class ResumeWorker:
     async def _resume(
         self, run_id: str, pause_id: str, info: RunRecord, journal: RedisTurnJournal
     ) -> RunOutcome | None:
-        await self.store.record_resume_latency(info)
+        reads = await self.store.resume_reads(info)  # one round trip
         try:
-            state = await self.store.load_checkpoint(run_id, pause_id)
+            state = self.store.open_checkpoint(run_id, pause_id, reads.checkpoint)
         except CheckpointDecryptError as exc:
             reason = f"checkpoint could not be decrypted or verified, so it was not resumed: {exc}"
             await self._fail(run_id, pause_id, reason)
@@ -129,8 +129,9 @@ class ResumeWorker:
         except CheckpointError as exc:
             await self._fail(run_id, pause_id, str(exc))
             return None
-        decisions = await self.store.decisions_for(run_id, pause_id)
-        return await self.runner.resume(state, decisions, journal=journal)
+        decisions = pause_decisions(pause_id, reads.requests)
+        # The state was just read for this resume: nobody else holds it, so no copy.
+        return await self.runner.resume(state, decisions, journal=journal, copy=False)
 
     async def _fail(self, run_id: str, pause_id: str, reason: str) -> None:
         await self.store.finish(run_id, pause_id, "failed", "", reason, "worker")
