@@ -67,7 +67,8 @@ class Tool:
         """The arguments' JSON schema: derived once (pydantic's generation costs about a
         millisecond, and every model turn and fingerprint asks for it), handed out as a
         fresh copy each time so no caller can alter another's."""
-        return json.loads(self._schema_json)
+        schema: dict[str, Any] = json.loads(self._schema_json)
+        return schema
 
     @functools.cached_property
     def _schema_json(self) -> str:
