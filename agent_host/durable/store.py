@@ -390,6 +390,12 @@ class RunStore:
             rows += [(int(s), as_text(m)) for m, s in more]
         return rows
 
+    async def requests_by_id(self, request_ids: list[str]) -> list[ApprovalRequest | None]:
+        """Requests of any runs, in one round trip (None for an id not found)."""
+        valid = [rid for rid in request_ids if _is_request_id(rid)]
+        found = dict(zip(valid, await self._requests_by_id(valid), strict=True))
+        return [found.get(rid) for rid in request_ids]
+
     async def _requests_by_id(self, request_ids: list[str]) -> list[ApprovalRequest | None]:
         async with self.redis.pipeline(transaction=False) as pipe:
             for rid in request_ids:
