@@ -18,7 +18,13 @@ from agent_host.durable.crashpoints import NEVER, CrashPoints
 from agent_host.durable.escalations import LadderDelivery
 from agent_host.durable.ladder import ESCALATED, REMINDED, Ladder
 from agent_host.durable.store import RunStore
-from agent_host.durable.streams import RetryLater, ShardedConsumer, StreamConsumer
+from agent_host.durable.streams import (
+    RetryLater,
+    ShardedConsumer,
+    StreamConsumer,
+    WithAck,
+    send_now,
+)
 from agent_host.errors import DeliveryFailed
 
 __all__ = ["Outbox", "RetryLater"]
@@ -43,7 +49,7 @@ class Outbox:
                     shard.outbox,
                     K.OUTBOX_GROUP,
                     consumer,
-                    self.handle,
+                    self.handle_entry,
                     idle_ms=idle_ms,
                     count=100,
                     concurrent=True,
@@ -53,13 +59,19 @@ class Outbox:
         )
 
     async def handle(self, entry_id: str, fields: dict[str, str]) -> None:
+        """Deliver one entry to its end (the consumer acknowledges it; called directly, it
+        is not acknowledged)."""
+        await send_now(self.store.redis, await self.handle_entry(entry_id, fields))
+
+    async def handle_entry(self, entry_id: str, fields: dict[str, str]) -> WithAck | None:
+        """`handle`, but the delivery's counter is handed back to be sent with the entry's
+        acknowledgement, in one round trip."""
         kind = fields.get("type", "")
         if kind == "run_finished":
-            await self._run_finished(fields["run_id"])
-            return
+            return await self._run_finished(fields["run_id"])
         request = await self.store.get_request(fields.get("request_id", ""))
         if request is None:
-            return
+            return None
         request = self.store.open_context(request)  # what the run did before: in the message
         if kind == "request_posted":
             await self._post(request, fields | {"entry_id": entry_id})
@@ -71,13 +83,14 @@ class Outbox:
             if not (request.message_ts or request.escalations) and (
                 request.delivery == "undeliverable"
             ):
-                return  # it never reached chat: there is no message to update
+                return None  # it never reached chat: there is no message to update
             try:
                 await self.notifier.request_updated(request)
             except DeliveryFailed as failure:  # e.g. the message was deleted: drop it
                 await self.store.record_delivery_failure(request.request_id, failure, kind)
-                return
-            await self.store.count_delivered(request.request_id)
+                return None
+            return self.store.delivered_with_ack(request.request_id)
+        return None
 
     async def _post(self, request: ApprovalRequest, entry: dict[str, str]) -> None:
         if request.message_ts:  # posted already (a redelivery after the ts was saved)
@@ -120,10 +133,10 @@ class Outbox:
             await self.store.count_delivered(request.request_id)
         await self.notifier.request_undeliverable(request, failure, rerouted, fallback_failure)
 
-    async def _run_finished(self, run_id: str) -> None:
-        info = await self.store.run_info(run_id)
+    async def _run_finished(self, run_id: str) -> WithAck | None:
+        info, all_requests = await self.store.run_with_requests(run_id)
         if info is None:
-            return
+            return None
         summary = RunSummary(
             run_id=run_id,
             agent=info.agent,
@@ -134,15 +147,10 @@ class Outbox:
         )
         # A request that never reached chat has no thread to answer in; waiting for it
         # would hold the outcome back for ever.
-        requests = [
-            r
-            for r in await self.store.run_requests(run_id)
-            if r.message_ts or r.delivery != "undeliverable"
-        ]
+        requests = [r for r in all_requests if r.message_ts or r.delivery != "undeliverable"]
         try:
             await self.notifier.run_finished(summary, requests)
         except DeliveryFailed as failure:  # e.g. the thread's channel was archived: drop it
             await self.store.record_delivery_failure(run_id, failure, "run_finished")
-            return
-        if requests:
-            await self.store.count_delivered(run_id)
+            return None
+        return self.store.delivered_with_ack(run_id) if requests else None

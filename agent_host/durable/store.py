@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 from redis.exceptions import ResponseError
 
 from agent_host.approvals import (
@@ -39,6 +40,7 @@ from agent_host.durable.crypto import KeyRing
 from agent_host.durable.scripts import CREATE, DECIDE, FINISH, PAUSE
 from agent_host.durable.sealed_fields import FieldSealer
 from agent_host.durable.sealed_records import SealedRecords
+from agent_host.durable.streams import WithAck
 from agent_host.errors import CheckpointError, DeliveryFailed, SealedFieldError
 from agent_host.runtime.checkpoint import CallRecord, RunState
 from agent_host.runtime.decisions import Approve, Decision, decision_adapter
@@ -121,8 +123,11 @@ class RunStore:
         return run_id
 
     async def run_info(self, run_id: str) -> RunRecord | None:
-        raw = _decode_map(await self.redis.hgetall(K.Keys(run_id).run))
-        return self._run_from(raw) if raw else None
+        return self.run_from(await self.redis.hgetall(K.Keys(run_id).run))
+
+    def run_from(self, raw: dict[Any, Any]) -> RunRecord | None:
+        """A run's record from its hash as read (HGETALL); None for a missing run."""
+        return self._run_from(_decode_map(raw)) if raw else None
 
     async def save_outcome(self, outcome: RunOutcome, expected_pause_id: str, actor: str) -> bool:
         """Persist a run's outcome if nobody else did first (fenced by the pause id)."""
@@ -283,6 +288,18 @@ class RunStore:
                 pipe.hgetall(k.request(rid))
             rows = await pipe.execute()
         return [self._request_from(_decode_map(r)) for r in rows if r]
+
+    async def run_with_requests(
+        self, run_id: str
+    ) -> tuple[RunRecord | None, list[ApprovalRequest]]:
+        """`run_info` and `run_requests` in two round trips instead of three."""
+        k = K.Keys(run_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(k.run)
+            pipe.lrange(k.requests, 0, -1)
+            raw, ids = await pipe.execute()
+        info = self._run_from(_decode_map(raw)) if raw else None
+        return info, await self.get_requests(run_id, [as_text(i) for i in ids])
 
     async def run_requests(self, run_id: str) -> list[ApprovalRequest]:
         ids = [as_text(i) for i in await self.redis.lrange(K.Keys(run_id).requests, 0, -1)]
@@ -448,6 +465,14 @@ class RunStore:
     async def count_delivered(self, run_or_request_id: str) -> None:
         """One notification the chat side accepted, for /metrics."""
         await self.redis.hincrby(K.Keys(run_or_request_id).shard.metrics, f"{DELIVERED}ok", 1)
+
+    def delivered_with_ack(self, run_or_request_id: str) -> WithAck:
+        """`count_delivered`, sent with the outbox entry's acknowledgement."""
+
+        async def count(pipe: Pipeline) -> None:
+            pipe.hincrby(K.Keys(run_or_request_id).shard.metrics, f"{DELIVERED}ok", 1)
+
+        return count
 
     async def record_delivery_failure(
         self,

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -20,12 +21,31 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from agent_host.durable.connections import as_text
 from agent_host.errors import RetryLater
 
-__all__ = ["RetryLater", "ShardedConsumer", "StreamConsumer", "trim_acknowledged"]
+__all__ = [
+    "RetryLater",
+    "ShardedConsumer",
+    "StreamConsumer",
+    "WithAck",
+    "send_now",
+    "trim_acknowledged",
+]
 
 log = logging.getLogger(__name__)
 
 
-Handler = Callable[[str, dict[str, str]], Awaitable[None]]
+# What a handler may hand back: writes to send together with the entry's acknowledgement,
+# in one round trip (queued on a pipeline, ahead of the XACK), instead of one each.
+WithAck = Callable[[Pipeline], Awaitable[None]]
+Handler = Callable[[str, dict[str, str]], Awaitable[WithAck | None]]
+
+
+async def send_now(redis: Redis, with_ack: WithAck | None) -> None:
+    """The writes a handler handed back, sent on their own (for a caller that handles an
+    entry without acknowledging it)."""
+    if with_ack is not None:
+        async with redis.pipeline(transaction=False) as pipe:
+            await with_ack(pipe)
+            await pipe.execute()
 
 
 class StreamConsumer:
@@ -90,7 +110,7 @@ class StreamConsumer:
     async def _handle(self, entry_id: str, fields: dict[str, str]) -> bool:
         heartbeat = asyncio.create_task(self._keep_claimed(entry_id))
         try:
-            await self.handler(entry_id, fields)
+            with_ack = await self.handler(entry_id, fields)
         except RetryLater as exc:
             log.info("%s entry %s deferred: %s", self.stream, entry_id, exc)
             return False
@@ -100,7 +120,17 @@ class StreamConsumer:
             return False
         finally:
             heartbeat.cancel()
-        await self.redis.xack(self.stream, self.group, entry_id)
+        if with_ack is None:
+            await self.redis.xack(self.stream, self.group, entry_id)
+            return True
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                await with_ack(pipe)
+                pipe.xack(self.stream, self.group, entry_id)
+                await pipe.execute()
+        except Exception:  # as a failed handler: left pending, and retried
+            log.exception("%s entry %s: its writes failed; retried", self.stream, entry_id)
+            return False
         return True
 
     async def _keep_claimed(self, entry_id: str) -> None:
