@@ -16,6 +16,7 @@ from agent_host.approvals.notifier import Notifier, RunSummary
 from agent_host.durable import keys as K
 from agent_host.durable.crashpoints import NEVER, CrashPoints
 from agent_host.durable.escalations import LadderDelivery
+from agent_host.durable.foreground import Foreground
 from agent_host.durable.ladder import ESCALATED, REMINDED, Ladder
 from agent_host.durable.store import RunStore
 from agent_host.durable.streams import (
@@ -39,6 +40,7 @@ class Outbox:
         *,
         idle_ms: int = 5_000,
         crash: CrashPoints = NEVER,
+        foreground: Foreground | None = None,
     ) -> None:
         self.store, self.notifier, self.crash = store, notifier, crash
         self.ladder = LadderDelivery(store, notifier, Ladder(store.redis))
@@ -53,6 +55,7 @@ class Outbox:
                     idle_ms=idle_ms,
                     count=100,
                     concurrent=True,
+                    foreground=foreground,
                 )
                 for shard in K.shards()
             ]

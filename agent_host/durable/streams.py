@@ -19,6 +19,7 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from agent_host.durable.connections import as_text
+from agent_host.durable.foreground import Foreground
 from agent_host.errors import RetryLater
 
 __all__ = [
@@ -61,6 +62,7 @@ class StreamConsumer:
         block_ms: int = 1_000,
         count: int = 10,
         concurrent: bool = False,
+        foreground: Foreground | None = None,
     ) -> None:
         self.redis, self.stream, self.group, self.consumer = redis, stream, group, consumer
         self.handler = handler
@@ -69,6 +71,7 @@ class StreamConsumer:
         self.concurrent = concurrent  # handle a batch at once (the outbox: one slow channel
         # must not hold up the others)
         self._reclaimed_at: float | None = None  # loop time of the last XAUTOCLAIM
+        self.foreground = foreground  # whose requests go first (serve's clicks)
 
     async def ensure_group(self) -> None:
         try:
@@ -108,6 +111,8 @@ class StreamConsumer:
         return sum([await job for job in jobs])
 
     async def _handle(self, entry_id: str, fields: dict[str, str]) -> bool:
+        if self.foreground is not None:
+            await self.foreground.wait_turn()
         heartbeat = asyncio.create_task(self._keep_claimed(entry_id))
         try:
             with_ack = await self.handler(entry_id, fields)

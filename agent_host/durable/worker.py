@@ -18,6 +18,7 @@ from typing import Any
 from agent_host.approvals import RunRecord, RunStatus
 from agent_host.durable import keys as K
 from agent_host.durable.crashpoints import NEVER, CrashPoints
+from agent_host.durable.foreground import Foreground
 from agent_host.durable.progress import ProgressStore, RedisTurnJournal
 from agent_host.durable.store import RunStore, pause_decisions
 from agent_host.durable.streams import ShardedConsumer, StreamConsumer, WithAck, send_now
@@ -46,6 +47,7 @@ class ResumeWorker:
         *,
         idle_ms: int = 30_000,
         crash: CrashPoints = NEVER,
+        foreground: Foreground | None = None,
     ):
         self.store, self.crash = store, crash
         self.runner = runner
@@ -59,6 +61,7 @@ class ResumeWorker:
                     consumer,
                     self.handle_entry,
                     idle_ms=idle_ms,
+                    foreground=foreground,
                 )
                 for shard in K.shards()
             ]
