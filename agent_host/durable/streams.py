@@ -155,18 +155,16 @@ class StreamConsumer:
         An entry is reclaimable only after `idle_ms` anyway, so it is still reclaimed within
         1.25 x `idle_ms`, and a busy consumer no longer pays a round trip per read for it."""
         now = asyncio.get_running_loop().time()
-        if self._reclaimed_at is not None and now - self._reclaimed_at < self.idle_ms / 4000:
-            return False
-        self._reclaimed_at = now
-        return True
+        return self._reclaimed_at is None or now - self._reclaimed_at >= self.idle_ms / 4000
 
     async def _reclaim(self) -> list[tuple[bytes, dict[bytes, bytes] | None]]:
         reply: Any = await self.redis.xautoclaim(
             self.stream, self.group, self.consumer, self.idle_ms, start_id="0-0", count=self.count
         )
         entries = list(reply[1])
-        if len(entries) >= self.count:  # more may wait: look again on the next poll
-            self._reclaimed_at = None
+        # Done until the next due time, unless more may wait: then again on the next poll.
+        more = len(entries) >= self.count
+        self._reclaimed_at = None if more else asyncio.get_running_loop().time()
         return entries
 
     async def run(self, stop: asyncio.Event) -> None:
