@@ -133,6 +133,8 @@ class StreamConsumer:
                 await with_ack(pipe)
                 pipe.xack(self.stream, self.group, entry_id)
                 await pipe.execute()
+        except (RedisConnectionError, RedisTimeoutError, OSError):
+            raise  # Redis is away: the loop says so and retries, as for a lone XACK
         except Exception:  # as a failed handler: left pending, and retried
             log.exception("%s entry %s: its writes failed; retried", self.stream, entry_id)
             return False
