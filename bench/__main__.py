@@ -2,7 +2,7 @@
 
     python -m bench                  # all figures -> bench/results.json, bench/results.md
     python -m bench --only ack       # some of them (repeatable); results files not written
-    python -m bench --profile-ack    # the ack load with `countersign serve` under cProfile
+    python -m bench --profile-ack    # the 200/s click load on `countersign serve` under cProfile
                                      # -> bench/ack_profile.txt (latencies not comparable)
 
 Each module starts its own Redis server(s) in a temporary directory, uses 127.0.0.1 only,
@@ -39,7 +39,7 @@ MODULES: dict[str, tuple[Module, float]] = {
     "resume": (resume.run, 60),
     "memory": (memory.run, 60),
     "pending_list": (pending_list.run, 90),
-    "ack": (ack.run, 120),
+    "ack": (ack.run, 600),
     "click_resume": (click_resume.run, 60),
     "burst": (burst.run, 90),
 }

@@ -155,10 +155,13 @@ class CpuMeter:
         bench = own.user + own.system + own.children_user + own.children_system
         return time.monotonic(), busy, steal / self.ticks, bench
 
-    def report(self) -> dict[str, Any]:
+    def report(self, live_children_s: float = 0.0) -> dict[str, Any]:
+        """`live_children_s`: CPU seconds of the bench's children still running (a server
+        process measured from outside), which are the bench's too."""
         end = self._read()
         wall = end[0] - self.start[0]
         busy, steal, bench = (end[i] - self.start[i] for i in (1, 2, 3))
+        bench += live_children_s
         return {
             "wall_s": round(wall, 2),
             "cpus": os.cpu_count(),

@@ -114,5 +114,14 @@ async def run(tmp: Path) -> list[Figure]:
             "bytes of data stored (checkpoint + request and run hash fields)",
             "",
             details,
-        )
+        ),
+        Figure(
+            "redis_bytes_per_pending_ratio_vs_information",
+            round(per_pending / information, 2),
+            "x",
+            1.0,
+            "bytes of data stored = 1",
+            "<= 2",
+            {"bytes_per_pending": round(per_pending), "information_bytes": information},
+        ),
     ]

@@ -1,4 +1,8 @@
-"""results.json and the markdown table (also results.md)."""
+"""results.json and the markdown table (also results.md).
+
+When `results_before.json` exists (the figures measured on main before issue 13, same
+format), the table shows each figure's value from it beside the one just measured.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,25 @@ from typing import Any
 
 from .common import Figure
 
-__all__ = ["markdown", "write"]
+__all__ = ["BEFORE", "before_value", "markdown", "write"]
+
+BEFORE = Path(__file__).resolve().parent / "results_before.json"
+
+
+def _before() -> dict[str, Any]:
+    if not BEFORE.exists():
+        return {}
+    document: dict[str, Any] = json.loads(BEFORE.read_text())
+    return document
+
+
+def before_value(name: str) -> float | None:
+    """The figure's value before issue 13, if recorded."""
+    for figure in _before().get("figures", []):
+        if figure["figure"] == name:
+            value = figure["value"]
+            return float(value) if value is not None else None
+    return None
 
 
 def _number(value: float | None, unit: str) -> str:
@@ -23,9 +45,12 @@ def _met(figure: Figure) -> str:
 
 
 def markdown(figures: list[Figure], conditions: dict[str, Any], errors: dict[str, str]) -> str:
+    before = {f["figure"]: f for f in _before().get("figures", [])}
+    when = _before().get("conditions", {}).get("date", "")
+    head = f"before issue 13 ({when[:10]})" if when else "before issue 13"
     lines = [
-        "| figure | value | baseline | goal | met? |",
-        "|---|---|---|---|---|",
+        f"| figure | value | baseline | goal | met? | {head} |",
+        "|---|---|---|---|---|---|",
     ]
     for f in figures:
         baseline = _number(f.baseline, f.unit)
@@ -33,9 +58,15 @@ def markdown(figures: list[Figure], conditions: dict[str, Any], errors: dict[str
             baseline += f" — {f.baseline_label}"
         goal = f"{f.goal.replace('>=', '≥').replace('<=', '≤')} {f.unit}" if f.goal else "—"
         value = _number(f.value, f.unit) + (f" ⚠ {f.note}" if f.note else "")
-        lines.append(f"| `{f.name}` | {value} | {baseline} | {goal} | {_met(f)} |")
+        old = before.get(f.name)
+        then = "—"
+        if old is not None:
+            then = _number(old["value"], old["unit"])
+            if old.get("baseline") is not None:
+                then += f" (baseline {_number(old['baseline'], old['unit'])})"
+        lines.append(f"| `{f.name}` | {value} | {baseline} | {goal} | {_met(f)} | {then} |")
     for name, message in errors.items():
-        lines.append(f"| `{name}` | error: {message} | — | — | **NO** |")
+        lines.append(f"| `{name}` | error: {message} | — | — | **NO** | — |")
     lines += ["", "Conditions:", ""]
     for key, value in conditions.items():
         lines.append(f"- {key}: {_condition(value)}")

@@ -53,7 +53,9 @@ __all__ = [
     "ROUTE",
     "SECRET",
     "ServerProcess",
+    "SpreadRouter",
     "bare_server",
+    "bench_channels",
     "click_bodies",
     "decided_count",
     "group_backlog",
@@ -117,6 +119,13 @@ class ServerProcess:
     log_path: Path
     probe_path: Path | None = None
     probe: dict[str, Any] = field(default_factory=dict)
+    # `serve --workers 0`'s separate `countersign worker` process, while it runs
+    worker: ServerProcess | None = None
+
+    @property
+    def pids(self) -> list[int]:
+        """This process and its worker process, if any: whose CPU time a figure counts."""
+        return [self.proc.pid] + ([self.worker.proc.pid] if self.worker is not None else [])
 
     @property
     def url(self) -> str:
@@ -202,6 +211,7 @@ async def serve_process(
             args = [sys.executable, "-m", "bot.cli", "worker"]
             worker = await _spawn(args, worker_env, 0, tmp / "worker.log")
             worker.probe_path = tmp / "worker-probe.json"
+            server.worker = worker
         yield server
     finally:
         await server.stop()
@@ -239,6 +249,29 @@ async def bare_server(tmp: Path, redis_url: str) -> AsyncIterator[ServerProcess]
 
 
 # -- pending requests ---------------------------------------------------------------------
+def bench_channels(count: int) -> list[str]:
+    """Channel ids for `spread_router` (add them to the stand-in with `extra_channels`)."""
+    return [f"C0BENCH{n:04d}" for n in range(count)]
+
+
+class SpreadRouter:
+    """The bench route (reviewers by user group), its channel taken from `channels` in
+    turn: under a load of many clicks per second each channel still gets its outcome
+    replies at no more than Slack's one post per second, so the outbox's pacing (Slack's
+    limit, kept by countersign) does not hold the outcomes back for minutes."""
+
+    def __init__(self, channels: Sequence[str]) -> None:
+        self.routes = [
+            Route(route_id="bench", destination=c, reviewers=ROUTE.reviewers) for c in channels
+        ]
+        self.next = 0
+
+    async def route(self, agent: str, tool: str, severity: str) -> Route:
+        route = self.routes[self.next % len(self.routes)]
+        self.next += 1
+        return route
+
+
 async def persist_pauses(
     redis: Redis,
     outcomes: Sequence[Paused],
@@ -293,14 +326,18 @@ async def set_message_refs(
     store = RunStore(redis, KEYRING, StaticRouter(ROUTE))
     for request, ts in zip(requests, stamps, strict=True):
         await store.set_message_ref(request.request_id, request.route.destination, ts)
+        request.message_channel, request.message_ts = request.route.destination, ts
 
 
 async def prepare_clicks(
-    redis: Redis, slack: SlackStandIn, outcomes: Sequence[Paused]
+    redis: Redis,
+    slack: SlackStandIn,
+    outcomes: Sequence[Paused],
+    route: Route | Router = ROUTE,
 ) -> tuple[list[ApprovalRequest], list[str]]:
     """Pauses saved, their messages posted and referenced, and one signed-to-be approval
     click body per request: what the click benchmarks replay."""
-    requests = await persist_pauses(redis, outcomes)
+    requests = await persist_pauses(redis, outcomes, route)
     stamps = post_approvals(slack, requests)
     await set_message_refs(redis, requests, stamps)
     return requests, click_bodies(slack, requests, stamps)

@@ -102,16 +102,25 @@ class HomeTab:
         except Exception as exc:
             log.warning("could not publish the App Home of %s: %s", user_id, exc)
 
+    async def opened(self, user_id: str) -> None:
+        """`user_id` opened the tab: publish it, and keep it fresh after their decisions."""
+        try:
+            await self.decisions.home_opened(user_id)
+        except Exception as exc:  # the tab is still shown; only later refreshes are missed
+            log.warning("could not note that %s opened the App Home: %s", user_id, exc)
+        await self.publish(user_id)
+
     async def after_decision(self, request: ApprovalRequest) -> None:
         """A decision (or a quorum vote) on `request` was delivered: remember it for each
         person who made it (before the delivery is acknowledged, so it is never lost), then
-        publish their tabs again after (so the delivery never waits on Slack for it)."""
+        publish again, after (so the delivery never waits on Slack for it), the tabs of those
+        who opened theirs lately; anyone else's is built fresh when they open it."""
         people = _deciders(request)
         at = request.decided_at if request.decided_at is not None else self.clock()
-        for user_id in people:
-            await self.decisions.note(user_id, request.request_id, at)
-        for user_id in people:
-            self.refresh(user_id)
+        seen = [await self.decisions.note(user_id, request.request_id, at) for user_id in people]
+        for user_id, opened in zip(people, seen, strict=True):
+            if opened:
+                self.refresh(user_id)
 
     def refresh(self, user_id: str) -> None:
         """Publish `user_id`'s tab soon. A burst of decisions costs one publish at a time
@@ -134,8 +143,7 @@ class HomeTab:
 
     async def _recent(self, user_id: str) -> list[ApprovalRequest]:
         ids = await self.decisions.recent(user_id, RECENT_MAX)
-        found = await asyncio.gather(*(self.store.get_request(i) for i in ids))
-        return [r for r in found if r is not None]
+        return [r for r in await self.store.requests_by_id(ids) if r is not None]
 
 
 def _deciders(request: ApprovalRequest) -> list[str]:

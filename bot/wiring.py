@@ -7,7 +7,7 @@ import hashlib
 import hmac
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -19,6 +19,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent_host.approvals.routes import load_routes_file
 from agent_host.durable.connections import open_redis
+from agent_host.durable.foreground import Foreground
 from agent_host.durable.host import Host, load_keyring, load_registry
 from agent_host.durable.reviewer_log import ReviewerLog
 from agent_host.durable.route_book import RouteBook
@@ -46,6 +47,7 @@ class SlackBot:
     tasks: BackgroundTasks
     session: aiohttp.ClientSession
     signing_secret: str
+    foreground: Foreground = field(default_factory=Foreground)  # the host's: clicks first
 
     async def close(self) -> None:
         """Finish the work started after acks, then close the Web API connections."""
@@ -113,7 +115,7 @@ async def build(settings: ServiceSettings) -> tuple[Host, SlackBot]:
         bulks=host.bulks,
     )
     secret = settings.slack_signing_secret or ""
-    return host, SlackBot(client, routes, bolt, tasks, session, secret)
+    return host, SlackBot(client, routes, bolt, tasks, session, secret, host.foreground)
 
 
 def require_slack(settings: ServiceSettings) -> None:
@@ -165,6 +167,10 @@ def mount_slack(app: web.Application, bot: SlackBot) -> None:
         return hmac.compare_digest(expected, signature)
 
     async def slack_events(request: web.Request) -> web.Response:
+        with bot.foreground.serving():  # the outbox and the workers wait meanwhile
+            return await _handle(request)
+
+    async def _handle(request: web.Request) -> web.Response:
         raw = await request.read()
         stamp = request.headers.get("X-Slack-Request-Timestamp", "")
         signature = request.headers.get("X-Slack-Signature", "")

@@ -38,6 +38,14 @@ _CLIENT_OPTIONS: dict[str, Any] = {
     "socket_connect_timeout": 5,
     "health_check_interval": 30,
 }
+try:  # redis-py >= 7: the client library's name and version, for CLIENT SETINFO
+    from redis.driver_info import DriverInfo
+except ImportError:  # pragma: no cover - older redis-py reads them once per client anyway
+    pass
+else:
+    # Resolved once: left to each connection, every new one reads the package's metadata
+    # from disk (a millisecond each, and a burst of clicks opens hundreds of connections).
+    _CLIENT_OPTIONS["driver_info"] = DriverInfo()
 
 
 def embedded_dir(settings: Settings) -> Path:

@@ -10,6 +10,12 @@ Envelope (version 1)::
 
     0x01 | len(kid) (1 byte) | kid (ASCII) | nonce (12 bytes) | ciphertext + tag (16 bytes)
 
+Version 2 is the same envelope around a zlib-compressed plaintext: a checkpoint (or other
+blob sealed with `encrypt`) of more than COMPRESS_ABOVE bytes is compressed before it is
+encrypted (its JSON shrinks to about a third). The version byte is part of the associated
+data, so it cannot be flipped to make one kind pass for the other; the run and request ids
+bound in are unchanged. Sealed fields (`encrypt_field`) stay version 1.
+
 The associated data covers the envelope header (version and kid) and the run and request
 ids, so a blob copied to another run or request fails to decrypt instead of resuming there.
 A sealed field (`sealed_fields`) uses the same envelope with associated data of its own
@@ -23,6 +29,7 @@ import binascii
 import os
 import re
 import secrets
+import zlib
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
@@ -35,6 +42,8 @@ __all__ = ["ENV_VAR", "KeyRing", "generate_key", "kid_of"]
 
 ENV_VAR = "COUNTERSIGN_ENCRYPTION_KEYS"
 VERSION = 1
+COMPRESSED = 2  # the envelope of a compressed plaintext
+COMPRESS_ABOVE = 512  # bytes of plaintext; smaller blobs gain little from zlib
 KEY_BYTES = 32
 NONCE_BYTES = 12
 TAG_BYTES = 16
@@ -118,6 +127,9 @@ class KeyRing:
         return f"KeyRing(kids={self.kids!r})"
 
     def encrypt(self, plaintext: bytes, *, run_id: str, request_id: str) -> bytes:
+        if len(plaintext) > COMPRESS_ABOVE:
+            packed = zlib.compress(plaintext)
+            return self._encrypt(packed, _AAD_PREFIX, run_id, request_id, version=COMPRESSED)
         return self._encrypt(plaintext, _AAD_PREFIX, run_id, request_id)
 
     def encrypt_field(self, plaintext: bytes, *, run_id: str, record_id: str, field: str) -> bytes:
@@ -129,6 +141,8 @@ class KeyRing:
         """The value `encrypt_field` sealed to exactly this run, record and field, or
         SealedFieldError saying why not (in a few words: it is shown where the value was)."""
         kid, header, nonce, sealed = _split(blob, "sealed field", SealedFieldError)
+        if header[0] != VERSION:  # fields are never compressed
+            raise SealedFieldError(f"sealed with envelope version {header[0]}, not {VERSION}")
         aead = self._aead.get(kid)
         if aead is None:
             raise SealedFieldError(f"sealed under key {kid!r}, which is not in {ENV_VAR}")
@@ -142,9 +156,11 @@ class KeyRing:
                 "field, request or run"
             ) from None
 
-    def _encrypt(self, plaintext: bytes, domain: bytes, *context: str) -> bytes:
+    def _encrypt(
+        self, plaintext: bytes, domain: bytes, *context: str, version: int = VERSION
+    ) -> bytes:
         kid = self.active_kid.encode("ascii")
-        header = bytes([VERSION, len(kid)]) + kid
+        header = bytes([version, len(kid)]) + kid
         nonce = os.urandom(NONCE_BYTES)
         sealed = self._aead[self.active_kid].encrypt(
             nonce, plaintext, _aad(domain, header, *context)
@@ -160,12 +176,20 @@ class KeyRing:
                 f"run {run_id!r} (keys present: {', '.join(self.kids)})."
             )
         try:
-            return aead.decrypt(nonce, sealed, _aad(_AAD_PREFIX, header, run_id, request_id))
+            plain = aead.decrypt(nonce, sealed, _aad(_AAD_PREFIX, header, run_id, request_id))
         except InvalidTag:
             raise CheckpointDecryptError(
                 f"checkpoint of run {run_id!r} (request {request_id!r}) failed authentication "
                 f"under key {kid!r}: it was tampered with, truncated, or belongs to another "
                 "run or request. Do not resume it; restore it from a backup or cancel the run."
+            ) from None
+        if header[0] != COMPRESSED:
+            return plain
+        try:
+            return zlib.decompress(plain)
+        except zlib.error:  # authenticated, so only a writer with the key did this
+            raise CheckpointDecryptError(
+                f"checkpoint of run {run_id!r} does not decompress: restore it from a backup"
             ) from None
 
     def needs_rotation(self, blob: bytes) -> bool:
@@ -203,10 +227,11 @@ def _split(
     """(kid, header, nonce, ciphertext+tag) of an envelope, or `error` saying what is wrong."""
     if len(blob) < 2:
         raise error(f"{what} is truncated ({len(blob)} bytes): restore it from a backup.")
-    if blob[0] != VERSION:
+    if blob[0] not in (VERSION, COMPRESSED):
         raise error(
             f"{what} has envelope version {blob[0]}, this countersign reads "
-            f"{VERSION}: upgrade countersign, or the data was not written by countersign."
+            f"{VERSION} and {COMPRESSED}: upgrade countersign, or the data was not written "
+            "by countersign."
         )
     end = 2 + blob[1]
     if len(blob) < end + NONCE_BYTES + TAG_BYTES:

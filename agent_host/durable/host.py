@@ -27,6 +27,7 @@ from agent_host.durable.crashpoints import CrashPoints
 from agent_host.durable.crypto import ENV_VAR, KeyRing, generate_key
 from agent_host.durable.data_dir import check_private_file, private_dir
 from agent_host.durable.external_store import ExternalRequests
+from agent_host.durable.foreground import Foreground
 from agent_host.durable.outbox import Outbox
 from agent_host.durable.redis_ledger import RedisLedger
 from agent_host.durable.redis_server import RedisServer
@@ -164,6 +165,8 @@ class Host:
         editor = ArgumentEditor(self.runner.agent, self.router)
         self.approvals = ApprovalService(self.store, self.directory, editor)
         self.external = ExternalRequests(self.store)
+        # The Slack endpoint marks its requests; the outbox and the workers yield to them.
+        self.foreground = Foreground()
 
     def start_background(
         self, workers: int = 1, *, sweeper: bool = True, outbox: bool = True
@@ -177,6 +180,7 @@ class Host:
                 f"{self.consumer_name}-w{n}",
                 idle_ms=self.resume_idle_ms,
                 crash=self.crash,
+                foreground=self.foreground,
             )
             self._spawn(worker.consumer.run(self._stop), f"resume-worker-{n}")
         if sweeper:
@@ -193,6 +197,7 @@ class Host:
                 f"{self.consumer_name}-outbox",
                 idle_ms=self.retry_idle_ms,
                 crash=self.crash,
+                foreground=self.foreground,
             )
             self._spawn(box.consumer.run(self._stop), "outbox")
             callbacks = CallbackDelivery(

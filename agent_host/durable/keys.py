@@ -27,6 +27,7 @@ __all__ = [
     "Shard",
     "decided_by",
     "external_shard",
+    "home_seen",
     "is_run_id",
     "new_run_id",
     "new_run_id_in",
@@ -197,6 +198,16 @@ def seen_once(kind: str, token: str) -> str:
 def decided_by(user_id: str) -> str:
     """A zset request_id -> when one reviewer decided it (their latest decisions). Its own
     hash tag per reviewer, so a cluster spreads them."""
+    return f"{_reviewer(user_id)}:decided"
+
+
+def home_seen(user_id: str) -> str:
+    """A marker, with a time to live, that the reviewer opened their App Home tab lately
+    (in `decided_by`'s hash tag: both are read in one transaction)."""
+    return f"{_reviewer(user_id)}:home"
+
+
+def _reviewer(user_id: str) -> str:
     if not re.fullmatch(r"[A-Z0-9]{1,64}", user_id):
         user_id = hashlib.sha256(user_id.encode()).hexdigest()
-    return f"{PREFIX}:{{reviewer:{user_id}}}:decided"
+    return f"{PREFIX}:{{reviewer:{user_id}}}"

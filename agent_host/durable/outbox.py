@@ -19,9 +19,16 @@ from agent_host.durable.bulk_delivery import BulkDelivery
 from agent_host.durable.bulks import BULK_POSTED, BULK_UPDATED, BulkBook
 from agent_host.durable.crashpoints import NEVER, CrashPoints
 from agent_host.durable.escalations import LadderDelivery
+from agent_host.durable.foreground import Foreground
 from agent_host.durable.ladder import ESCALATED, REMINDED, Ladder
 from agent_host.durable.store import RunStore
-from agent_host.durable.streams import RetryLater, ShardedConsumer, StreamConsumer
+from agent_host.durable.streams import (
+    RetryLater,
+    ShardedConsumer,
+    StreamConsumer,
+    WithAck,
+    send_now,
+)
 from agent_host.errors import DeliveryFailed
 
 __all__ = ["Outbox", "RetryLater"]
@@ -36,6 +43,7 @@ class Outbox:
         *,
         idle_ms: int = 5_000,
         crash: CrashPoints = NEVER,
+        foreground: Foreground | None = None,
     ) -> None:
         self.store, self.notifier, self.crash = store, notifier, crash
         self.book = BulkBook(store)
@@ -48,29 +56,36 @@ class Outbox:
                     shard.outbox,
                     K.OUTBOX_GROUP,
                     consumer,
-                    self.handle,
+                    self.handle_entry,
                     idle_ms=idle_ms,
                     count=100,
                     concurrent=True,
+                    foreground=foreground,
                 )
                 for shard in K.shards()
             ]
         )
 
     async def handle(self, entry_id: str, fields: dict[str, str]) -> None:
+        """Deliver one entry to its end (the consumer acknowledges it; called directly, it
+        is not acknowledged)."""
+        await send_now(self.store.redis, await self.handle_entry(entry_id, fields))
+
+    async def handle_entry(self, entry_id: str, fields: dict[str, str]) -> WithAck | None:
+        """`handle`, but the delivery's counter is handed back to be sent with the entry's
+        acknowledgement, in one round trip."""
         kind = fields.get("type", "")
         if kind == "run_finished":
-            await self._run_finished(fields["run_id"])
-            return
+            return await self._run_finished(fields["run_id"])
         if kind == BULK_POSTED:
             await self.bulks.post(fields.get("bulk_id", ""), fields | {"entry_id": entry_id})
-            return
+            return None
         if kind == BULK_UPDATED:
             await self.bulks.refresh(fields.get("bulk_id", ""))
-            return
+            return None
         request = await self.store.get_request(fields.get("request_id", ""))
         if request is None:
-            return
+            return None
         request = self.store.open_context(request)  # what the run did before: in the message
         if kind == "request_posted":
             await self._post(request, fields | {"entry_id": entry_id})
@@ -79,21 +94,23 @@ class Outbox:
         elif kind == ESCALATED:
             await self.ladder.escalate(request)
         elif kind in ("request_decided", "request_progress"):
-            await self._updated(request, kind)
+            ack = await self._updated(request, kind)
             if request.bulk_id:  # and the tally of the message it was posted with
                 await self.bulks.refresh(request.bulk_id)
+            return ack
+        return None
 
-    async def _updated(self, request: ApprovalRequest, kind: str) -> None:
+    async def _updated(self, request: ApprovalRequest, kind: str) -> WithAck | None:
         if not (request.message_ts or request.escalations) and (
             request.delivery == "undeliverable"
         ):
-            return  # it never reached chat: there is no message to update
+            return None  # it never reached chat: there is no message to update
         try:
             await self.notifier.request_updated(request)
         except DeliveryFailed as failure:  # e.g. the message was deleted: drop it
             await self.store.record_delivery_failure(request.request_id, failure, kind)
-            return
-        await self.store.count_delivered(request.request_id)
+            return None
+        return self.store.delivered_with_ack(request.request_id)
 
     async def _post(self, request: ApprovalRequest, entry: dict[str, str]) -> None:
         if request.message_ts and not request.only_in_bulk:
@@ -138,10 +155,10 @@ class Outbox:
             await self.store.count_delivered(request.request_id)
         await self.notifier.request_undeliverable(request, failure, rerouted, fallback_failure)
 
-    async def _run_finished(self, run_id: str) -> None:
-        info = await self.store.run_info(run_id)
+    async def _run_finished(self, run_id: str) -> WithAck | None:
+        info, all_requests = await self.store.run_with_requests(run_id)
         if info is None:
-            return
+            return None
         summary = RunSummary(
             run_id=run_id,
             agent=info.agent,
@@ -152,15 +169,10 @@ class Outbox:
         )
         # A request that never reached chat has no thread to answer in; waiting for it
         # would hold the outcome back for ever.
-        requests = [
-            r
-            for r in await self.store.run_requests(run_id)
-            if r.message_ts or r.delivery != "undeliverable"
-        ]
+        requests = [r for r in all_requests if r.message_ts or r.delivery != "undeliverable"]
         try:
             await self.notifier.run_finished(summary, requests)
         except DeliveryFailed as failure:  # e.g. the thread's channel was archived: drop it
             await self.store.record_delivery_failure(run_id, failure, "run_finished")
-            return
-        if requests:
-            await self.store.count_delivered(run_id)
+            return None
+        return self.store.delivered_with_ack(run_id) if requests else None

@@ -13,11 +13,16 @@ import logging
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+from redis.asyncio.cluster import ClusterPipeline
 
+from agent_host.approvals import RunRecord
 from agent_host.durable.connections import as_text
 from agent_host.durable.crypto import KeyRing
 from agent_host.durable.keys import Keys
 from agent_host.durable.scripts import CLEAR_PROGRESS, SAVE_PROGRESS
+from agent_host.durable.store import RunStore
+from agent_host.durable.streams import WithAck
 from agent_host.runtime.checkpoint import RunState
 from agent_host.runtime.journal import RunMovedOn
 
@@ -44,6 +49,22 @@ class ProgressStore:
     async def load(self, run_id: str, pause_id: str) -> RunState | None:
         """The progress saved while resuming `pause_id`, if any (CheckpointError if damaged)."""
         saved: Any = await self.redis.hmget(Keys(run_id).progress, ["pause_id", "blob"])
+        return self.open_saved(run_id, pause_id, saved)
+
+    async def with_run(
+        self, store: RunStore, run_id: str, pause_id: str
+    ) -> tuple[RunRecord | None, Any]:
+        """The run's record and its saved progress as stored (`open_saved` opens it), in
+        one round trip: what a worker reads first for each resume entry."""
+        k = Keys(run_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(k.run)
+            pipe.hmget(k.progress, ["pause_id", "blob"])
+            raw, saved = await pipe.execute()
+        return store.run_from(raw), saved
+
+    def open_saved(self, run_id: str, pause_id: str, saved: Any) -> RunState | None:
+        """The progress in `saved` (HMGET of pause_id and blob) if it is `pause_id`'s."""
         owner, blob = saved
         if owner is None or blob is None or as_text(owner) != pause_id:
             return None
@@ -70,6 +91,18 @@ class ProgressStore:
 
     async def clear(self, run_id: str, pause_id: str) -> None:
         await self._clear(keys=[Keys(run_id).progress], args=[pause_id])
+
+    def clear_with_ack(self, run_id: str, pause_id: str) -> WithAck:
+        """`clear`, sent with the resume entry's acknowledgement (after the outcome was
+        saved, as before; one round trip for both)."""
+
+        async def clear(pipe: Pipeline) -> None:
+            if isinstance(pipe, ClusterPipeline):  # which runs no script: on its own, first
+                await self.clear(run_id, pause_id)
+            else:
+                await self._clear(keys=[Keys(run_id).progress], args=[pause_id], client=pipe)
+
+        return clear
 
     def _open(self, run_id: str, pause_id: str, blob: Any) -> RunState:
         plain = self.keyring.decrypt(blob, run_id=run_id, request_id=_sealed_to(pause_id))

@@ -180,6 +180,8 @@ return {'created', ARGV[4]}
 # callback URL, queues its callback, in the same step. A request from an agent that runs
 # elsewhere (origin "external") has no checkpoint here: its decided run resumes nothing.
 # An approval towards a quorum keeps its decision (e.g. the approver's comment) in the audit.
+# A decision or a vote recorded returns the request as it now is (its hash, as HGETALL
+# gives it), so the caller answers from it without reading it again.
 DECIDE = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'not_found', 0} end
 local f = redis.call('HMGET', KEYS[1], 'status', 'call_hash', 'quorum', 'run_id', 'pause_id',
@@ -212,7 +214,7 @@ if kind == 'approve' then
       'request_id', ARGV[1], 'call_hash', hash, 'detail', #list .. ' of ' .. f[3],
       'decision', ARGV[4])
     redis.call('XADD', KEYS[8], '*', 'type', 'request_progress', 'request_id', ARGV[1])
-    return {'progress', #list}
+    return {'progress', #list, redis.call('HGETALL', KEYS[1])}
   end
 end
 redis.call('HSET', KEYS[1], 'status', ARGV[3], 'decision', ARGV[4], 'decided_by', ARGV[5],
@@ -236,14 +238,14 @@ if f[8] == 'external' then
     redis.call('HSET', KEYS[3], 'status', 'succeeded', 'output', ARGV[3], 'decided_at', now,
       'updated_at', now)
   end
-  return {'decided', 0}
+  return {'decided', 0, redis.call('HGETALL', KEYS[1])}
 end
 if left == 0 then
   redis.call('HSET', KEYS[3], 'status', 'resuming', 'decided_at', now)
   redis.call('XADD', KEYS[7], '*', 'type', 'resume', 'run_id', f[4], 'pause_id', f[5])
-  return {'decided', 1}
+  return {'decided', 1, redis.call('HGETALL', KEYS[1])}
 end
-return {'decided', 0}
+return {'decided', 0, redis.call('HGETALL', KEYS[1])}
 """
 
 # KEYS: run, checkpoint, run audit, OUTBOX

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 from redis.exceptions import ResponseError
 
 from agent_host.approvals import (
@@ -40,13 +41,22 @@ from agent_host.durable.crypto import KeyRing
 from agent_host.durable.scripts import CREATE, DECIDE, FINISH, PAUSE
 from agent_host.durable.sealed_fields import FieldSealer
 from agent_host.durable.sealed_records import SealedRecords
+from agent_host.durable.streams import WithAck
 from agent_host.errors import CheckpointError, DeliveryFailed, SealedFieldError
 from agent_host.runtime.checkpoint import CallRecord, RunState
 from agent_host.runtime.decisions import Approve, Decision, decision_adapter
 from agent_host.runtime.policy import Severity
 from agent_host.runtime.runner import Failed, Paused, RunOutcome
 
-__all__ = ["DELIVERED", "PendingPage", "RunStore", "decide_keys", "parse_cursor"]
+__all__ = [
+    "DELIVERED",
+    "PendingPage",
+    "ResumeReads",
+    "RunStore",
+    "decide_keys",
+    "parse_cursor",
+    "pause_decisions",
+]
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +130,11 @@ class RunStore:
         return run_id
 
     async def run_info(self, run_id: str) -> RunRecord | None:
-        raw = _decode_map(await self.redis.hgetall(K.Keys(run_id).run))
-        return self._run_from(raw) if raw else None
+        return self.run_from(await self.redis.hgetall(K.Keys(run_id).run))
+
+    def run_from(self, raw: dict[Any, Any]) -> RunRecord | None:
+        """A run's record from its hash as read (HGETALL); None for a missing run."""
+        return self._run_from(_decode_map(raw)) if raw else None
 
     async def save_outcome(self, outcome: RunOutcome, expected_pause_id: str, actor: str) -> bool:
         """Persist a run's outcome if nobody else did first (fenced by the pause id)."""
@@ -198,7 +211,7 @@ class RunStore:
         bulks = plan_bulks(requests, self.bulk_threshold)  # sets each member's bulk_id
         for request in requests:
             fields = self.sealed.seal_request(
-                request.to_hash() | {"quorum": str(request.route.quorum)}
+                _stored(request.to_hash() | {"quorum": str(request.route.quorum)})
             )
             script_keys += [
                 k.request(request.request_id),
@@ -226,10 +239,16 @@ class RunStore:
         try:
             blob: Any = await self.redis.get(K.Keys(run_id).checkpoint)
         except ResponseError as exc:  # WRONGTYPE: something else was written under the key
+            blob = exc
+        return self.open_checkpoint(run_id, pause_id, blob)
+
+    def open_checkpoint(self, run_id: str, pause_id: str, blob: Any) -> RunState:
+        """`load_checkpoint` of a blob read already (or of the error its GET answered)."""
+        if isinstance(blob, ResponseError):
             raise CheckpointError(
-                f"run {run_id}'s checkpoint key holds another kind of value ({exc}); the run "
+                f"run {run_id}'s checkpoint key holds another kind of value ({blob}); the run "
                 "cannot be resumed: start it again"
-            ) from exc
+            ) from blob
         if blob is None:
             raise CheckpointError(
                 f"run {run_id} has no checkpoint; it cannot be resumed: restore the checkpoint "
@@ -238,23 +257,33 @@ class RunStore:
         plaintext = self.keyring.decrypt(blob, run_id=run_id, request_id=pause_id)
         return RunState.from_json(plaintext)
 
+    async def resume_reads(self, info: RunRecord) -> ResumeReads:
+        """What resuming the run's current pause reads, in one round trip: its checkpoint
+        (as stored: `open_checkpoint` opens it) and the requests of the pause; the time since
+        the last decision is counted for /metrics in the same trip."""
+        k = K.Keys(info.run_id)
+        ids = list(info.pause_requests)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.get(k.checkpoint)
+            for rid in ids:
+                pipe.hgetall(k.request(rid))
+            if info.decided_at is not None:
+                latency = max(0.0, self.clock() - info.decided_at)
+                pipe.hincrbyfloat(k.shard.metrics, "resume_latency_seconds_sum", latency)
+                pipe.hincrby(k.shard.metrics, "resume_latency_seconds_count", 1)
+            rows = await pipe.execute(raise_on_error=False)
+        for row in rows[1:]:
+            if isinstance(row, Exception):
+                raise row  # only the checkpoint's answer is judged by `open_checkpoint`
+        hashes = rows[1 : 1 + len(ids)]
+        return ResumeReads(rows[0], [self._request_from(_decode_map(r)) for r in hashes if r])
+
     async def decisions_for(self, run_id: str, pause_id: str) -> dict[str, Decision]:
         """The recorded decision of every request of a pause, by call id; SealedFieldError
         if one cannot be decrypted (a run never resumes on a decision nobody can read)."""
         info = await self.run_info(run_id)
         ids = list(info.pause_requests) if info is not None else []
-        decisions: dict[str, Decision] = {}
-        for request in await self.get_requests(run_id, ids):
-            if request.pause_id != pause_id:
-                continue
-            if reason := request.unreadable.get("decision"):
-                raise SealedFieldError(
-                    f"the decision on request {request.request_id} could not be decrypted "
-                    f"({reason}), so the run was not resumed on it"
-                )
-            if request.decision is not None:
-                decisions[request.call_id] = request.decision
-        return decisions
+        return pause_decisions(pause_id, await self.get_requests(run_id, ids))
 
     # -- requests -----------------------------------------------------------------------
     async def get_request(self, request_id: str) -> ApprovalRequest | None:
@@ -272,6 +301,18 @@ class RunStore:
                 pipe.hgetall(k.request(rid))
             rows = await pipe.execute()
         return [self._request_from(_decode_map(r)) for r in rows if r]
+
+    async def run_with_requests(
+        self, run_id: str
+    ) -> tuple[RunRecord | None, list[ApprovalRequest]]:
+        """`run_info` and `run_requests` in two round trips instead of three."""
+        k = K.Keys(run_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(k.run)
+            pipe.lrange(k.requests, 0, -1)
+            raw, ids = await pipe.execute()
+        info = self._run_from(_decode_map(raw)) if raw else None
+        return info, await self.get_requests(run_id, [as_text(i) for i in ids])
 
     async def run_requests(self, run_id: str) -> list[ApprovalRequest]:
         ids = [as_text(i) for i in await self.redis.lrange(K.Keys(run_id).requests, 0, -1)]
@@ -297,7 +338,7 @@ class RunStore:
             current = await self.get_request(request_id)
         if current is None:
             return DecideResult("not_found")
-        outcome, extra = await self._decide(
+        reply = await self._decide(
             keys=decide_keys(request_id, current.route.destination),
             args=[
                 request_id,
@@ -311,11 +352,16 @@ class RunStore:
                 "1" if completes_quorum else "0",
             ],
         )
-        kind = as_text(outcome)
-        # The script's second value: resume queued (decided) or approvals so far (progress).
+        kind, extra = as_text(reply[0]), reply[1]
+        # The script's second value: resume queued (decided) or approvals so far (progress);
+        # a decision or vote recorded also returns the request's hash as it now is.
+        if len(reply) > 2:
+            updated: ApprovalRequest | None = self._request_from(_decode_pairs(reply[2]))
+        else:
+            updated = await self.get_request(request_id)
         return DecideResult(
             kind,  # type: ignore[arg-type]
-            await self.get_request(request_id),
+            updated,
             resume_queued=kind == "decided" and bool(extra),
             approvals=int(extra) if kind == "progress" else 0,
         )
@@ -374,6 +420,12 @@ class RunStore:
             rows += [(int(s), as_text(m)) for m, s in more]
         return rows
 
+    async def requests_by_id(self, request_ids: list[str]) -> list[ApprovalRequest | None]:
+        """Requests of any runs, in one round trip (None for an id not found)."""
+        valid = [rid for rid in request_ids if _is_request_id(rid)]
+        found = dict(zip(valid, await self._requests_by_id(valid), strict=True))
+        return [found.get(rid) for rid in request_ids]
+
     async def _requests_by_id(self, request_ids: list[str]) -> list[ApprovalRequest | None]:
         async with self.redis.pipeline(transaction=False) as pipe:
             for rid in request_ids:
@@ -426,6 +478,14 @@ class RunStore:
     async def count_delivered(self, run_or_request_id: str) -> None:
         """One notification the chat side accepted, for /metrics."""
         await self.redis.hincrby(K.Keys(run_or_request_id).shard.metrics, f"{DELIVERED}ok", 1)
+
+    def delivered_with_ack(self, run_or_request_id: str) -> WithAck:
+        """`count_delivered`, sent with the outbox entry's acknowledgement."""
+
+        async def count(pipe: Pipeline) -> None:
+            pipe.hincrby(K.Keys(run_or_request_id).shard.metrics, f"{DELIVERED}ok", 1)
+
+        return count
 
     async def record_delivery_failure(
         self,
@@ -524,6 +584,61 @@ class RunStore:
             )
             rows += [(int(s), as_text(m)) for m, s in more]
         return rows
+
+
+@dataclass(frozen=True)
+class ResumeReads:
+    """What `RunStore.resume_reads` read: the checkpoint as stored (bytes, None when
+    missing, or the error its GET answered) and the pause's requests."""
+
+    checkpoint: Any
+    requests: list[ApprovalRequest]
+
+
+def pause_decisions(pause_id: str, requests: list[ApprovalRequest]) -> dict[str, Decision]:
+    """The recorded decision of each of `requests` that belongs to the pause, by call id;
+    SealedFieldError if one cannot be decrypted (a run never resumes on a decision nobody
+    can read)."""
+    decisions: dict[str, Decision] = {}
+    for request in requests:
+        if request.pause_id != pause_id:
+            continue
+        if reason := request.unreadable.get("decision"):
+            raise SealedFieldError(
+                f"the decision on request {request.request_id} could not be decrypted "
+                f"({reason}), so the run was not resumed on it"
+            )
+        if request.decision is not None:
+            decisions[request.call_id] = request.decision
+    return decisions
+
+
+# Fields of a new request's hash left out while they hold what reading them absent gives
+# (`ApprovalRequest.from_hash`, and the scripts: DECIDE counts missing approvals as none,
+# the ladder missing escalations as none). In Redis's hash encoding for values this size
+# each field costs some 50 bytes besides its name and value; these are 15 of its 33.
+_ABSENT_MEANS = {
+    "question": "",
+    "decision": "",
+    "decided_by": "",
+    "decided_at": "",
+    "message_channel": "",
+    "message_ts": "",
+    "delivery": "",
+    "delivery_error": "",
+    "origin": "",
+    "callback_url": "",
+    "reminder_ts": "",
+    "sealed_context": "",
+    "approvals": "[]",
+    "escalations": "[]",
+    "editable": "[]",
+}
+
+
+def _stored(fields: dict[str, str]) -> dict[str, str]:
+    """A new request's hash without the fields that would only repeat their default."""
+    return {k: v for k, v in fields.items() if _ABSENT_MEANS.get(k) != v}
 
 
 def _new_request(
@@ -648,3 +763,8 @@ def _score(at: float) -> int:
 
 def _decode_map(raw: dict[Any, Any]) -> dict[str, str]:
     return {as_text(k): as_text(v) for k, v in raw.items()}
+
+
+def _decode_pairs(flat: list[Any]) -> dict[str, str]:
+    """A hash as a script returns it (HGETALL's flat list of names and values)."""
+    return {as_text(flat[i]): as_text(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}

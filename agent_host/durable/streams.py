@@ -13,19 +13,40 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from agent_host.durable.connections import as_text
+from agent_host.durable.foreground import Foreground
 from agent_host.errors import RetryLater
 
-__all__ = ["RetryLater", "ShardedConsumer", "StreamConsumer", "trim_acknowledged"]
+__all__ = [
+    "RetryLater",
+    "ShardedConsumer",
+    "StreamConsumer",
+    "WithAck",
+    "send_now",
+    "trim_acknowledged",
+]
 
 log = logging.getLogger(__name__)
 
 
-Handler = Callable[[str, dict[str, str]], Awaitable[None]]
+# What a handler may hand back: writes to send together with the entry's acknowledgement,
+# in one round trip (queued on a pipeline, ahead of the XACK), instead of one each.
+WithAck = Callable[[Pipeline], Awaitable[None]]
+Handler = Callable[[str, dict[str, str]], Awaitable[WithAck | None]]
+
+
+async def send_now(redis: Redis, with_ack: WithAck | None) -> None:
+    """The writes a handler handed back, sent on their own (for a caller that handles an
+    entry without acknowledging it)."""
+    if with_ack is not None:
+        async with redis.pipeline(transaction=False) as pipe:
+            await with_ack(pipe)
+            await pipe.execute()
 
 
 class StreamConsumer:
@@ -41,6 +62,7 @@ class StreamConsumer:
         block_ms: int = 1_000,
         count: int = 10,
         concurrent: bool = False,
+        foreground: Foreground | None = None,
     ) -> None:
         self.redis, self.stream, self.group, self.consumer = redis, stream, group, consumer
         self.handler = handler
@@ -48,6 +70,8 @@ class StreamConsumer:
         self._group_ready = False
         self.concurrent = concurrent  # handle a batch at once (the outbox: one slow channel
         # must not hold up the others)
+        self._reclaimed_at: float | None = None  # loop time of the last XAUTOCLAIM
+        self.foreground = foreground  # whose requests go first (serve's clicks)
 
     async def ensure_group(self) -> None:
         try:
@@ -64,7 +88,7 @@ class StreamConsumer:
         """
         if not self._group_ready:
             await self.ensure_group()
-        entries = await self._reclaim()
+        entries = await self._reclaim() if self._reclaim_due() else []
         if not entries:
             block = self.block_ms if block_ms is None else block_ms
             reply: Any = await self.redis.xreadgroup(
@@ -87,9 +111,11 @@ class StreamConsumer:
         return sum([await job for job in jobs])
 
     async def _handle(self, entry_id: str, fields: dict[str, str]) -> bool:
+        if self.foreground is not None:
+            await self.foreground.wait_turn()
         heartbeat = asyncio.create_task(self._keep_claimed(entry_id))
         try:
-            await self.handler(entry_id, fields)
+            with_ack = await self.handler(entry_id, fields)
         except RetryLater as exc:
             log.info("%s entry %s deferred: %s", self.stream, entry_id, exc)
             return False
@@ -99,7 +125,19 @@ class StreamConsumer:
             return False
         finally:
             heartbeat.cancel()
-        await self.redis.xack(self.stream, self.group, entry_id)
+        if with_ack is None:
+            await self.redis.xack(self.stream, self.group, entry_id)
+            return True
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                await with_ack(pipe)
+                pipe.xack(self.stream, self.group, entry_id)
+                await pipe.execute()
+        except (RedisConnectionError, RedisTimeoutError, OSError):
+            raise  # Redis is away: the loop says so and retries, as for a lone XACK
+        except Exception:  # as a failed handler: left pending, and retried
+            log.exception("%s entry %s: its writes failed; retried", self.stream, entry_id)
+            return False
         return True
 
     async def _keep_claimed(self, entry_id: str) -> None:
@@ -114,11 +152,22 @@ class StreamConsumer:
             except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
                 log.warning("%s entry %s: heartbeat failed (%s)", self.stream, entry_id, exc)
 
+    def _reclaim_due(self) -> bool:
+        """Whether to look for entries to reclaim now: at most every quarter of `idle_ms`.
+        An entry is reclaimable only after `idle_ms` anyway, so it is still reclaimed within
+        1.25 x `idle_ms`, and a busy consumer no longer pays a round trip per read for it."""
+        now = asyncio.get_running_loop().time()
+        return self._reclaimed_at is None or now - self._reclaimed_at >= self.idle_ms / 4000
+
     async def _reclaim(self) -> list[tuple[bytes, dict[bytes, bytes] | None]]:
         reply: Any = await self.redis.xautoclaim(
             self.stream, self.group, self.consumer, self.idle_ms, start_id="0-0", count=self.count
         )
-        return list(reply[1])
+        entries = list(reply[1])
+        # Done until the next due time, unless more may wait: then again on the next poll.
+        more = len(entries) >= self.count
+        self._reclaimed_at = None if more else asyncio.get_running_loop().time()
+        return entries
 
     async def run(self, stop: asyncio.Event) -> None:
         """Poll until `stop`; the loop outlives Redis outages and any one bad moment."""

@@ -13,13 +13,15 @@ answer with other calls or fresh call ids, which the ledger could not tell apart
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from agent_host.approvals import RunRecord, RunStatus
 from agent_host.durable import keys as K
 from agent_host.durable.crashpoints import NEVER, CrashPoints
+from agent_host.durable.foreground import Foreground
 from agent_host.durable.progress import ProgressStore, RedisTurnJournal
-from agent_host.durable.store import RunStore
-from agent_host.durable.streams import ShardedConsumer, StreamConsumer
+from agent_host.durable.store import RunStore, pause_decisions
+from agent_host.durable.streams import ShardedConsumer, StreamConsumer, WithAck, send_now
 from agent_host.errors import (
     CheckpointDecryptError,
     CheckpointError,
@@ -45,6 +47,7 @@ class ResumeWorker:
         *,
         idle_ms: int = 30_000,
         crash: CrashPoints = NEVER,
+        foreground: Foreground | None = None,
     ):
         self.store, self.crash = store, crash
         self.runner = runner
@@ -56,25 +59,33 @@ class ResumeWorker:
                     shard.resume,
                     K.RESUME_GROUP,
                     consumer,
-                    self.handle,
+                    self.handle_entry,
                     idle_ms=idle_ms,
+                    foreground=foreground,
                 )
                 for shard in K.shards()
             ]
         )
 
     async def handle(self, entry_id: str, fields: dict[str, str]) -> None:
+        """Handle one entry to its end (the consumer acknowledges it; called directly, it is
+        not acknowledged)."""
+        await send_now(self.store.redis, await self.handle_entry(entry_id, fields))
+
+    async def handle_entry(self, entry_id: str, fields: dict[str, str]) -> WithAck | None:
+        """`handle`, but what is written last (dropping the saved progress) is handed back to
+        be sent with the entry's acknowledgement, in one round trip."""
         run_id, pause_id = fields.get("run_id", ""), fields.get("pause_id", "")
-        info = await self.store.run_info(run_id)
+        info, saved = await self.progress.with_run(self.store, run_id, pause_id)
         if info is None or info.status.terminal or info.pause_id != pause_id:
             log.info("resume entry %s for run %s is stale; skipped", entry_id, run_id)
-            return
+            return None
         start = fields.get("type") == "start"
         if start and info.status != RunStatus.RUNNING:
-            return
+            return None
         journal = self.progress.journal(run_id, pause_id)
         try:
-            if (progress := await self._progress(run_id, pause_id)) is not None:
+            if (progress := self._progress(run_id, pause_id, saved)) is not None:
                 log.info("run %s: replaying its saved turn %d", run_id, progress.turns)
                 outcome = await self.runner.replay(progress, journal=journal)
             elif start:
@@ -92,24 +103,24 @@ class ResumeWorker:
             else:
                 resumed = await self._resume(run_id, pause_id, info, journal)
                 if resumed is None:
-                    return
+                    return None
                 outcome = resumed
         except RunMovedOn as exc:
             log.info("resume entry %s: %s", entry_id, exc)
-            return
+            return None
         except StoreError:
             raise  # Redis-side: the entry stays pending and is retried
         except CountersignError as exc:
             await self._fail(run_id, pause_id, str(exc))
-            return
+            return None
         if not start:
             self.crash.reached("after_tool_ran")
         await self.store.save_outcome(outcome, pause_id, "worker")
-        await self.progress.clear(run_id, pause_id)
+        return self.progress.clear_with_ack(run_id, pause_id)
 
-    async def _progress(self, run_id: str, pause_id: str) -> RunState | None:
+    def _progress(self, run_id: str, pause_id: str, saved: Any) -> RunState | None:
         try:
-            return await self.progress.load(run_id, pause_id)
+            return self.progress.open_saved(run_id, pause_id, saved)
         except CheckpointDecryptError as exc:
             raise CheckpointDecryptError(
                 f"the run's saved progress could not be decrypted or verified, so it was not "
@@ -119,9 +130,9 @@ class ResumeWorker:
     async def _resume(
         self, run_id: str, pause_id: str, info: RunRecord, journal: RedisTurnJournal
     ) -> RunOutcome | None:
-        await self.store.record_resume_latency(info)
+        reads = await self.store.resume_reads(info)  # one round trip
         try:
-            state = await self.store.load_checkpoint(run_id, pause_id)
+            state = self.store.open_checkpoint(run_id, pause_id, reads.checkpoint)
         except CheckpointDecryptError as exc:
             reason = f"checkpoint could not be decrypted or verified, so it was not resumed: {exc}"
             await self._fail(run_id, pause_id, reason)
@@ -129,8 +140,9 @@ class ResumeWorker:
         except CheckpointError as exc:
             await self._fail(run_id, pause_id, str(exc))
             return None
-        decisions = await self.store.decisions_for(run_id, pause_id)
-        return await self.runner.resume(state, decisions, journal=journal)
+        decisions = pause_decisions(pause_id, reads.requests)
+        # The state was just read for this resume: nobody else holds it, so no copy.
+        return await self.runner.resume(state, decisions, journal=journal, copy=False)
 
     async def _fail(self, run_id: str, pause_id: str, reason: str) -> None:
         await self.store.finish(run_id, pause_id, "failed", "", reason, "worker")

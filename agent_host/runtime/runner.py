@@ -120,9 +120,13 @@ class Runner:
         decisions: Mapping[str, Decision],
         *,
         journal: TurnJournal = NO_JOURNAL,
+        copy: bool = True,
     ) -> RunOutcome:
-        """Apply one decision per pending call (by call id) and continue the run."""
-        state = state.model_copy(deep=True)
+        """Apply one decision per pending call (by call id) and continue the run. The run
+        goes on in a copy of `state` unless `copy` is false (a caller that just loaded the
+        state for this resume and holds it alone: a deep copy costs more than the rest)."""
+        if copy:
+            state = state.model_copy(deep=True)
         agent = self.restore(state)
         if state.status != "paused":
             raise InvalidDecisionError(f"run {state.run_id} is {state.status}, not paused")

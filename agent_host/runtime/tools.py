@@ -13,6 +13,7 @@ again like the model's (`agent_host.approvals.edits`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -63,9 +64,17 @@ class Tool:
     editable: tuple[str, ...] = ()  # arguments a reviewer may change before approving
 
     def schema(self) -> dict[str, Any]:
+        """The arguments' JSON schema: derived once (pydantic's generation costs about a
+        millisecond, and every model turn and fingerprint asks for it), handed out as a
+        fresh copy each time so no caller can alter another's."""
+        schema: dict[str, Any] = json.loads(self._schema_json)
+        return schema
+
+    @functools.cached_property
+    def _schema_json(self) -> str:
         schema = self.arguments_model.model_json_schema()
         schema.pop("title", None)
-        return schema
+        return json.dumps(schema)
 
     def describe_policy(self) -> str:
         return describe_permission(self.permission)

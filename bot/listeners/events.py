@@ -69,6 +69,6 @@ def home_opened_listener(
         user = event.get("user")
         if event.get("tab") != "home" or not isinstance(user, str) or not user:
             return  # the Messages tab, or no one to show it to
-        tasks.spawn(home.publish(user))
+        tasks.spawn(home.opened(user))
 
     return on_home_opened

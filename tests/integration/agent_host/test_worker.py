@@ -193,17 +193,17 @@ async def test_failed_handler_leaves_the_entry_pending_and_it_is_retried(redis: 
     env = make_env(redis)
     run_id = await approved_refund(env)
     worker = env.worker("flaky", idle_ms=30)
-    real_load = env.store.load_checkpoint
+    real_reads = env.store.resume_reads  # the resume's one read of checkpoint and requests
     calls = 0
 
-    async def flaky_load(run_id: str, pause_id: str) -> Any:
+    async def flaky_reads(info: Any) -> Any:
         nonlocal calls
         calls += 1
         if calls == 1:
             raise ConnectionError("redis went away")
-        return await real_load(run_id, pause_id)
+        return await real_reads(info)
 
-    env.store.load_checkpoint = flaky_load  # type: ignore[method-assign]
+    env.store.resume_reads = flaky_reads  # type: ignore[method-assign]
     assert await worker.consumer.poll(block_ms=1) == 0
     assert await pending_count(redis) == 1
     assert await env.status(run_id) == "resuming"

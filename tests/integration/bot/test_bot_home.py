@@ -5,6 +5,7 @@ after each of their decisions, wherever they made it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 import aiohttp
 
 from agent_host.approvals import ApprovalRequest
+from agent_host.durable.reviewer_log import ReviewerLog
 from bot import blocks
 from bot.blocks.message import buttons_block
 from slack_sandbox.blockkit import check_view
@@ -360,3 +362,33 @@ async def test_deciding_on_the_message_or_in_a_form_refreshes_the_tab(
         recent = recent_text(last)
         assert second.request_id in recent and "rejected" in recent
         assert recent.index(second.request_id) < recent.index(first.request_id)  # newest first
+
+
+async def test_only_a_tab_opened_lately_is_published_again_after_a_decision(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Publishing a tab nobody opened is work no one sees (it is built fresh when they open
+    it), so a decision refreshes only the tabs of deciders who opened theirs lately."""
+    async with running_stack(redis_url, tmp_path) as stack:
+        run = await stack.start_run("cleanup-agent", "delete /tmp/a.txt /tmp/b.txt")
+        first, second = await stack.pending_requests(run, 2)
+
+        await stack.click(REVIEWER, first, blocks.APPROVE)  # never opened the tab
+        await stack.decided_message(CHANNEL, first.message_ts)
+        log = ReviewerLog(stack.host.redis)
+
+        async def noted() -> bool:  # the decision was delivered to the tab's side
+            return first.request_id in await log.recent(REVIEWER, 10)
+
+        await eventually(noted)
+        await asyncio.sleep(0.5)  # what a refresh would have sent by now
+        assert publishes(stack, REVIEWER) == 0
+
+        view = await open_home(stack, REVIEWER)  # now they look: it is built fresh
+        assert waiting_ids(view) == [second.request_id]
+        assert first.request_id in recent_text(view)
+        seen = publishes(stack, REVIEWER)
+        await stack.click(REVIEWER, second, blocks.APPROVE)
+        after = await home_after(stack, REVIEWER, seen)  # and kept fresh from then on
+        assert waiting_ids(after) == []
+        assert second.request_id in recent_text(after)

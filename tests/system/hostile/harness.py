@@ -439,10 +439,13 @@ async def snapshot(stack: Stack) -> Snapshot:
     workspace = stack.standin.workspace.to_dict()
     state["slack messages"] = workspace["messages"]
     state["slack views"] = workspace["views"]
+    # Calls that change what Slack shows: not ephemeral answers, nor chat.getPermalink, a
+    # read (whether a listing asks for a link depends on what the process has cached).
     state["slack calls"] = [
         (method, json.dumps(params, sort_keys=True, default=str))
         for method, params in stack.standin.calls
-        if method.startswith(("chat.", "views.")) and method != "chat.postEphemeral"
+        if method.startswith(("chat.", "views."))
+        and method not in ("chat.postEphemeral", "chat.getPermalink")
     ]
     return state
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 
@@ -93,8 +94,24 @@ def test_unknown_kid_and_kid_swap_fail() -> None:
 def test_unknown_envelope_version_fails() -> None:
     ring = KeyRing.parse(OLD)
     blob = ring.encrypt(b"state", **IDS)
-    with pytest.raises(CheckpointDecryptError, match="envelope version 2"):
-        ring.decrypt(b"\x02" + blob[1:], **IDS)
+    with pytest.raises(CheckpointDecryptError, match="envelope version 3"):
+        ring.decrypt(b"\x03" + blob[1:], **IDS)
+
+
+def test_a_large_checkpoint_is_compressed_before_it_is_encrypted() -> None:
+    ring = KeyRing.parse(OLD)
+    plain = json.dumps({"transcript": ["the same words again"] * 200}).encode()
+    blob = ring.encrypt(plain, **IDS)
+    assert blob[0] == 2 and len(blob) < len(plain) / 4
+    assert ring.decrypt(blob, **IDS) == plain
+    small = ring.encrypt(b"state", **IDS)  # below the threshold: as before
+    assert small[0] == 1 and ring.decrypt(small, **IDS) == b"state"
+    # The version is authenticated: neither kind passes for the other, nor moves runs.
+    for forged in (b"\x01" + blob[1:], b"\x02" + small[1:]):
+        with pytest.raises(CheckpointDecryptError, match="tampered"):
+            ring.decrypt(forged, **IDS)
+    with pytest.raises(CheckpointDecryptError, match="tampered"):
+        ring.decrypt(blob, run_id="run_other", request_id=IDS["request_id"])
 
 
 @pytest.mark.parametrize(
