@@ -39,7 +39,6 @@ from agent_host.adapters.gates import gates_for
 from agent_host.adapters.json_schema import check_arguments
 from agent_host.errors import CheckpointError, ConfigurationError, InvalidArguments
 from agent_host.runtime.decisions import Approve
-from agent_host.runtime.editing import editable_names
 from agent_host.runtime.hosted import (
     CallGuard,
     Finished,
@@ -52,6 +51,7 @@ from agent_host.runtime.hosted import (
     parse_arguments,
 )
 from agent_host.runtime.policy import Permission, PermissionFunction, RuleSet
+from agent_host.runtime.tools import editable_names
 
 __all__ = ["OpenAIAgentsAgent"]
 
@@ -175,7 +175,7 @@ def _editable(
                 f"({', '.join(sorted(tools)) or 'no function tools'})"
             )
         properties = list((found.params_json_schema.get("properties") or {}).keys())
-        if chosen := editable_names(tool, properties, wanted):
+        if chosen := editable_names(tool, properties, wanted, error=ConfigurationError):
             names[tool] = chosen
     return names
 

@@ -47,7 +47,6 @@ from pydantic_core import ValidationError, to_jsonable_python
 from agent_host.adapters.gates import gates_for
 from agent_host.errors import CheckpointError, ConfigurationError, InvalidArguments
 from agent_host.runtime.decisions import Answer, Approve
-from agent_host.runtime.editing import editable_names
 from agent_host.runtime.hosted import (
     CallGuard,
     Finished,
@@ -60,6 +59,7 @@ from agent_host.runtime.hosted import (
     parse_arguments,
 )
 from agent_host.runtime.policy import Permission, PermissionFunction, RuleSet
+from agent_host.runtime.tools import editable_names
 
 __all__ = ["PydanticAIAgent"]
 
@@ -257,7 +257,7 @@ def _editable(
                 f"({', '.join(sorted(tools)) or 'no function tools'})"
             )
         properties = list((found.tool_def.parameters_json_schema.get("properties") or {}).keys())
-        chosen = editable_names(tool, properties, wanted)
+        chosen = editable_names(tool, properties, wanted, error=ConfigurationError)
         if chosen and found.args_validator is not None:
             raise ConfigurationError(
                 f"agent {agent!r}: {tool} has an args_validator function, which countersign "

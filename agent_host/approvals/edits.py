@@ -275,7 +275,5 @@ class ArgumentEditor:
 
 
 def _rank(severity: str) -> int:
-    try:
-        return Severity(severity.lower()).rank
-    except ValueError:
-        return -1  # unknown: any known severity is above it, so an edit is refused
+    # unknown: any known severity is above it, so an edit is refused
+    return Severity.rank_of(severity, unknown=-1)

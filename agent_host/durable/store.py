@@ -695,10 +695,8 @@ def _apply_standing_approval(
 
 
 def _rank(severity: str) -> int:
-    try:
-        return Severity(severity.lower()).rank
-    except ValueError:
-        return len(Severity)  # unknown: above every known severity, so never covered
+    # unknown: above every known severity, so never covered
+    return Severity.rank_of(severity, unknown=len(Severity))
 
 
 # Counters of chat deliveries in the shards' metrics hashes: `deliveries:ok`, and

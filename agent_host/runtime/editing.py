@@ -10,10 +10,9 @@ code for both (invariant 19, docs/ARCHITECTURE.md).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, Protocol
 
-from agent_host.errors import ConfigurationError
 from agent_host.runtime.agents import canonical_json
 from agent_host.runtime.decisions import Approve
 from agent_host.runtime.policy import Verdict
@@ -22,7 +21,6 @@ __all__ = [
     "NOTE_VALUE_MAX",
     "EditableAgent",
     "EditableTool",
-    "editable_names",
     "with_reviewer_note",
 ]
 
@@ -51,22 +49,6 @@ class EditableAgent(Protocol):
     def judge_edit(
         self, tool: str, arguments: Mapping[str, Any], context: Mapping[str, Any]
     ) -> Verdict: ...
-
-
-def editable_names(
-    tool: str, arguments: Sequence[str], editable: bool | Sequence[str]
-) -> tuple[str, ...]:
-    """The argument names `editable` stands for (True: all of them), checked to exist."""
-    if isinstance(editable, bool):
-        return tuple(arguments) if editable else ()
-    if isinstance(editable, str):  # a lone name would otherwise be read letter by letter
-        editable = [editable]
-    if unknown := [name for name in editable if name not in arguments]:
-        raise ConfigurationError(
-            f"{tool}: editable names {', '.join(map(repr, unknown))}, which are not its "
-            f"arguments ({', '.join(arguments) or 'none'}); name only its own arguments"
-        )
-    return tuple(dict.fromkeys(editable))
 
 
 def with_reviewer_note(result: str, decision: Approve) -> str:

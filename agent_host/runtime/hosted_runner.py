@@ -136,7 +136,7 @@ def _asked_itself(guard: CallGuard) -> set[tuple[str, str]]:
 
 
 def _rank(severity: str) -> int:
-    return Severity(severity).rank if severity in Severity.__members__.values() else 0
+    return Severity.rank_of(severity, unknown=0)
 
 
 def _plan(

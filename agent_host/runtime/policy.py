@@ -47,6 +47,15 @@ class Severity(enum.StrEnum):
     def rank(self) -> int:
         return list(Severity).index(self)
 
+    @classmethod
+    def rank_of(cls, severity: str, *, unknown: int) -> int:
+        """The rank of a severity as stored (any case); `unknown` for anything else, which
+        the caller chooses to rank below or above every known severity."""
+        try:
+            return cls(severity.lower()).rank
+        except ValueError:
+            return unknown
+
 
 @dataclass(frozen=True)
 class Verdict:

@@ -430,10 +430,8 @@ def _check_edited_verdict(where: str, record: CallRecord, verdict: Verdict) -> N
 
 
 def _rank(severity: str) -> int:
-    try:
-        return Severity(severity.lower()).rank
-    except ValueError:
-        return -1  # unknown: every known severity is above it, so an edit is refused
+    # unknown: every known severity is above it, so an edit is refused
+    return Severity.rank_of(severity, unknown=-1)
 
 
 def _append_results(state: RunState) -> None:

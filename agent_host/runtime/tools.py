@@ -202,24 +202,28 @@ def tool(
             idempotent=idempotent,
             allow_always=allow_always,
             context_parameter=context_parameter,
-            editable=_editable_names(fn.__name__, model, editable),
+            editable=editable_names(fn.__name__, tuple(model.model_fields), editable),
         )
 
     return build(function) if function is not None else build
 
 
-def _editable_names(
-    tool_name: str, model: type[BaseModel], editable: bool | Sequence[str]
+def editable_names(
+    tool: str,
+    arguments: Sequence[str],
+    editable: bool | Sequence[str],
+    *,
+    error: type[Exception] = ToolDefinitionError,
 ) -> tuple[str, ...]:
-    arguments = tuple(model.model_fields)
+    """The argument names `editable` stands for (True: all of them), checked to exist."""
     if isinstance(editable, bool):
-        return arguments if editable else ()
+        return tuple(arguments) if editable else ()
     if isinstance(editable, str):  # a lone name would otherwise be read letter by letter
         editable = [editable]
     if unknown := [name for name in editable if name not in arguments]:
-        raise ToolDefinitionError(
-            f"{tool_name}: editable names {', '.join(map(repr, unknown))}, which are not its "
-            f"arguments ({', '.join(arguments) or 'none'})"
+        raise error(
+            f"{tool}: editable names {', '.join(map(repr, unknown))}, which are not its "
+            f"arguments ({', '.join(arguments) or 'none'}); name only its own arguments"
         )
     return tuple(dict.fromkeys(editable))
 
