@@ -32,7 +32,7 @@ from agent_host.durable.outbox import Outbox
 from agent_host.durable.redis_ledger import RedisLedger
 from agent_host.durable.redis_server import RedisServer
 from agent_host.durable.store import RunStore
-from agent_host.durable.sweeper import Sweeper
+from agent_host.durable.sweeper import TRIM_EVERY_SECONDS, Sweeper
 from agent_host.durable.worker import ResumeWorker
 from agent_host.errors import ConfigurationError
 from agent_host.runtime.agents import Agent, AgentRegistry
@@ -145,6 +145,7 @@ class Host:
     retry_idle_ms: int = 5_000  # how long an undelivered outbox entry waits to be retried
     resume_idle_ms: int = 30_000  # how long a resume entry of a silent worker waits to be reclaimed
     sweep_interval: float = 1.0
+    trim_every: float = TRIM_EVERY_SECONDS  # seconds between trims of acknowledged entries
     callback_sender: CallbackSender = field(default_factory=AiohttpSender)
     callback_attempts: int = 8  # failed POSTs of one callback before it is dead-lettered
     callback_backoff: float = 2.0  # seconds before the first retry; doubled each time
@@ -186,7 +187,11 @@ class Host:
         if sweeper:
             self._spawn(
                 Sweeper(
-                    self.store, self.approvals, interval=self.sweep_interval, crash=self.crash
+                    self.store,
+                    self.approvals,
+                    interval=self.sweep_interval,
+                    crash=self.crash,
+                    trim_every=self.trim_every,
                 ).run(self._stop),
                 "sweeper",
             )

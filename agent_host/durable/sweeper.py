@@ -39,8 +39,10 @@ class Sweeper:
         interval: float = 1.0,
         batch: int = 100,
         crash: CrashPoints = NEVER,
+        trim_every: float = TRIM_EVERY_SECONDS,
     ) -> None:
         self.store, self.interval, self.batch, self.crash = store, interval, batch, crash
+        self.trim_every = trim_every  # seconds between trims of acknowledged stream entries
         self.approvals = approvals or ApprovalService(store)
         self.ladder = Ladder(store.redis, batch=batch)
 
@@ -90,13 +92,13 @@ class Sweeper:
                 await self.ladder.climb()
             except Exception as exc:
                 log.warning("escalation ladder failed (%s); retrying", exc)
-            if self.store.clock() - last_trim > TRIM_EVERY_SECONDS:
+            if self.store.clock() - last_trim > self.trim_every:
                 last_trim = self.store.clock()
                 # Apart from the sweep: trimming is housekeeping, and whatever goes wrong
                 # in it must neither stop expiry nor be mistaken for a failed sweep.
                 try:
                     await self.trim()
                 except Exception as exc:
-                    log.warning("stream trim failed (%s); next try in %gs", exc, TRIM_EVERY_SECONDS)
+                    log.warning("stream trim failed (%s); next try in %gs", exc, self.trim_every)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.interval)
