@@ -248,7 +248,7 @@ end
 return {'decided', 0, redis.call('HGETALL', KEYS[1])}
 """
 
-# KEYS: run, checkpoint, run audit, OUTBOX
+# KEYS: run, checkpoint, run audit, OUTBOX, progress
 # ARGV: expected pause id, status, output, error, final state blob, now, actor, final pause id
 FINISH = """
 local current = redis.call('HGET', KEYS[1], 'pause_id') or ''
@@ -262,6 +262,8 @@ if ARGV[5] ~= '' then
 end
 redis.call('HSET', KEYS[1], 'status', ARGV[2], 'output', ARGV[3], 'error', ARGV[4],
   'pause_id', pause_id, 'undecided', 0, 'updated_at', ARGV[6])
+-- A finished run has no pause left to replay: its saved turn goes in the same step.
+redis.call('DEL', KEYS[5])
 redis.call('XADD', KEYS[3], '*', 'at', ARGV[6], 'actor', ARGV[7], 'event', ARGV[2],
   'detail', ARGV[4] ~= '' and ARGV[4] or ARGV[3])
 local run_id = redis.call('HGET', KEYS[1], 'run_id')

@@ -172,7 +172,7 @@ class RunStore:
         output = self.sealed.seal_run_value(run_id, "output", output)
         error = self.sealed.seal_run_value(run_id, "error", error)
         done = await self._finish(
-            keys=[k.run, k.checkpoint, k.audit, k.shard.outbox],
+            keys=[k.run, k.checkpoint, k.audit, k.shard.outbox, k.progress],
             args=[expected_pause_id, status, output, error, blob, repr(now), actor, final_id],
         )
         return bool(done)

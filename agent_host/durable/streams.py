@@ -15,7 +15,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from agent_host.durable.connections import as_text
@@ -72,6 +72,9 @@ class StreamConsumer:
         # must not hold up the others)
         self._reclaimed_at: float | None = None  # loop time of the last XAUTOCLAIM
         self.foreground = foreground  # whose requests go first (serve's clicks)
+        # Handled entries whose acknowledgement (with the writes their handler handed back)
+        # is still to be sent: the run loop sends them with its next read.
+        self._handled: list[tuple[str, WithAck | None]] = []
 
     async def ensure_group(self) -> None:
         try:
@@ -81,16 +84,44 @@ class StreamConsumer:
                 raise
         self._group_ready = True
 
-    async def poll(self, block_ms: int | None = None) -> int:
+    async def poll(self, block_ms: int | None = None, *, flush: bool = True) -> int:
         """Handle reclaimed entries, then new ones; returns how many were handled.
 
         Waits up to `block_ms` (default: the consumer's) for new entries; 0 does not wait.
+        The acknowledgements of what this poll handled are sent before it returns, or, with
+        `flush=False` (the `run` loop), in the same round trip as the next read.
         """
         if not self._group_ready:
             await self.ensure_group()
         entries = await self._reclaim() if self._reclaim_due() else []
         if not entries:
             block = self.block_ms if block_ms is None else block_ms
+            entries = await self._read(block)
+        jobs = []
+        for entry_id, fields in entries:
+            if fields is None:  # trimmed while pending
+                self._handled.append((as_text(entry_id), None))
+                continue
+            fields_text = {as_text(k): as_text(v) for k, v in fields.items()}
+            jobs.append(self._handle(as_text(entry_id), fields_text))
+        if self.concurrent:  # the outbox: one slow channel must not hold up the others
+            handled = sum(await asyncio.gather(*jobs))
+        else:
+            handled = sum([await job for job in jobs])
+        if flush:
+            await self.flush()
+        return handled
+
+    async def flush(self) -> None:
+        """Acknowledge what was handled and not acknowledged yet (with its writes)."""
+        if self._handled:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                await self._queue_acknowledgements(pipe)
+                self._check_writes(await pipe.execute(raise_on_error=False))
+
+    async def _read(self, block: int) -> list[tuple[bytes, dict[bytes, bytes] | None]]:
+        """New entries, sent after the acknowledgements still due: one round trip."""
+        if not self._handled:
             reply: Any = await self.redis.xreadgroup(
                 self.group,
                 self.consumer,
@@ -98,17 +129,41 @@ class StreamConsumer:
                 count=self.count,
                 block=block or None,  # BLOCK 0 would wait forever
             )
-            entries = reply[0][1] if reply else []
-        jobs = []
-        for entry_id, fields in entries:
-            if fields is None:  # trimmed while pending
-                await self.redis.xack(self.stream, self.group, entry_id)
-                continue
-            fields_text = {as_text(k): as_text(v) for k, v in fields.items()}
-            jobs.append(self._handle(as_text(entry_id), fields_text))
-        if self.concurrent:  # the outbox: one slow channel must not hold up the others
-            return sum(await asyncio.gather(*jobs))
-        return sum([await job for job in jobs])
+        else:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                await self._queue_acknowledgements(pipe)
+                pipe.xreadgroup(
+                    self.group,
+                    self.consumer,
+                    {self.stream: ">"},
+                    count=self.count,
+                    block=block or None,
+                )
+                replies = await pipe.execute(raise_on_error=False)
+            self._check_writes(replies[:-1])
+            reply = replies[-1]
+            if isinstance(reply, Exception):
+                raise reply
+        return reply[0][1] if reply else []
+
+    def _check_writes(self, replies: list[Any]) -> None:
+        """The writes sent with acknowledgements are counters and clean-ups, each safe to
+        lose (a saved turn left behind is never taken for a later pause's): logged."""
+        for reply in replies:
+            if isinstance(reply, RedisConnectionError | RedisTimeoutError | OSError):
+                raise reply  # Redis is away: the loop says so and retries
+            if isinstance(reply, Exception):
+                log.error("%s: a write sent with an acknowledgement failed: %s", self.stream, reply)
+
+    async def _queue_acknowledgements(self, pipe: Pipeline) -> None:
+        """Each handled entry's writes, then its XACK. Taken off the list as they are queued:
+        if the round trip fails, the entries stay pending and are reclaimed and handled
+        again, like an entry whose consumer died."""
+        handled, self._handled = self._handled, []
+        for entry_id, with_ack in handled:
+            if with_ack is not None:
+                await with_ack(pipe)
+            pipe.xack(self.stream, self.group, entry_id)
 
     async def _handle(self, entry_id: str, fields: dict[str, str]) -> bool:
         if self.foreground is not None:
@@ -125,19 +180,7 @@ class StreamConsumer:
             return False
         finally:
             heartbeat.cancel()
-        if with_ack is None:
-            await self.redis.xack(self.stream, self.group, entry_id)
-            return True
-        try:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                await with_ack(pipe)
-                pipe.xack(self.stream, self.group, entry_id)
-                await pipe.execute()
-        except (RedisConnectionError, RedisTimeoutError, OSError):
-            raise  # Redis is away: the loop says so and retries, as for a lone XACK
-        except Exception:  # as a failed handler: left pending, and retried
-            log.exception("%s entry %s: its writes failed; retried", self.stream, entry_id)
-            return False
+        self._handled.append((entry_id, with_ack))
         return True
 
     async def _keep_claimed(self, entry_id: str) -> None:
@@ -171,9 +214,16 @@ class StreamConsumer:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Poll until `stop`; the loop outlives Redis outages and any one bad moment."""
+        try:
+            await self._run(stop)
+        finally:
+            with contextlib.suppress(RedisError, OSError):
+                await asyncio.shield(self.flush())  # stopping: nothing handled stays unacked
+
+    async def _run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
-                await self.poll()
+                await self.poll(flush=False)
             except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
                 log.warning("%s: Redis unavailable (%s); retrying", self.stream, exc)
                 await _sleep_or_stop(stop, 1.0)

@@ -31,7 +31,7 @@ from agent_host.errors import (
 )
 from agent_host.runtime.checkpoint import RunState
 from agent_host.runtime.journal import RunMovedOn
-from agent_host.runtime.runner import Runner, RunOutcome
+from agent_host.runtime.runner import Paused, Runner, RunOutcome
 
 __all__ = ["ResumeWorker"]
 
@@ -73,8 +73,9 @@ class ResumeWorker:
         await send_now(self.store.redis, await self.handle_entry(entry_id, fields))
 
     async def handle_entry(self, entry_id: str, fields: dict[str, str]) -> WithAck | None:
-        """`handle`, but what is written last (dropping the saved progress) is handed back to
-        be sent with the entry's acknowledgement, in one round trip."""
+        """`handle`, but what is written last after a new pause (dropping the saved progress)
+        is handed back to be sent with the entry's acknowledgement, in one round trip. A
+        finished run's progress went with its outcome, so only the acknowledgement is left."""
         run_id, pause_id = fields.get("run_id", ""), fields.get("pause_id", "")
         info, saved = await self.progress.with_run(self.store, run_id, pause_id)
         if info is None or info.status.terminal or info.pause_id != pause_id:
@@ -116,6 +117,8 @@ class ResumeWorker:
         if not start:
             self.crash.reached("after_tool_ran")
         await self.store.save_outcome(outcome, pause_id, "worker")
+        if not isinstance(outcome, Paused):
+            return None  # FINISH dropped the saved turn with the outcome
         return self.progress.clear_with_ack(run_id, pause_id)
 
     def _progress(self, run_id: str, pause_id: str, saved: Any) -> RunState | None:
