@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[dev,openai-agents,pydantic-ai]"
+	$(BIN)/pip install -q -e ".[dev,fast,openai-agents,pydantic-ai]"
 	touch $(STAMP)
 
 install: $(STAMP) system-deps
