@@ -10,7 +10,7 @@ and its result cut short, and the agent's own words of the turn that asked.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from agent_host.runtime.checkpoint import CallRecord, RunState
@@ -56,7 +56,13 @@ class CallContext:
         return not (self.earlier or self.more or self.said)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), ensure_ascii=False, separators=(",", ":"))
+        # What `asdict` gives, without its deep copy of every call's arguments.
+        data = {
+            "earlier": [{f.name: getattr(c, f.name) for f in fields(c)} for c in self.earlier],
+            "more": self.more,
+            "said": self.said,
+        }
+        return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str | bytes) -> CallContext:

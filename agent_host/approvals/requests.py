@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, Protocol
 
 from agent_host.approvals.context import CallContext
@@ -64,6 +64,10 @@ class Route:
     remind_after_seconds: int = 0
     escalate_after_seconds: int = 0
     escalate_to: str = ""
+
+    def to_json(self) -> str:
+        """As stored in a request's hash (what `asdict` gives, without its deep copy)."""
+        return json.dumps({f.name: getattr(self, f.name) for f in fields(self)})
 
     @property
     def allows_standing_approval(self) -> bool:
@@ -154,10 +158,10 @@ class ApprovalRequest:
         return not (self.decision is not None and self.decision.via == "standing")
 
     def to_hash(self) -> dict[str, str]:
-        data = asdict(self)
-        del data["context"]  # only its sealed form is stored
-        del data["unreadable"]
-        data["route"] = json.dumps(data["route"])
+        # Field by field, without `asdict`'s deep copy of the arguments and the context:
+        # every structured value is serialized below, so nothing is shared.
+        data: dict[str, Any] = {name: getattr(self, name) for name in _STORED_FIELDS}
+        data["route"] = self.route.to_json()
         data["arguments"] = json.dumps(self.arguments)
         data["decision"] = (
             decision_adapter.dump_json(self.decision).decode() if self.decision is not None else ""
@@ -165,7 +169,7 @@ class ApprovalRequest:
         data["status"] = str(self.status)
         data["approvals"] = json.dumps(self.approvals)
         data["editable"] = json.dumps(list(self.editable))
-        data["escalations"] = json.dumps(data["escalations"])
+        data["escalations"] = json.dumps([asdict(copy) for copy in self.escalations])
         data["allow_always"] = "1" if self.allow_always else "0"
         data["decided_at"] = "" if self.decided_at is None else repr(self.decided_at)
         return {k: v if isinstance(v, str) else repr(v) for k, v in data.items()}
@@ -256,6 +260,13 @@ class ApprovalRequest:
             "editable": list(self.editable),
             "bulk_id": self.bulk_id or None,
         }
+
+
+# What `to_hash` stores: every field but the context (only its sealed form is stored) and
+# what the store notes on reading (`unreadable`).
+_STORED_FIELDS = tuple(
+    f.name for f in fields(ApprovalRequest) if f.name not in ("context", "unreadable")
+)
 
 
 def escalated_copies(raw: str) -> list[EscalatedCopy]:
