@@ -76,7 +76,7 @@ class Outbox:
         acknowledgement, in one round trip."""
         kind = fields.get("type", "")
         if kind == "run_finished":
-            return await self._run_finished(fields["run_id"])
+            return await self._run_finished(fields["run_id"], fields.get("request_ids"))
         if kind == BULK_POSTED:
             await self.bulks.post(fields.get("bulk_id", ""), fields | {"entry_id": entry_id})
             return None
@@ -155,8 +155,12 @@ class Outbox:
             await self.store.count_delivered(request.request_id)
         await self.notifier.request_undeliverable(request, failure, rerouted, fallback_failure)
 
-    async def _run_finished(self, run_id: str) -> WithAck | None:
-        info, all_requests = await self.store.run_with_requests(run_id)
+    async def _run_finished(self, run_id: str, request_ids: str | None) -> WithAck | None:
+        if request_ids is None:  # written before FINISH named them
+            info, all_requests = await self.store.run_with_requests(run_id)
+        else:
+            ids = request_ids.split(",") if request_ids else []
+            info, all_requests = await self.store.run_and_requests(run_id, ids)
         if info is None:
             return None
         summary = RunSummary(

@@ -248,7 +248,7 @@ end
 return {'decided', 0, redis.call('HGETALL', KEYS[1])}
 """
 
-# KEYS: run, checkpoint, run audit, OUTBOX, progress
+# KEYS: run, checkpoint, run audit, OUTBOX, progress, the run's request list
 # ARGV: expected pause id, status, output, error, final state blob, now, actor, final pause id
 FINISH = """
 local current = redis.call('HGET', KEYS[1], 'pause_id') or ''
@@ -267,7 +267,10 @@ redis.call('DEL', KEYS[5])
 redis.call('XADD', KEYS[3], '*', 'at', ARGV[6], 'actor', ARGV[7], 'event', ARGV[2],
   'detail', ARGV[4] ~= '' and ARGV[4] or ARGV[3])
 local run_id = redis.call('HGET', KEYS[1], 'run_id')
-redis.call('XADD', KEYS[4], '*', 'type', 'run_finished', 'run_id', run_id)
+-- The run's request ids go with the notification: its delivery reads the run and them in
+-- one round trip.
+local ids = table.concat(redis.call('LRANGE', KEYS[6], 0, -1), ',')
+redis.call('XADD', KEYS[4], '*', 'type', 'run_finished', 'run_id', run_id, 'request_ids', ids)
 return 1
 """
 

@@ -172,7 +172,7 @@ class RunStore:
         output = self.sealed.seal_run_value(run_id, "output", output)
         error = self.sealed.seal_run_value(run_id, "error", error)
         done = await self._finish(
-            keys=[k.run, k.checkpoint, k.audit, k.shard.outbox, k.progress],
+            keys=[k.run, k.checkpoint, k.audit, k.shard.outbox, k.progress, k.requests],
             args=[expected_pause_id, status, output, error, blob, repr(now), actor, final_id],
         )
         return bool(done)
@@ -313,6 +313,19 @@ class RunStore:
             raw, ids = await pipe.execute()
         info = self._run_from(_decode_map(raw)) if raw else None
         return info, await self.get_requests(run_id, [as_text(i) for i in ids])
+
+    async def run_and_requests(
+        self, run_id: str, request_ids: list[str]
+    ) -> tuple[RunRecord | None, list[ApprovalRequest]]:
+        """`run_with_requests` when the request ids are known already: one round trip."""
+        k = K.Keys(run_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(k.run)
+            for rid in request_ids:
+                pipe.hgetall(k.request(rid))
+            raw, *rows = await pipe.execute()
+        info = self._run_from(_decode_map(raw)) if raw else None
+        return info, [self._request_from(_decode_map(r)) for r in rows if r]
 
     async def run_requests(self, run_id: str) -> list[ApprovalRequest]:
         ids = [as_text(i) for i in await self.redis.lrange(K.Keys(run_id).requests, 0, -1)]

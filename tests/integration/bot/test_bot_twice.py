@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agent_host.durable.outbox import Outbox
 from agent_host.examples import ExampleEffects, build_registry
 from agent_host.runtime.agents import Agent, AgentRegistry
 from agent_host.runtime.messages import ModelResponse
@@ -145,3 +146,29 @@ async def test_plain_approve_still_asks_for_the_next_call(redis_url: str, tmp_pa
         info = await stack.host.store.run_info(run_id)
         assert info is not None and info.status == "waiting"
         assert stack.effects.count("archive") == 1
+
+
+async def test_an_outcome_entry_written_without_request_ids_still_answers_in_the_last_thread(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """FINISH names the run's requests in its `run_finished` entry so that the delivery reads
+    them with the run in one round trip; an entry written before it did still finds them."""
+    async with running_stack(redis_url, tmp_path, COUNTERSIGN_AGENTS=AGENTS) as stack:
+        run_id = await stack.start_run("archiver", "archive both")
+        [first] = await stack.pending_requests(run_id)
+        await stack.click(REVIEWER, first, blocks.APPROVE)
+
+        async def second_pause() -> list | None:
+            requests = await stack.host.store.run_requests(run_id)
+            return [r for r in requests if not r.decided and r.message_ts] or None
+
+        [second] = await eventually(second_pause)
+        await stack.click(REVIEWER2, second, blocks.APPROVE)
+        await stack.run_status(run_id, "succeeded")
+        [outcome] = await stack.thread_replies(CHANNEL, second.message_ts)
+
+        older = Outbox(stack.host.store, stack.host.notifier, "older-entry")
+        await older.handle("0-1", {"type": "run_finished", "run_id": run_id})
+        replies = stack.thread(CHANNEL, second.message_ts)
+        assert len(replies) == 2 and replies[1]["text"] == outcome["text"]
+        assert stack.thread(CHANNEL, first.message_ts) == []
