@@ -52,16 +52,24 @@ class ProgressStore:
         return self.open_saved(run_id, pause_id, saved)
 
     async def with_run(
-        self, store: RunStore, run_id: str, pause_id: str
-    ) -> tuple[RunRecord | None, Any]:
+        self, store: RunStore, run_id: str, pause_id: str, request_ids: list[str] | None = None
+    ) -> tuple[RunRecord | None, Any, list[Any] | None]:
         """The run's record and its saved progress as stored (`open_saved` opens it), in
-        one round trip: what a worker reads first for each resume entry."""
+        one round trip: what a worker reads first for each resume entry. Given the pause's
+        request ids (its entry names them), `RunStore.resume_reads`' rows come in the same
+        trip (`resume_reads_from` reads them); else None."""
         k = Keys(run_id)
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hgetall(k.run)
             pipe.hmget(k.progress, ["pause_id", "blob"])
-            raw, saved = await pipe.execute()
-        return store.run_from(raw), saved
+            if request_ids is not None:
+                store.queue_resume_reads(pipe, run_id, request_ids)
+            rows = await pipe.execute(raise_on_error=False)
+        raw, saved, *resume_rows = rows
+        for row in (raw, saved):
+            if isinstance(row, Exception):
+                raise row
+        return store.run_from(raw), saved, resume_rows if request_ids is not None else None
 
     def open_saved(self, run_id: str, pause_id: str, saved: Any) -> RunState | None:
         """The progress in `saved` (HMGET of pause_id and blob) if it is `pause_id`'s."""

@@ -120,7 +120,8 @@ redis.call('XADD', KEYS[4], '*', 'at', ARGV[4], 'actor', ARGV[5], 'event', 'paus
 if undecided == 0 then
   redis.call('HSET', KEYS[1], 'decided_at', ARGV[4])
   local run_id = redis.call('HGET', KEYS[1], 'run_id')
-  redis.call('XADD', KEYS[8], '*', 'type', 'resume', 'run_id', run_id, 'pause_id', ARGV[2])
+  redis.call('XADD', KEYS[8], '*', 'type', 'resume', 'run_id', run_id, 'pause_id', ARGV[2],
+    'requests', cjson.encode(ids))
 end
 return 1
 """
@@ -242,7 +243,9 @@ if f[8] == 'external' then
 end
 if left == 0 then
   redis.call('HSET', KEYS[3], 'status', 'resuming', 'decided_at', now)
-  redis.call('XADD', KEYS[7], '*', 'type', 'resume', 'run_id', f[4], 'pause_id', f[5])
+  -- The pause's request ids go with the entry: the worker reads them with the run.
+  redis.call('XADD', KEYS[7], '*', 'type', 'resume', 'run_id', f[4], 'pause_id', f[5],
+    'requests', redis.call('HGET', KEYS[3], 'pause_requests') or '[]')
   return {'decided', 1, redis.call('HGETALL', KEYS[1])}
 end
 return {'decided', 0, redis.call('HGETALL', KEYS[1])}

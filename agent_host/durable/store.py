@@ -261,22 +261,38 @@ class RunStore:
         """What resuming the run's current pause reads, in one round trip: its checkpoint
         (as stored: `open_checkpoint` opens it) and the requests of the pause; the time since
         the last decision is counted for /metrics in the same trip."""
-        k = K.Keys(info.run_id)
         ids = list(info.pause_requests)
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.get(k.checkpoint)
-            for rid in ids:
-                pipe.hgetall(k.request(rid))
-            if info.decided_at is not None:
-                latency = max(0.0, self.clock() - info.decided_at)
-                pipe.hincrbyfloat(k.shard.metrics, "resume_latency_seconds_sum", latency)
-                pipe.hincrby(k.shard.metrics, "resume_latency_seconds_count", 1)
+            self.queue_resume_reads(pipe, info.run_id, ids)
+            self.queue_resume_latency(pipe, info)
             rows = await pipe.execute(raise_on_error=False)
+        reads, counted = rows[: 1 + len(ids)], rows[1 + len(ids) :]
+        for row in counted:
+            if isinstance(row, Exception):
+                raise row
+        return self.resume_reads_from(reads)
+
+    def queue_resume_reads(self, pipe: Pipeline, run_id: str, request_ids: list[str]) -> None:
+        """`resume_reads`' reads, queued on a pipeline that reads more (the worker's first
+        read, when its entry names the pause's requests): `resume_reads_from` their rows."""
+        k = K.Keys(run_id)
+        pipe.get(k.checkpoint)
+        for rid in request_ids:
+            pipe.hgetall(k.request(rid))
+
+    def resume_reads_from(self, rows: list[Any]) -> ResumeReads:
         for row in rows[1:]:
             if isinstance(row, Exception):
                 raise row  # only the checkpoint's answer is judged by `open_checkpoint`
-        hashes = rows[1 : 1 + len(ids)]
-        return ResumeReads(rows[0], [self._request_from(_decode_map(r)) for r in hashes if r])
+        return ResumeReads(rows[0], [self._request_from(_decode_map(r)) for r in rows[1:] if r])
+
+    def queue_resume_latency(self, pipe: Pipeline, info: RunRecord) -> None:
+        """The time since the run's last decision, counted for /metrics."""
+        if info.decided_at is not None:
+            metrics = K.Keys(info.run_id).shard.metrics
+            latency = max(0.0, self.clock() - info.decided_at)
+            pipe.hincrbyfloat(metrics, "resume_latency_seconds_sum", latency)
+            pipe.hincrby(metrics, "resume_latency_seconds_count", 1)
 
     async def decisions_for(self, run_id: str, pause_id: str) -> dict[str, Decision]:
         """The recorded decision of every request of a pause, by call id; SealedFieldError
@@ -445,16 +461,6 @@ class RunStore:
                 pipe.hgetall(K.Keys(rid).request(rid))
             rows = await pipe.execute()
         return [self._request_from(_decode_map(r)) if r else None for r in rows]
-
-    async def record_resume_latency(self, info: RunRecord) -> None:
-        """Time from the last decision to its resume, for /metrics."""
-        if info.decided_at is not None:
-            latency = max(0.0, self.clock() - info.decided_at)
-            async with self.redis.pipeline(transaction=False) as pipe:
-                metrics = K.Keys(info.run_id).shard.metrics
-                pipe.hincrbyfloat(metrics, "resume_latency_seconds_sum", latency)
-                pipe.hincrby(metrics, "resume_latency_seconds_count", 1)
-                await pipe.execute()
 
     async def pending_count(self) -> int:
         async with self.redis.pipeline(transaction=False) as pipe:

@@ -28,6 +28,7 @@ __all__ = [
     "StreamConsumer",
     "WithAck",
     "send_now",
+    "together",
     "trim_acknowledged",
 ]
 
@@ -47,6 +48,19 @@ async def send_now(redis: Redis, with_ack: WithAck | None) -> None:
         async with redis.pipeline(transaction=False) as pipe:
             await with_ack(pipe)
             await pipe.execute()
+
+
+def together(*writes: WithAck | None) -> WithAck | None:
+    """Several handlers' writes as one (None when there are none)."""
+    present = [w for w in writes if w is not None]
+    if len(present) <= 1:
+        return present[0] if present else None
+
+    async def queue(pipe: Pipeline) -> None:
+        for write in present:
+            await write(pipe)
+
+    return queue
 
 
 class StreamConsumer:

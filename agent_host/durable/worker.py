@@ -12,16 +12,25 @@ answer with other calls or fresh call ids, which the ledger could not tell apart
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
+
+from redis.asyncio.client import Pipeline
 
 from agent_host.approvals import RunRecord, RunStatus
 from agent_host.durable import keys as K
 from agent_host.durable.crashpoints import NEVER, CrashPoints
 from agent_host.durable.foreground import Foreground
 from agent_host.durable.progress import ProgressStore, RedisTurnJournal
-from agent_host.durable.store import RunStore, pause_decisions
-from agent_host.durable.streams import ShardedConsumer, StreamConsumer, WithAck, send_now
+from agent_host.durable.store import ResumeReads, RunStore, pause_decisions
+from agent_host.durable.streams import (
+    ShardedConsumer,
+    StreamConsumer,
+    WithAck,
+    send_now,
+    together,
+)
 from agent_host.errors import (
     CheckpointDecryptError,
     CheckpointError,
@@ -77,10 +86,14 @@ class ResumeWorker:
         is handed back to be sent with the entry's acknowledgement, in one round trip. A
         finished run's progress went with its outcome, so only the acknowledgement is left."""
         run_id, pause_id = fields.get("run_id", ""), fields.get("pause_id", "")
-        info, saved = await self.progress.with_run(self.store, run_id, pause_id)
+        named = _named_requests(fields)
+        info, saved, rows = await self.progress.with_run(self.store, run_id, pause_id, named)
         if info is None or info.status.terminal or info.pause_id != pause_id:
             log.info("resume entry %s for run %s is stale; skipped", entry_id, run_id)
             return None
+        read: ResumeReads | None = None  # read with the run, when the entry named them all
+        if rows is not None and named == list(info.pause_requests):
+            read = self.store.resume_reads_from(rows)
         start = fields.get("type") == "start"
         if start and info.status != RunStatus.RUNNING:
             return None
@@ -102,7 +115,7 @@ class ResumeWorker:
                     journal=journal,
                 )
             else:
-                resumed = await self._resume(run_id, pause_id, info, journal)
+                resumed = await self._resume(run_id, pause_id, info, journal, read)
                 if resumed is None:
                     return None
                 outcome = resumed
@@ -117,9 +130,19 @@ class ResumeWorker:
         if not start:
             self.crash.reached("after_tool_ran")
         await self.store.save_outcome(outcome, pause_id, "worker")
+        counted = self._resume_latency(info) if read is not None else None
         if not isinstance(outcome, Paused):
-            return None  # FINISH dropped the saved turn with the outcome
-        return self.progress.clear_with_ack(run_id, pause_id)
+            return counted  # FINISH dropped the saved turn with the outcome
+        return together(self.progress.clear_with_ack(run_id, pause_id), counted)
+
+    def _resume_latency(self, info: RunRecord) -> WithAck:
+        """The time since the decision, counted for /metrics with the acknowledgement (a
+        resume that read its requests with the run; `resume_reads` counts it otherwise)."""
+
+        async def count(pipe: Pipeline) -> None:
+            self.store.queue_resume_latency(pipe, info)
+
+        return count
 
     def _progress(self, run_id: str, pause_id: str, saved: Any) -> RunState | None:
         try:
@@ -131,9 +154,14 @@ class ResumeWorker:
             ) from exc
 
     async def _resume(
-        self, run_id: str, pause_id: str, info: RunRecord, journal: RedisTurnJournal
+        self,
+        run_id: str,
+        pause_id: str,
+        info: RunRecord,
+        journal: RedisTurnJournal,
+        read: ResumeReads | None,
     ) -> RunOutcome | None:
-        reads = await self.store.resume_reads(info)  # one round trip
+        reads = read or await self.store.resume_reads(info)  # one round trip
         try:
             state = self.store.open_checkpoint(run_id, pause_id, reads.checkpoint)
         except CheckpointDecryptError as exc:
@@ -150,3 +178,14 @@ class ResumeWorker:
     async def _fail(self, run_id: str, pause_id: str, reason: str) -> None:
         await self.store.finish(run_id, pause_id, "failed", "", reason, "worker")
         await self.progress.clear(run_id, pause_id)
+
+
+def _named_requests(fields: dict[str, str]) -> list[str] | None:
+    """The request ids a resume entry names (DECIDE and PAUSE write them), or None."""
+    try:
+        ids = json.loads(fields["requests"])
+    except (KeyError, ValueError):
+        return None
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        return None
+    return ids

@@ -4,8 +4,10 @@ redelivered entries and failed handlers; tampered checkpoints fail closed."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
+import pytest
 from redis.asyncio import Redis
 
 from agent_host.durable import keys as K
@@ -193,17 +195,17 @@ async def test_failed_handler_leaves_the_entry_pending_and_it_is_retried(redis: 
     env = make_env(redis)
     run_id = await approved_refund(env)
     worker = env.worker("flaky", idle_ms=30)
-    real_reads = env.store.resume_reads  # the resume's one read of checkpoint and requests
+    real_reads = env.store.resume_reads_from  # the resume's checkpoint and requests, as read
     calls = 0
 
-    async def flaky_reads(info: Any) -> Any:
+    def flaky_reads(rows: Any) -> Any:
         nonlocal calls
         calls += 1
         if calls == 1:
             raise ConnectionError("redis went away")
-        return await real_reads(info)
+        return real_reads(rows)
 
-    env.store.resume_reads = flaky_reads  # type: ignore[method-assign]
+    env.store.resume_reads_from = flaky_reads  # type: ignore[method-assign]
     assert await worker.consumer.poll(block_ms=1) == 0
     assert await pending_count(redis) == 1
     assert await env.status(run_id) == "resuming"
@@ -285,3 +287,65 @@ async def test_slow_tool_reclaimed_while_running_is_reported_truthfully(redis: R
     assert call_record is not None
     assert call_record.outcome == "executed", call_record.result
     assert (await env.info(run_id)).output == "result: paid 7"
+
+
+async def _latency_count(redis: Redis, run_id: str) -> int:
+    metrics = await redis.hget(K.Keys(run_id).shard.metrics, "resume_latency_seconds_count")
+    return int(metrics or 0)
+
+
+async def test_a_resume_entry_names_its_pause_requests_and_the_worker_reads_them_with_the_run(
+    redis: Redis,
+) -> None:
+    """DECIDE writes the pause's request ids into the resume entry, so the worker's first
+    read takes the checkpoint and the requests too; the latency is counted once."""
+    env = make_env(redis)
+    run_id = await approved_refund(env)
+    (entry,) = await resume_entries(redis, run_id)
+    (request,) = await env.requests(run_id)
+    assert json.loads(entry["requests"]) == [request.request_id]
+    fresh_reads = 0
+    real = env.store.resume_reads
+
+    async def counted(info: Any) -> Any:
+        nonlocal fresh_reads
+        fresh_reads += 1
+        return await real(info)
+
+    env.store.resume_reads = counted  # type: ignore[method-assign]
+    assert await env.drain() == 1
+    assert await env.status(run_id) == "succeeded" and env.effects.count("refund") == 1
+    assert fresh_reads == 0
+    assert await _latency_count(redis, run_id) == 1
+
+
+@pytest.mark.parametrize(
+    "named",
+    [None, "not json", '["req_0000000000000000000f_0009"]', "[]", "[1]"],
+    ids=["older-entry", "garbled", "other-ids", "none", "not-ids"],
+)
+async def test_an_entry_naming_no_or_other_requests_reads_the_pause_requests_afresh(
+    redis: Redis, named: str | None
+) -> None:
+    """The ids an entry names are used only when they are exactly the run's pause requests:
+    an entry written before they were named, or naming others, resumes on a fresh read of
+    the run's own requests, with the approval they record."""
+    env = make_env(redis)
+    run_id = await approved_refund(env)
+    (entry,) = await resume_entries(redis, run_id)
+    altered = {k: v for k, v in entry.items() if k != "requests"}
+    if named is not None:
+        altered["requests"] = named
+    fresh_reads = 0
+    real = env.store.resume_reads
+
+    async def counted(info: Any) -> Any:
+        nonlocal fresh_reads
+        fresh_reads += 1
+        return await real(info)
+
+    env.store.resume_reads = counted  # type: ignore[method-assign]
+    await env.worker().handle("1-0", altered)
+    assert fresh_reads == 1
+    assert await env.status(run_id) == "succeeded" and env.effects.count("refund") == 1
+    assert await _latency_count(redis, run_id) == 1
