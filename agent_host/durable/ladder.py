@@ -23,6 +23,7 @@ from redis.asyncio import Redis
 from agent_host.approvals import EscalatedCopy
 from agent_host.durable import keys as K
 from agent_host.durable.connections import as_text, unavailable_on_redis_errors
+from agent_host.durable.due import due_now
 
 __all__ = ["ESCALATED", "LADDER_ACTOR", "REMINDED", "STEPS", "Claim", "Ladder"]
 
@@ -94,14 +95,11 @@ class Ladder:
     async def climb(self) -> int:
         """Claim every step that is due by Redis's clock; returns how many this caller
         claimed (the others were claimed elsewhere, or their request was decided)."""
-        seconds, micros = await self.redis.time()
-        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        shards = K.shards()
         claimed = 0
-        for shard in K.shards():
-            due: list[Any] = await self.redis.zrange(
-                shard.ladder, 0, now_ms, byscore=True, offset=0, num=self.batch
-            )
-            for member in due:
+        due = await due_now(self.redis, [shard.ladder for shard in shards], self.batch)
+        for shard, members in zip(shards, due, strict=True):
+            for member in members:
                 claimed += await self.claim(shard, as_text(member)) == "claimed"
         return claimed
 

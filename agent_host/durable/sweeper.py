@@ -17,6 +17,7 @@ from agent_host.approvals import ApprovalService
 from agent_host.durable import keys as K
 from agent_host.durable.connections import as_text
 from agent_host.durable.crashpoints import NEVER, CrashPoints
+from agent_host.durable.due import due_now
 from agent_host.durable.ladder import Ladder
 from agent_host.durable.store import RunStore
 from agent_host.durable.streams import trim_acknowledged
@@ -51,13 +52,10 @@ class Sweeper:
 
         "Passed" by Redis's clock, the one the compare-and-set checks: a sweeper whose own
         clock runs ahead cannot expire anything early."""
-        seconds, micros = await self.store.redis.time()
-        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        schedules = [shard.deadlines for shard in K.shards()]
         due: list[Any] = []
-        for shard in K.shards():
-            due += await self.store.redis.zrange(
-                shard.deadlines, 0, now_ms, byscore=True, offset=0, num=self.batch
-            )
+        for members in await due_now(self.store.redis, schedules, self.batch):
+            due += members
         if due:
             self.crash.reached("sweeper_after_due")
         expired = 0
