@@ -182,7 +182,7 @@ class StreamConsumer:
     async def _handle(self, entry_id: str, fields: dict[str, str]) -> bool:
         if self.foreground is not None:
             await self.foreground.wait_turn()
-        heartbeat = asyncio.create_task(self._keep_claimed(entry_id))
+        stop_heartbeat = self._heartbeat(entry_id)
         try:
             with_ack = await self.handler(entry_id, fields)
         except RetryLater as exc:
@@ -193,21 +193,38 @@ class StreamConsumer:
             log.exception("%s entry %s failed; it will be retried", self.stream, entry_id)
             return False
         finally:
-            heartbeat.cancel()
+            stop_heartbeat()
         self._handled.append((entry_id, with_ack))
         return True
 
+    def _heartbeat(self, entry_id: str) -> Callable[[], None]:
+        """While a handler is still working, reset the entry's idle time every third of
+        `idle_ms`, so a slow but healthy consumer is not mistaken for a dead one and its
+        work reclaimed. Most handlers finish well before the first beat: until then it is a
+        timer, not a task. Returns what stops it."""
+        loop = asyncio.get_running_loop()
+        beats: list[asyncio.Task[None]] = []
+        timer = loop.call_later(
+            self.idle_ms / 3000,
+            lambda: beats.append(loop.create_task(self._keep_claimed(entry_id))),
+        )
+
+        def stop() -> None:
+            timer.cancel()
+            for beat in beats:
+                beat.cancel()
+
+        return stop
+
     async def _keep_claimed(self, entry_id: str) -> None:
-        """While a handler is still working, reset the entry's idle time now and then, so a
-        slow but healthy consumer is not mistaken for a dead one and its work reclaimed."""
         while True:
-            await asyncio.sleep(self.idle_ms / 3000)
             try:
                 await self.redis.xclaim(
                     self.stream, self.group, self.consumer, 0, [entry_id], justid=True
                 )
             except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
                 log.warning("%s entry %s: heartbeat failed (%s)", self.stream, entry_id, exc)
+            await asyncio.sleep(self.idle_ms / 3000)
 
     def _reclaim_due(self) -> bool:
         """Whether to look for entries to reclaim now: at most every quarter of `idle_ms`.
