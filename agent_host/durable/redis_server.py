@@ -49,7 +49,8 @@ PID_FILE = "redis-server.pid"
 #   a hash with a larger value (big tool arguments) still falls back to a hashtable.
 # - stream-node-max-bytes (default 4096): every run has its own audit stream of a few
 #   entries, and Redis 7.0 pre-allocates a whole node for a new stream (4 KB by default).
-# Operators with their own REDIS_URL may set the same (docs/ARCHITECTURE.md, "Memory").
+# Operators with their own REDIS_URL may set the same (docs/ARCHITECTURE.md, "Redis memory
+# per pending approval").
 MEMORY_SETTINGS: dict[str, str] = {
     "hash-max-listpack-value": "1024",
     "stream-node-max-bytes": "256",
