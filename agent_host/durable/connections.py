@@ -22,6 +22,7 @@ from redis.asyncio.sentinel import Sentinel
 from redis.exceptions import RedisError
 
 from agent_host.durable.data_dir import private_dir
+from agent_host.durable.memory_advice import memory_advice
 from agent_host.durable.redis_server import RedisServer
 from agent_host.errors import ConfigurationError, StoreUnavailable
 from agent_host.settings import Settings
@@ -77,6 +78,8 @@ async def open_redis(settings: Settings) -> tuple[Redis, RedisServer | None]:
         await cluster.initialize()
         client = _as_client(cluster)
         log.info("REDIS_URL is a Redis Cluster node: using cluster mode")
+    if server is None and (advice := await memory_advice(client)) is not None:
+        log.info(advice)
     return client, server
 
 

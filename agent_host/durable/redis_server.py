@@ -28,13 +28,33 @@ import redis.exceptions
 from agent_host.durable.data_dir import private_dir
 from agent_host.errors import ConfigurationError, StoreError
 
-__all__ = ["PID_FILE", "RedisServer", "find_executable", "free_port", "running_in"]
+__all__ = [
+    "MEMORY_SETTINGS",
+    "PID_FILE",
+    "RedisServer",
+    "find_executable",
+    "free_port",
+    "running_in",
+]
 
 AppendFsync = Literal["always", "everysec", "no"]
 START_TIMEOUT = 10.0
 _LIVE: set[RedisServer] = set()
 _MAX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux
 PID_FILE = "redis-server.pid"
+# Memory per pending approval (bench `redis_bytes_per_pending`, issue 13), both measured:
+# - hash-max-listpack-value (Redis default 64): a run's and a request's hashes hold sealed
+#   values of a few hundred bytes; above the limit Redis turns the whole hash into a
+#   hashtable, 2-3x its size. Hashes here have < 40 fields, so the listpack stays cheap, and
+#   a hash with a larger value (big tool arguments) still falls back to a hashtable.
+# - stream-node-max-bytes (default 4096): every run has its own audit stream of a few
+#   entries, and Redis 7.0 pre-allocates a whole node for a new stream (4 KB by default).
+# Operators with their own REDIS_URL may set the same (docs/ARCHITECTURE.md, "Redis memory
+# per pending approval").
+MEMORY_SETTINGS: dict[str, str] = {
+    "hash-max-listpack-value": "1024",
+    "stream-node-max-bytes": "256",
+}
 
 
 def find_executable(name: str = "redis-server") -> str:
@@ -158,6 +178,8 @@ class RedisServer:
         args += ["--save", "", "--appendonly", "yes" if self.appendonly else "no"]
         args += ["--appendfsync", self.appendfsync, "--loglevel", "notice"]
         args += ["--pidfile", str(self.pid_path)]  # says "in use" to other processes
+        for name, value in MEMORY_SETTINGS.items():
+            args += [f"--{name}", value]
         if self.socket_path is not None:
             args += ["--port", "0", "--unixsocket", str(self.socket_path)]
             args += ["--unixsocketperm", "700"]
