@@ -42,7 +42,7 @@ START_TIMEOUT = 10.0
 _LIVE: set[RedisServer] = set()
 _MAX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux
 PID_FILE = "redis-server.pid"
-# Memory per pending approval (bench `redis_bytes_per_pending`, issue 13), both measured:
+# Memory per pending approval (bench `redis_bytes_per_pending`), both measured:
 # - hash-max-listpack-value (Redis default 64): a run's and a request's hashes hold sealed
 #   values of a few hundred bytes; above the limit Redis turns the whole hash into a
 #   hashtable, 2-3x its size. Hashes here have < 40 fields, so the listpack stays cheap, and

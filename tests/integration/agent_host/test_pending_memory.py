@@ -1,4 +1,4 @@
-"""What one pending approval costs in Redis (issue 13, `bench/memory.py`): the embedded
+"""What one pending approval costs in Redis (`bench/memory.py`): the embedded
 Redis's settings keep a pending request's hashes in listpacks and its run's audit stream in
 a small node, and an operator's own Redis still on Redis's defaults is told so once at
 start, while one that refuses CONFIG is left alone."""

@@ -1,4 +1,4 @@
-"""Issue 13's memory goal, measured as `make bench` measures it: Redis memory per pending
+"""The memory goal of `make bench`, measured as `make bench` measures it: Redis memory per pending
 approval at most twice the bytes of information it holds."""
 
 from __future__ import annotations
