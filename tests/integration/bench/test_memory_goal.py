@@ -1,5 +1,5 @@
-"""The memory goal of `make bench`, measured as `make bench` measures it: Redis memory per pending
-approval at most twice the bytes of information it holds."""
+"""Redis memory per pending approval, measured as `make bench` measures it: at most twice
+the bytes of information it holds."""
 
 from __future__ import annotations
 
