@@ -1,6 +1,6 @@
 """results.json and the markdown table (also results.md).
 
-When `results_before.json` exists (the figures measured on main before issue 13, same
+When `results_before.json` exists (the figures measured on main before the approval-cycle work, same
 format), the table shows each figure's value from it beside the one just measured.
 """
 
@@ -25,7 +25,7 @@ def _before() -> dict[str, Any]:
 
 
 def before_value(name: str) -> float | None:
-    """The figure's value before issue 13, if recorded."""
+    """The figure's value before the approval-cycle work, if recorded."""
     for figure in _before().get("figures", []):
         if figure["figure"] == name:
             value = figure["value"]
@@ -47,7 +47,7 @@ def _met(figure: Figure) -> str:
 def markdown(figures: list[Figure], conditions: dict[str, Any], errors: dict[str, str]) -> str:
     before = {f["figure"]: f for f in _before().get("figures", [])}
     when = _before().get("conditions", {}).get("date", "")
-    head = f"before issue 13 ({when[:10]})" if when else "before issue 13"
+    head = f"before ({when[:10]})" if when else "before"
     lines = [
         f"| figure | value | baseline | goal | met? | {head} |",
         "|---|---|---|---|---|---|",
