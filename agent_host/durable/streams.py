@@ -103,7 +103,9 @@ class StreamConsumer:
 
         Waits up to `block_ms` (default: the consumer's) for new entries; 0 does not wait.
         The acknowledgements of what this poll handled are sent before it returns, or, with
-        `flush=False` (the `run` loop), in the same round trip as the next read.
+        `flush=False` (the `run` loop), that of the last entry it handled goes in the same
+        round trip as the next read: an entry is never left unacknowledged while others are
+        handled (and it could be reclaimed by another consumer and handled again).
         """
         if not self._group_ready:
             await self.ensure_group()
@@ -118,10 +120,20 @@ class StreamConsumer:
                 continue
             fields_text = {as_text(k): as_text(v) for k, v in fields.items()}
             jobs.append(self._handle(as_text(entry_id), fields_text))
+        remaining = len(jobs)
+
+        async def handle(job: Awaitable[bool]) -> bool:
+            nonlocal remaining
+            done = await job
+            remaining -= 1
+            if remaining:  # the batch goes on: acknowledged now, so that it never sits
+                await self.flush()  # idle long enough for another consumer to reclaim it
+            return done
+
         if self.concurrent:  # the outbox: one slow channel must not hold up the others
-            handled = sum(await asyncio.gather(*jobs))
+            handled = sum(await asyncio.gather(*(handle(job) for job in jobs)))
         else:
-            handled = sum([await job for job in jobs])
+            handled = sum([await handle(job) for job in jobs])
         if flush:
             await self.flush()
         return handled

@@ -1,10 +1,15 @@
-"""Stream consumption details: trimming keeps every unread and unacknowledged entry."""
+"""Stream consumption details: trimming keeps every unread and unacknowledged entry, and
+handled entries are acknowledged without waiting behind the rest of their batch."""
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
 from redis.asyncio import Redis
 
-from agent_host.durable.streams import trim_acknowledged
+from agent_host.durable.streams import StreamConsumer, trim_acknowledged
+from tests.support.waiting import eventually
 
 
 async def test_trim_drops_only_acknowledged_entries(redis: Redis) -> None:
@@ -33,3 +38,55 @@ async def test_trim_of_a_missing_stream_or_group_does_nothing(redis: Redis) -> N
     await redis.xadd("s", {"n": 1})
     assert await trim_acknowledged(redis, "s", "no-group") == 0
     assert await redis.xlen("s") == 1
+
+
+async def _pending(redis: Redis) -> list[bytes]:
+    rows = await redis.xpending_range("s", "g", min="-", max="+", count=10)
+    return [row["message_id"] for row in rows]
+
+
+@pytest.mark.parametrize("concurrent", [True, False], ids=["concurrent", "one-by-one"])
+async def test_an_entry_handled_while_others_of_its_batch_run_is_acknowledged_at_once(
+    redis: Redis, concurrent: bool
+) -> None:
+    """The run loop sends the last acknowledgement of a batch with its next read; every
+    other one goes as soon as its entry is handled, so a handled entry never waits, idle,
+    behind a slow one of its batch (where another consumer could reclaim it)."""
+    await redis.xadd("s", {"n": "quick"})  # one by one, it is handled first
+    slow = await redis.xadd("s", {"n": "slow"})
+    release, handled = asyncio.Event(), asyncio.Event()
+
+    async def handler(entry_id: str, fields: dict[str, str]) -> None:
+        if fields["n"] == "slow":
+            await release.wait()
+        handled.set()
+
+    consumer = StreamConsumer(redis, "s", "g", "c", handler, concurrent=concurrent)
+    await consumer.ensure_group()
+    polling = asyncio.create_task(consumer.poll(block_ms=1, flush=False))
+    await handled.wait()
+    await eventually(lambda: _pending_is(redis, [slow]), within=2)  # the quick one: acked
+
+    release.set()
+    assert await polling == 2
+    assert await _pending(redis) == [slow]  # the batch's last: with the next read
+    assert await consumer.poll(block_ms=1, flush=False) == 0
+    assert await _pending(redis) == []
+
+
+async def _pending_is(redis: Redis, expected: list[bytes]) -> bool:
+    return await _pending(redis) == expected
+
+
+async def test_a_stopping_consumer_acknowledges_what_it_handled(redis: Redis) -> None:
+    await redis.xadd("s", {"n": "last"})
+    stop = asyncio.Event()
+
+    async def handler(entry_id: str, fields: dict[str, str]) -> None:
+        stop.set()  # the run loop stops right after this entry, before any next read
+
+    consumer = StreamConsumer(redis, "s", "g", "c", handler)
+    await consumer.ensure_group()
+    await asyncio.wait_for(consumer.run(stop), 5)
+    assert await _pending(redis) == []
+    assert (await redis.xinfo_groups("s"))[0]["entries-read"] == 1
