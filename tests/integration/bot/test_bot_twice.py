@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agent_host.approvals import ApprovalRequest
 from agent_host.durable.outbox import Outbox
 from agent_host.examples import ExampleEffects, build_registry
 from agent_host.runtime.agents import Agent, AgentRegistry
@@ -16,7 +17,7 @@ from agent_host.runtime.policy import Permission
 from agent_host.runtime.tools import ToolContext, tool
 from agent_host.settings import Settings
 from bot import blocks
-from tests.support.stack import CHANNEL, REVIEWER, REVIEWER2, running_stack
+from tests.support.stack import CHANNEL, REVIEWER, REVIEWER2, Stack, running_stack
 from tests.support.waiting import eventually
 
 AGENTS = "tests.integration.bot.test_bot_twice:registry"
@@ -52,6 +53,12 @@ def registry(settings: Settings) -> AgentRegistry:
     return examples
 
 
+async def posted_and_waiting(stack: Stack, run_id: str) -> list[ApprovalRequest] | None:
+    """The run's requests posted and still waiting (its second pause's), or None yet."""
+    requests = await stack.host.store.run_requests(run_id)
+    return [r for r in requests if not r.decided and r.message_ts] or None
+
+
 async def test_run_pausing_twice_posts_two_messages_and_the_outcome_in_the_second_thread(
     redis_url: str, tmp_path: Path
 ) -> None:
@@ -60,13 +67,7 @@ async def test_run_pausing_twice_posts_two_messages_and_the_outcome_in_the_secon
         [first] = await stack.pending_requests(run_id)
         assert first.arguments == {"folder": "/one"}
         await stack.click(REVIEWER, first, blocks.APPROVE)
-
-        async def second_pause() -> list | None:
-            requests = await stack.host.store.run_requests(run_id)
-            waiting = [r for r in requests if not r.decided and r.message_ts]
-            return waiting or None
-
-        [second] = await eventually(second_pause)
+        [second] = await eventually(lambda: posted_and_waiting(stack, run_id))
         assert second.request_id != first.request_id
         assert second.arguments == {"folder": "/two"}
         assert second.message_ts != first.message_ts
@@ -157,12 +158,7 @@ async def test_an_outcome_entry_written_without_request_ids_still_answers_in_the
         run_id = await stack.start_run("archiver", "archive both")
         [first] = await stack.pending_requests(run_id)
         await stack.click(REVIEWER, first, blocks.APPROVE)
-
-        async def second_pause() -> list | None:
-            requests = await stack.host.store.run_requests(run_id)
-            return [r for r in requests if not r.decided and r.message_ts] or None
-
-        [second] = await eventually(second_pause)
+        [second] = await eventually(lambda: posted_and_waiting(stack, run_id))
         await stack.click(REVIEWER2, second, blocks.APPROVE)
         await stack.run_status(run_id, "succeeded")
         [outcome] = await stack.thread_replies(CHANNEL, second.message_ts)
