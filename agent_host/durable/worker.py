@@ -176,8 +176,8 @@ class ResumeWorker:
         return await self.runner.resume(state, decisions, journal=journal, copy=False)
 
     async def _fail(self, run_id: str, pause_id: str, reason: str) -> None:
-        await self.store.finish(run_id, pause_id, "failed", "", reason, "worker")
-        await self.progress.clear(run_id, pause_id)
+        await self.store.finish(run_id, pause_id, "failed", "", reason, "worker")  # and the
+        # saved turn goes with it (a run that moved on keeps its own)
 
 
 def _named_requests(fields: dict[str, str]) -> list[str] | None:

@@ -224,6 +224,7 @@ async def test_damaged_progress_fails_the_run_closed_and_runs_nothing_again(redi
     assert info.status == "failed"
     assert "saved progress could not be decrypted or verified" in info.error
     assert shop.notified == ["order 7"], "nothing ran again"
+    assert not await redis.exists(progress), "the failed run's saved turn went with it"
 
 
 async def test_a_final_answer_saved_before_a_crash_is_not_asked_for_again(redis: Redis) -> None:
