@@ -34,14 +34,12 @@ from bot.blocks.limits import (
     CONFIRM_TITLE_MAX,
     CONTEXT_TEXT_MAX,
     FALLBACK_TEXT_MAX,
-    INPUT_MAX_LENGTH,
     MESSAGE_BLOCKS_MAX,
-    MODAL_TITLE_MAX,
-    PLACEHOLDER_MAX,
     SECTION_TEXT_MAX,
     escaped_within,
     plain_within,
 )
+from bot.blocks.modals import modal_view, text_input
 from bot.blocks.request import SEVERITY_EMOJI
 from bot.mrkdwn import date, inline_code, mention, mentions, one_line, short, units
 
@@ -238,31 +236,13 @@ def bulk_reject_modal(bulk: Bulk, requests: Sequence[ApprovalRequest]) -> Block:
         "The reason, if you give one, becomes each call's output the model sees."
     )
     summary = escaped_within(tools_summary(waiting), CONTEXT_TEXT_MAX)
-    return {
-        "type": "modal",
-        "callback_id": BULK_REJECT_MODAL,
-        "private_metadata": bulk_value(bulk.bulk_id, bulk.digest),
-        "title": text(plain_within("Reject all", MODAL_TITLE_MAX), "plain_text"),
-        "submit": text(plain_within("Reject all", MODAL_TITLE_MAX), "plain_text"),
-        "close": text("Cancel", "plain_text"),
-        "blocks": [
-            section(escaped_within("", SECTION_TEXT_MAX, lead)),
-            context(summary),
-            {
-                "type": "input",
-                "block_id": REASON_BLOCK,
-                "optional": True,
-                "label": text("Reason (optional)", "plain_text"),
-                "element": {
-                    "type": "plain_text_input",
-                    "action_id": REASON_INPUT,
-                    "multiline": True,
-                    "max_length": INPUT_MAX_LENGTH,
-                    "placeholder": text(
-                        plain_within("Why not? The agent sees this.", PLACEHOLDER_MAX),
-                        "plain_text",
-                    ),
-                },
-            },
-        ],
-    }
+    reason = text_input(
+        REASON_BLOCK,
+        REASON_INPUT,
+        "Reason (optional)",
+        "Why not? The agent sees this.",
+        optional=True,
+    )
+    blocks = [section(escaped_within("", SECTION_TEXT_MAX, lead)), context(summary), reason]
+    metadata = bulk_value(bulk.bulk_id, bulk.digest)
+    return modal_view(BULK_REJECT_MODAL, metadata, "Reject all", "Reject all", blocks)

@@ -28,12 +28,11 @@ from bot.blocks.ids import COMMENT_BLOCK, EDIT_INPUT, EDIT_MODAL, edit_block_id
 from bot.blocks.limits import (
     CONTEXT_TEXT_MAX,
     INPUT_MAX_LENGTH,
-    MODAL_TITLE_MAX,
     PLACEHOLDER_MAX,
     escaped_within,
     plain_within,
 )
-from bot.blocks.modals import call_context, comment_input
+from bot.blocks.modals import call_context, comment_input, modal_view
 from bot.mrkdwn import inline_code
 from bot.parsing import modal_metadata
 
@@ -201,15 +200,8 @@ def edit_modal(request: ApprovalRequest, form: EditForm) -> Block:
         )
     blocks += [_input_block(item, form.arguments.get(item.field.name)) for item in inputs]
     blocks.append(comment_input(optional=True))
-    return {
-        "type": "modal",
-        "callback_id": EDIT_MODAL,
-        "private_metadata": modal_metadata(request.request_id, request.pause_id),
-        "title": text(plain_within("Edit & approve", MODAL_TITLE_MAX), "plain_text"),
-        "submit": text(plain_within("Approve edited", MODAL_TITLE_MAX), "plain_text"),
-        "close": text("Cancel", "plain_text"),
-        "blocks": blocks,
-    }
+    metadata = modal_metadata(request.request_id, request.pause_id)
+    return modal_view(EDIT_MODAL, metadata, "Edit & approve", "Approve edited", blocks)
 
 
 def _state(values: dict[str, Any], block_id: str) -> dict[str, Any] | None:

@@ -30,7 +30,15 @@ from bot.blocks.request import question_text
 from bot.mrkdwn import inline_code, short
 from bot.parsing import modal_metadata
 
-__all__ = ["answer_modal", "call_context", "comment_input", "comment_modal", "reject_modal"]
+__all__ = [
+    "answer_modal",
+    "call_context",
+    "comment_input",
+    "comment_modal",
+    "modal_view",
+    "reject_modal",
+    "text_input",
+]
 
 
 def call_context(request: ApprovalRequest) -> Block:
@@ -42,10 +50,18 @@ def call_context(request: ApprovalRequest) -> Block:
 def _modal(
     request: ApprovalRequest, callback_id: str, title: str, submit: str, blocks: list[Block]
 ) -> Block:
+    metadata = modal_metadata(request.request_id, request.pause_id)
+    return modal_view(callback_id, metadata, title, submit, blocks)
+
+
+def modal_view(
+    callback_id: str, metadata: str, title: str, submit: str, blocks: list[Block]
+) -> Block:
+    """A form with Cancel: `metadata` comes back with its submission."""
     return {
         "type": "modal",
         "callback_id": callback_id,
-        "private_metadata": modal_metadata(request.request_id, request.pause_id),
+        "private_metadata": metadata,
         "title": text(plain_within(title, MODAL_TITLE_MAX), "plain_text"),
         "submit": text(plain_within(submit, MODAL_TITLE_MAX), "plain_text"),
         "close": text("Cancel", "plain_text"),
@@ -53,7 +69,10 @@ def _modal(
     }
 
 
-def _input(block_id: str, action_id: str, label: str, placeholder: str, optional: bool) -> Block:
+def text_input(
+    block_id: str, action_id: str, label: str, placeholder: str, optional: bool
+) -> Block:
+    """A multi-line text input, bounded for Slack."""
     element: Block = {
         "type": "plain_text_input",
         "action_id": action_id,
@@ -74,7 +93,7 @@ def _input(block_id: str, action_id: str, label: str, placeholder: str, optional
 
 def comment_input(*, optional: bool) -> Block:
     """The comment that goes with an approval (also on the edit form, optional there)."""
-    return _input(
+    return text_input(
         COMMENT_BLOCK,
         COMMENT_INPUT,
         "Comment",  # Slack itself marks an optional input "(optional)"
@@ -106,7 +125,7 @@ def reject_modal(request: ApprovalRequest) -> Block:
             "The reason, if you give one, becomes the tool's output the model sees."
         ),
         call_context(request),
-        _input(
+        text_input(
             REASON_BLOCK,
             REASON_INPUT,
             "Reason (optional)",
@@ -122,7 +141,7 @@ def answer_modal(request: ApprovalRequest) -> Block:
     blocks = [
         section(escaped_within(question_text(request), SECTION_TEXT_MAX, "*Question*\n")),
         call_context(request),
-        _input(
+        text_input(
             ANSWER_BLOCK,
             ANSWER_INPUT,
             "Your answer",
