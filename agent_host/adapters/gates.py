@@ -1,14 +1,41 @@
-"""The gate of each tool of a hosted agent: the operator's policy, else the framework's flag."""
+"""What the operator sets per tool of a hosted agent: its gate (the operator's policy, else
+the framework's flag) and the arguments a reviewer may edit."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from agent_host.errors import ConfigurationError
 from agent_host.runtime.hosted import ToolGate
 from agent_host.runtime.policy import Permission, PermissionFunction, Severity
+from agent_host.runtime.tools import editable_names
 
-__all__ = ["gates_for"]
+__all__ = ["editable_by_tool", "gates_for"]
+
+_Tool = TypeVar("_Tool")
+
+
+def editable_by_tool(
+    agent: str,
+    tools: Mapping[str, _Tool],
+    editable: Mapping[str, bool | Sequence[str]],
+    schema_of: Callable[[_Tool], Mapping[str, Any]],
+) -> dict[str, tuple[str, ...]]:
+    """The adapter's `editable=` by tool, checked against each tool's parameters (the
+    `properties` of its JSON schema, `schema_of(tool)`)."""
+    names: dict[str, tuple[str, ...]] = {}
+    for tool, wanted in editable.items():
+        found = tools.get(tool)
+        if found is None:
+            raise ConfigurationError(
+                f"agent {agent!r}: editable names tool {tool!r}, which it does not have "
+                f"({', '.join(sorted(tools)) or 'no function tools'})"
+            )
+        properties = list((schema_of(found).get("properties") or {}).keys())
+        if chosen := editable_names(tool, properties, wanted, error=ConfigurationError):
+            names[tool] = chosen
+    return names
 
 
 def gates_for(

@@ -35,7 +35,7 @@ from agents import RunState as SDKRunState
 from agents.items import ItemHelpers, ToolApprovalItem
 from agents.tool_context import ToolContext
 
-from agent_host.adapters.gates import gates_for
+from agent_host.adapters.gates import editable_by_tool, gates_for
 from agent_host.adapters.json_schema import check_arguments
 from agent_host.errors import CheckpointError, ConfigurationError, InvalidArguments
 from agent_host.runtime.decisions import Approve
@@ -51,7 +51,6 @@ from agent_host.runtime.hosted import (
     parse_arguments,
 )
 from agent_host.runtime.policy import Permission, PermissionFunction, RuleSet
-from agent_host.runtime.tools import editable_names
 
 __all__ = ["OpenAIAgentsAgent"]
 
@@ -85,7 +84,9 @@ class OpenAIAgentsAgent(HostedAgent):
             {name: tool.needs_approval is not False for name, tool in self._tools.items()},
             policy,
         )
-        self._editable = _editable(self.name, self._tools, editable or {})
+        self._editable = editable_by_tool(
+            self.name, self._tools, editable or {}, lambda tool: tool.params_json_schema
+        )
 
     def tool_schemas(self) -> dict[str, dict[str, Any]]:
         return {name: tool.params_json_schema for name, tool in self._tools.items()}
@@ -160,24 +161,6 @@ def _guarded_tool(tool: FunctionTool, guard: CallGuard) -> FunctionTool:
         return await guard.run(ctx.tool_call_id, tool.name, held, run)
 
     return dataclasses.replace(tool, needs_approval=True, on_invoke_tool=invoke)
-
-
-def _editable(
-    agent: str, tools: Mapping[str, FunctionTool], editable: Mapping[str, bool | Sequence[str]]
-) -> dict[str, tuple[str, ...]]:
-    """The adapter's `editable=` by tool, checked against the tools' parameters."""
-    names: dict[str, tuple[str, ...]] = {}
-    for tool, wanted in editable.items():
-        found = tools.get(tool)
-        if found is None:
-            raise ConfigurationError(
-                f"agent {agent!r}: editable names tool {tool!r}, which it does not have "
-                f"({', '.join(sorted(tools)) or 'no function tools'})"
-            )
-        properties = list((found.params_json_schema.get("properties") or {}).keys())
-        if chosen := editable_names(tool, properties, wanted, error=ConfigurationError):
-            names[tool] = chosen
-    return names
 
 
 def _apply(

@@ -44,7 +44,7 @@ from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_ai.toolsets.wrapper import WrapperToolset
 from pydantic_core import ValidationError, to_jsonable_python
 
-from agent_host.adapters.gates import gates_for
+from agent_host.adapters.gates import editable_by_tool, gates_for
 from agent_host.errors import CheckpointError, ConfigurationError, InvalidArguments
 from agent_host.runtime.decisions import Answer, Approve
 from agent_host.runtime.hosted import (
@@ -59,7 +59,6 @@ from agent_host.runtime.hosted import (
     parse_arguments,
 )
 from agent_host.runtime.policy import Permission, PermissionFunction, RuleSet
-from agent_host.runtime.tools import editable_names
 
 __all__ = ["PydanticAIAgent"]
 
@@ -245,27 +244,17 @@ def _invalid(tool: str, exc: ValidationError) -> InvalidArguments:
 def _editable(
     agent: str, tools: Mapping[str, Any], editable: Mapping[str, bool | Sequence[str]]
 ) -> dict[str, tuple[str, ...]]:
-    """The adapter's `editable=` by tool, checked against the tools' parameters. A tool with
-    its own `args_validator` function is refused: it needs the run's context, which an edit
-    checked in Slack does not have, so an edited call would skip it."""
-    names: dict[str, tuple[str, ...]] = {}
-    for tool, wanted in editable.items():
-        found = tools.get(tool)
-        if found is None:
-            raise ConfigurationError(
-                f"agent {agent!r}: editable names tool {tool!r}, which it does not have "
-                f"({', '.join(sorted(tools)) or 'no function tools'})"
-            )
-        properties = list((found.tool_def.parameters_json_schema.get("properties") or {}).keys())
-        chosen = editable_names(tool, properties, wanted, error=ConfigurationError)
-        if chosen and found.args_validator is not None:
+    """The adapter's `editable=` by tool (`editable_by_tool`). A tool with its own
+    `args_validator` function is refused: it needs the run's context, which an edit checked
+    in Slack does not have, so an edited call would skip it."""
+    names = editable_by_tool(agent, tools, editable, lambda t: t.tool_def.parameters_json_schema)
+    for tool in names:
+        if tools[tool].args_validator is not None:
             raise ConfigurationError(
                 f"agent {agent!r}: {tool} has an args_validator function, which countersign "
                 "cannot run on a reviewer's edit; drop it from editable= or validate in the "
                 "tool's argument types instead"
             )
-        if chosen:
-            names[tool] = chosen
     return names
 
 
