@@ -10,14 +10,9 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
-from agent_host.examples import ExampleEffects
-from agent_host.http.application import create_app
-from tests.integration.agent_host.test_webhook_edits import SECRET, TOKEN, Api, error_of
-from tests.support import host_env
-from tests.support.host_env import Env, FakeClock
+from tests.integration.agent_host.test_webhook_edits import Api, error_of, serving_api
 from tests.support.hosted_agents import EDITABLE, build_registry
 
 FRAMEWORKS = [pytest.param(agent, id=framework) for framework, agent in EDITABLE.items()]
@@ -25,18 +20,8 @@ FRAMEWORKS = [pytest.param(agent, id=framework) for framework, agent in EDITABLE
 
 @pytest_asyncio.fixture
 async def api(redis: Redis, tmp_path: Path) -> AsyncIterator[Api]:
-    effects = ExampleEffects()
-    host, _ = host_env.make_host(
-        redis,
-        tmp_path,
-        registry=build_registry(effects),
-        COUNTERSIGN_API_TOKEN=TOKEN,
-        COUNTERSIGN_WEBHOOK_SECRET=SECRET,
-    )
-    host.store.clock = FakeClock()
-    env = Env(redis, host.keyring, host.store, host.runner, effects)
-    async with TestClient(TestServer(create_app(host), host="127.0.0.1")) as client:
-        yield Api(client, host, env)
+    async with serving_api(redis, tmp_path, build_registry) as served:
+        yield served
 
 
 def refunds(api: Api, agent: str) -> list[tuple[Any, Any]]:

@@ -5,8 +5,9 @@ refusing at resume an edit that does not match what was recorded."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from agent_host.durable.connections import as_text
 from agent_host.durable.host import Host
 from agent_host.examples import ExampleEffects
 from agent_host.http.application import create_app
+from agent_host.runtime.agents import AgentRegistry
 from agent_host.runtime.checkpoint import call_hash
 from agent_host.runtime.decisions import Approve
 from tests.support import host_env
@@ -73,13 +75,16 @@ class Api:
         assert self.env.effects.count(effect) == 0
 
 
-@pytest_asyncio.fixture
-async def api(redis: Redis, tmp_path: Path) -> AsyncIterator[Api]:
+@contextlib.asynccontextmanager
+async def serving_api(
+    redis: Redis, tmp_path: Path, registry: Callable[[ExampleEffects], AgentRegistry]
+) -> AsyncIterator[Api]:
+    """The HTTP API (webhook secret and API token set) over a host of `registry`'s agents."""
     effects = ExampleEffects()
     host, _ = host_env.make_host(
         redis,
         tmp_path,
-        registry=with_payouts(effects),
+        registry=registry(effects),
         COUNTERSIGN_API_TOKEN=TOKEN,
         COUNTERSIGN_WEBHOOK_SECRET=SECRET,
     )
@@ -87,6 +92,12 @@ async def api(redis: Redis, tmp_path: Path) -> AsyncIterator[Api]:
     env = Env(redis, host.keyring, host.store, host.runner, effects)
     async with TestClient(TestServer(create_app(host), host="127.0.0.1")) as client:
         yield Api(client, host, env)
+
+
+@pytest_asyncio.fixture
+async def api(redis: Redis, tmp_path: Path) -> AsyncIterator[Api]:
+    async with serving_api(redis, tmp_path, with_payouts) as served:
+        yield served
 
 
 async def error_of(resp: ClientResponse, status: int) -> dict[str, Any]:
