@@ -110,6 +110,21 @@ def actions(message: dict[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
+async def seven_on_route(stack: Stack, spec: str) -> tuple[str, list[ApprovalRequest]]:
+    """An admin adds the route `spec`; a cleanup run asks for seven deletions at once: the
+    run and its requests once their bulk message is posted."""
+    added = await stack.standin.slash(ADMIN, CHANNEL, "/approvals", f"route add {spec}")
+    assert "Added route" in added.json()["text"], added.body
+    run_id = await stack.start_run("cleanup-agent", f"delete {SEVEN}")
+    return run_id, await bulk_of(stack, run_id)
+
+
+async def each_once(stack: Stack, run_id: str, requests: list[ApprovalRequest], event: str) -> bool:
+    """Whether each request has exactly one `event` in the run's audit."""
+    events = await audit_events(stack, run_id)
+    return all(events[(r.request_id, event)] == 1 for r in requests)
+
+
 async def bulk_of(stack: Stack, run_id: str, count: int = 7) -> list[ApprovalRequest]:
     """The run's requests once its bulk message is posted (each knows that message)."""
 
@@ -546,17 +561,13 @@ async def test_the_calls_of_one_message_share_one_reminder_in_its_thread(
     redis_url: str, tmp_path: Path
 ) -> None:
     async with running_stack(redis_url, tmp_path) as stack:
-        spec = f"agent=cleanup-agent channel={CHANNEL} remind_after=1s"
-        added = await stack.standin.slash(ADMIN, CHANNEL, "/approvals", f"route add {spec}")
-        assert "Added route" in added.json()["text"], added.body
-        run_id = await stack.start_run("cleanup-agent", f"delete {SEVEN}")
-        requests = await bulk_of(stack, run_id)
+        run_id, requests = await seven_on_route(
+            stack, f"agent=cleanup-agent channel={CHANNEL} remind_after=1s"
+        )
 
-        async def all_reminded() -> bool:
-            events = await audit_events(stack, run_id)
-            return all(events[(r.request_id, "reminded")] == 1 for r in requests)
-
-        await eventually(all_reminded)  # each call's step is taken, and audited
+        await eventually(
+            lambda: each_once(stack, run_id, requests, "reminded")
+        )  # each call's step is taken, and audited
         await outbox_drained(stack)
         [reminder] = stack.thread(CHANNEL, requests[0].bulk_ts)
         assert "The calls in this message have been waiting" in reminder["text"]
@@ -566,11 +577,9 @@ async def test_the_calls_of_one_message_share_one_reminder_in_its_thread(
 
 async def test_a_quorum_applies_to_each_call_of_approve_all(redis_url: str, tmp_path: Path) -> None:
     async with running_stack(redis_url, tmp_path) as stack:
-        spec = f"agent=cleanup-agent channel={CHANNEL} reviewers=S0REVIEWERS quorum=2"
-        added = await stack.standin.slash(ADMIN, CHANNEL, "/approvals", f"route add {spec}")
-        assert "Added route" in added.json()["text"], added.body
-        run_id = await stack.start_run("cleanup-agent", f"delete {SEVEN}")
-        requests = await bulk_of(stack, run_id)
+        run_id, requests = await seven_on_route(
+            stack, f"agent=cleanup-agent channel={CHANNEL} reviewers=S0REVIEWERS quorum=2"
+        )
 
         await click_bulk(stack, REVIEWER, requests[0], blocks.BULK_APPROVE)
         [first] = await stack.wait_ephemerals(REVIEWER)
@@ -598,17 +607,13 @@ async def test_an_escalation_posts_one_note_linking_the_message_not_a_copy_of_ea
     redis_url: str, tmp_path: Path
 ) -> None:
     async with running_stack(redis_url, tmp_path) as stack:
-        spec = f"agent=cleanup-agent channel={CHANNEL} escalate_after=1s escalate_to=<#{OPS}>"
-        added = await stack.standin.slash(ADMIN, CHANNEL, "/approvals", f"route add {spec}")
-        assert "Added route" in added.json()["text"], added.body
-        run_id = await stack.start_run("cleanup-agent", f"delete {SEVEN}")
-        requests = await bulk_of(stack, run_id)
+        run_id, requests = await seven_on_route(
+            stack, f"agent=cleanup-agent channel={CHANNEL} escalate_after=1s escalate_to=<#{OPS}>"
+        )
 
-        async def all_escalated() -> bool:
-            events = await audit_events(stack, run_id)
-            return all(events[(r.request_id, "escalated")] == 1 for r in requests)
-
-        await eventually(all_escalated)  # each call's step is taken, and audited
+        await eventually(
+            lambda: each_once(stack, run_id, requests, "escalated")
+        )  # each call's step is taken, and audited
         await outbox_drained(stack)
         [note] = stack.channel_messages(OPS)
         assert "Escalated" in note["text"] and "7 of 7 calls of cleanup-agent" in note["text"]
