@@ -17,6 +17,7 @@ on COUNTERSIGN_CALLBACK_HOSTS, the delivery goes to the shard's dead-letter stre
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -47,6 +48,9 @@ log = logging.getLogger(__name__)
 
 DEAD_KEPT = 10_000  # per shard; older dead letters are trimmed
 SEND_TIMEOUT = 10.0  # seconds for one POST
+# Callbacks of all shards sent at once; a backlog never takes more of the Redis client's
+# connections than this (see outbox.IN_FLIGHT), and a slow receiver holds up one each.
+IN_FLIGHT = 256
 
 
 class CallbackSender(Protocol):
@@ -100,6 +104,7 @@ class CallbackDelivery:
     ) -> None:
         self.store, self.settings, self.sender = store, settings, sender
         self.attempts, self.backoff, self.clock = attempts, backoff, clock
+        in_flight = asyncio.Semaphore(IN_FLIGHT)
         self.consumer = ShardedConsumer(
             [
                 StreamConsumer(
@@ -111,6 +116,7 @@ class CallbackDelivery:
                     idle_ms=idle_ms,
                     count=50,
                     concurrent=True,  # one slow receiver must not hold up the others
+                    in_flight=in_flight,
                 )
                 for shard in K.shards()
             ]

@@ -12,6 +12,8 @@ messages of many calls at once (bulks) by `bulk_delivery.BulkDelivery`.
 
 from __future__ import annotations
 
+import asyncio
+
 from agent_host.approvals import ApprovalRequest
 from agent_host.approvals.notifier import Notifier, RunSummary
 from agent_host.durable import keys as K
@@ -31,7 +33,14 @@ from agent_host.durable.streams import (
 )
 from agent_host.errors import DeliveryFailed
 
-__all__ = ["Outbox", "RetryLater"]
+__all__ = ["IN_FLIGHT", "Outbox", "RetryLater"]
+
+# Entries of all shards delivered at once. A backlog (serve restarted after an outage, a
+# burst of pauses) is read 100 entries per shard at a time; unbounded, its first reads
+# alone would ask for more Redis connections than the client has (1024), and clicks would
+# fail for want of one. Deliveries mostly wait on chat's pace, so this is not what limits
+# how fast a backlog drains: chat's one post per second per channel is.
+IN_FLIGHT = 256
 
 
 class Outbox:
@@ -49,6 +58,7 @@ class Outbox:
         self.book = BulkBook(store)
         self.ladder = LadderDelivery(store, notifier, Ladder(store.redis), self.book)
         self.bulks = BulkDelivery(store, notifier, self.book, self._post)
+        in_flight = asyncio.Semaphore(IN_FLIGHT)
         self.consumer = ShardedConsumer(
             [
                 StreamConsumer(
@@ -61,6 +71,7 @@ class Outbox:
                     count=100,
                     concurrent=True,
                     foreground=foreground,
+                    in_flight=in_flight,
                 )
                 for shard in K.shards()
             ]

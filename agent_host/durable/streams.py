@@ -77,6 +77,7 @@ class StreamConsumer:
         count: int = 10,
         concurrent: bool = False,
         foreground: Foreground | None = None,
+        in_flight: asyncio.Semaphore | None = None,
     ) -> None:
         self.redis, self.stream, self.group, self.consumer = redis, stream, group, consumer
         self.handler = handler
@@ -86,9 +87,18 @@ class StreamConsumer:
         # must not hold up the others)
         self._reclaimed_at: float | None = None  # loop time of the last XAUTOCLAIM
         self.foreground = foreground  # whose requests go first (serve's clicks)
+        # Shared by the consumers of one kind (every shard's): how many of their entries
+        # may be handled at once, so that a backlog never takes every Redis connection.
+        self.in_flight = in_flight
         # Handled entries whose acknowledgement (with the writes their handler handed back)
         # is still to be sent: the run loop sends them with its next read.
         self._handled: list[tuple[str, WithAck | None]] = []
+        self._flushing = False  # a batch's acknowledgements are on their way (one at a time)
+        # Entries being handled (or waiting for their turn), with the loop time since when.
+        self._held: dict[str, float] = {}
+        self._beat_every = idle_ms / 3000
+        self._beat: asyncio.TimerHandle | None = None
+        self._claiming: asyncio.Task[None] | None = None
 
     async def ensure_group(self) -> None:
         try:
@@ -127,7 +137,7 @@ class StreamConsumer:
             done = await job
             remaining -= 1
             if remaining:  # the batch goes on: acknowledged now, so that it never sits
-                await self.flush()  # idle long enough for another consumer to reclaim it
+                await self._flush_meanwhile()  # idle long enough to be reclaimed
             return done
 
         if self.concurrent:  # the outbox: one slow channel must not hold up the others
@@ -144,6 +154,18 @@ class StreamConsumer:
             async with self.redis.pipeline(transaction=False) as pipe:
                 await self._queue_acknowledgements(pipe)
                 self._check_writes(await pipe.execute(raise_on_error=False))
+
+    async def _flush_meanwhile(self) -> None:
+        """`flush`, but one round trip at a time: what is handled while one is in flight
+        goes with the next, so a batch of a hundred costs a few, not a hundred at once."""
+        if self._flushing:
+            return  # the flush in flight sends this one too, once it is back
+        self._flushing = True
+        try:
+            while self._handled:
+                await self.flush()
+        finally:
+            self._flushing = False
 
     async def _read(self, block: int) -> list[tuple[bytes, dict[bytes, bytes] | None]]:
         """New entries, sent after the acknowledgements still due: one round trip."""
@@ -192,11 +214,14 @@ class StreamConsumer:
             pipe.xack(self.stream, self.group, entry_id)
 
     async def _handle(self, entry_id: str, fields: dict[str, str]) -> bool:
-        if self.foreground is not None:
-            await self.foreground.wait_turn()
-        stop_heartbeat = self._heartbeat(entry_id)
+        # Held from the start: an entry waiting for its turn is kept claimed like one being
+        # handled, and no other consumer may reclaim it meanwhile.
+        self._hold(entry_id)
         try:
-            with_ack = await self.handler(entry_id, fields)
+            async with self.in_flight or contextlib.nullcontext():
+                if self.foreground is not None:
+                    await self.foreground.wait_turn()
+                with_ack = await self.handler(entry_id, fields)
         except RetryLater as exc:
             log.info("%s entry %s deferred: %s", self.stream, entry_id, exc)
             return False
@@ -205,38 +230,51 @@ class StreamConsumer:
             log.exception("%s entry %s failed; it will be retried", self.stream, entry_id)
             return False
         finally:
-            stop_heartbeat()
+            self._release(entry_id)
         self._handled.append((entry_id, with_ack))
         return True
 
-    def _heartbeat(self, entry_id: str) -> Callable[[], None]:
-        """While a handler is still working, reset the entry's idle time every third of
-        `idle_ms`, so a slow but healthy consumer is not mistaken for a dead one and its
-        work reclaimed. Most handlers finish well before the first beat: until then it is a
-        timer, not a task. Returns what stops it."""
+    # -- the heartbeat: a slow but healthy consumer is not mistaken for a dead one --------
+    # Every third of `idle_ms` while it holds entries, the consumer resets the idle time of
+    # those it has held that long, all in one XCLAIM: a backlog of a thousand entries costs
+    # one command per beat, not a thousand at once. Most entries are handled well before
+    # the first beat, and cost a timer, not a command.
+    def _hold(self, entry_id: str) -> None:
         loop = asyncio.get_running_loop()
-        beats: list[asyncio.Task[None]] = []
-        timer = loop.call_later(
-            self.idle_ms / 3000,
-            lambda: beats.append(loop.create_task(self._keep_claimed(entry_id))),
-        )
+        self._held[entry_id] = loop.time()
+        if self._beat is None:
+            self._beat = loop.call_later(self._beat_every, self._heartbeat)
 
-        def stop() -> None:
-            timer.cancel()
-            for beat in beats:
-                beat.cancel()
+    def _release(self, entry_id: str) -> None:
+        self._held.pop(entry_id, None)
+        if not self._held and self._beat is not None:
+            self._beat.cancel()
+            self._beat = None
 
-        return stop
+    def _heartbeat(self) -> None:
+        loop = asyncio.get_running_loop()
+        since = loop.time() - self._beat_every
+        overdue = [entry_id for entry_id, held in self._held.items() if held <= since]
+        if overdue and self._claiming is None:
+            self._claiming = loop.create_task(self._keep_claimed(overdue))
+        self._beat = loop.call_later(self._beat_every, self._heartbeat)
 
-    async def _keep_claimed(self, entry_id: str) -> None:
-        while True:
-            try:
-                await self.redis.xclaim(
-                    self.stream, self.group, self.consumer, 0, [entry_id], justid=True
-                )
-            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-                log.warning("%s entry %s: heartbeat failed (%s)", self.stream, entry_id, exc)
-            await asyncio.sleep(self.idle_ms / 3000)
+    async def _keep_claimed(self, entry_ids: list[str]) -> None:
+        try:
+            await self.redis.xclaim(
+                self.stream, self.group, self.consumer, 0, list[Any](entry_ids), justid=True
+            )
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            log.warning("%s: heartbeat of %d entries failed (%s)", self.stream, len(entry_ids), exc)
+        finally:
+            self._claiming = None
+
+    def _stop_heartbeat(self) -> None:
+        if self._beat is not None:
+            self._beat.cancel()
+            self._beat = None
+        if self._claiming is not None:
+            self._claiming.cancel()
 
     def _reclaim_due(self) -> bool:
         """Whether to look for entries to reclaim now: at most every quarter of `idle_ms`.
@@ -260,6 +298,7 @@ class StreamConsumer:
         try:
             await self._run(stop)
         finally:
+            self._stop_heartbeat()
             with contextlib.suppress(RedisError, OSError):
                 await asyncio.shield(self.flush())  # stopping: nothing handled stays unacked
 

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from redis.asyncio import Redis
 
-from agent_host.durable.streams import StreamConsumer, trim_acknowledged
+from agent_host.durable.streams import Handler, StreamConsumer, trim_acknowledged
 from tests.support.waiting import eventually
 
 
@@ -90,3 +90,51 @@ async def test_a_stopping_consumer_acknowledges_what_it_handled(redis: Redis) ->
     await asyncio.wait_for(consumer.run(stop), 5)
     assert await _pending(redis) == []
     assert (await redis.xinfo_groups("s"))[0]["entries-read"] == 1
+
+
+async def test_an_entry_waiting_for_its_turn_is_not_reclaimed_by_another_consumer(
+    redis: Redis,
+) -> None:
+    """With one entry in flight at a time, the second waits longer than `idle_ms` behind the
+    first; its heartbeat runs meanwhile, so another consumer never takes it over (and
+    handles it a second time)."""
+    for n in ("first", "second"):
+        await redis.xadd("s", {"n": n})
+    handled: list[tuple[str, str]] = []
+
+    def handler_of(consumer: str) -> Handler:
+        async def handler(entry_id: str, fields: dict[str, str]) -> None:
+            handled.append((consumer, fields["n"]))
+            if fields["n"] == "first":
+                await asyncio.sleep(0.9)  # three times idle_ms
+
+        return handler
+
+    one_at_a_time = asyncio.Semaphore(1)
+    waiting = StreamConsumer(
+        redis,
+        "s",
+        "g",
+        "a",
+        handler_of("a"),
+        idle_ms=300,
+        count=2,
+        concurrent=True,
+        in_flight=one_at_a_time,
+    )
+    other = StreamConsumer(redis, "s", "g", "b", handler_of("b"), idle_ms=300)
+    await waiting.ensure_group()
+    polling = asyncio.create_task(waiting.poll(block_ms=1))
+    await eventually(lambda: _has(handled, ("a", "first")), within=2)
+    for _ in range(8):  # over the whole wait, the other consumer looks for idle entries
+        await asyncio.sleep(0.1)
+        other._reclaimed_at = None  # due at every poll
+        assert await other.poll(block_ms=1) == 0
+
+    assert await polling == 2
+    assert handled == [("a", "first"), ("a", "second")]
+    assert await _pending(redis) == []
+
+
+async def _has(items: list[tuple[str, str]], item: tuple[str, str]) -> bool:
+    return item in items
