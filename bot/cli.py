@@ -17,7 +17,7 @@ from typing import Any
 
 from agent_host.durable.connections import embedded_dir, open_redis
 from agent_host.durable.crypto import generate_key
-from agent_host.durable.host import load_keyring
+from agent_host.durable.host import check_workers, load_keyring
 from agent_host.durable.redis_server import running_in
 from agent_host.durable.rotation import rotate_checkpoints
 from agent_host.errors import ConfigurationError
@@ -60,6 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load_settings()
         if args.command == "serve":
+            check_workers(args.workers)  # before anything starts
             _run_server(_serve(settings, args.host, args.port or settings.port, args.workers))
         elif args.command == "worker":
             _run_server(_worker(settings))

@@ -39,7 +39,15 @@ from agent_host.runtime.agents import Agent, AgentRegistry
 from agent_host.runtime.runner import Runner
 from agent_host.settings import Settings
 
-__all__ = ["KEY_FILE", "Host", "check_agents", "load_keyring", "load_registry"]
+__all__ = [
+    "KEY_FILE",
+    "MAX_WORKERS",
+    "Host",
+    "check_agents",
+    "check_workers",
+    "load_keyring",
+    "load_registry",
+]
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +139,24 @@ def load_keyring(settings: Settings, *, create: bool = True) -> KeyRing:
     return KeyRing.parse(path.read_text().strip())
 
 
+# In-process resume workers one process may run. Each reads every shard's resume stream,
+# holding a Redis connection per shard while it waits and another while it resumes, and
+# the outbox and the callbacks take up to 256 each: 8 workers keep all of it well inside
+# the client's 1,024 connections. One process is one core; more workers beyond a few add
+# no speed there: resume more runs at once with more `countersign worker` processes.
+MAX_WORKERS = 8
+
+
+def check_workers(workers: int) -> None:
+    """ConfigurationError unless `workers` is a number of workers one process may run."""
+    if not 0 <= workers <= MAX_WORKERS:
+        raise ConfigurationError(
+            f"--workers {workers}: give 0 to {MAX_WORKERS} resume workers per process (0 "
+            "leaves resuming to `countersign worker`); for more, start more "
+            "`countersign worker` processes"
+        )
+
+
 @dataclass
 class Host:
     settings: Settings
@@ -174,6 +200,7 @@ class Host:
     ) -> None:
         """Start N resume workers, the sweeper and the outbox (with the decision callbacks,
         which also deliver at least once) as owned tasks."""
+        check_workers(workers)
         for n in range(workers):
             worker = ResumeWorker(
                 self.store,

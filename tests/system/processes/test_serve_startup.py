@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 
 from agent_host.durable.crypto import generate_key
+from agent_host.durable.host import MAX_WORKERS
 from agent_host.durable.redis_server import free_port
 from slack_sandbox import SlackStandIn, Workspace
 from tests.support.paths import PROJECT_ROOT
@@ -181,4 +182,22 @@ async def test_a_port_in_use_is_one_clear_line(
     assert only_line(done) == (
         f"countersign: port {port} on 127.0.0.1 is in use: stop the other process or set "
         "PORT / --port"
+    )
+
+
+@pytest.mark.parametrize("workers", ["-1", str(MAX_WORKERS + 1), "80"])
+async def test_a_number_of_workers_one_process_cannot_run_is_one_clear_line(
+    standin: SlackStandIn, redis_url: str, tmp_path: Path, workers: str
+) -> None:
+    """Negative used to start no worker without a word; dozens asked for more Redis
+    connections than the client has, and every click then failed with `Too many
+    connections`."""
+    env = env_for(standin, redis_url, tmp_path)
+    done = await run_cli("serve", "--port", str(free_port()), "--workers", workers, env=env)
+
+    assert done.code == 2, done
+    assert only_line(done) == (
+        f"countersign: --workers {workers}: give 0 to {MAX_WORKERS} resume workers per "
+        "process (0 leaves resuming to `countersign worker`); for more, start more "
+        "`countersign worker` processes"
     )
