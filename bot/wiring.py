@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +15,6 @@ import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
-from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent_host.approvals.routes import load_routes_file
@@ -33,6 +33,7 @@ from bot.parsing import well_formed
 from bot.permalinks import Permalinks
 from bot.reviewers import SlackReviewerDirectory
 from bot.slack_notifier import SlackNotifier
+from bot.slack_request import parse_slack_body, slack_request
 from bot.slack_settings import ServiceSettings
 from bot.slash_commands import SlashCommands
 
@@ -176,12 +177,12 @@ def mount_slack(app: web.Application, bot: SlackBot) -> None:
         signature = request.headers.get("X-Slack-Signature", "")
         if not signed(raw, stamp, signature):
             return web.json_response({"error": "invalid or stale Slack signature"}, status=401)
+        headers: dict[str, str | Sequence[str]] = dict(request.headers)
+        content_type = request.headers.get("Content-Type", "").split(";")[0] or None  # as Bolt
         try:
-            bolt_request = AsyncBoltRequest(
-                body=raw.decode("utf-8"),
-                query=request.query_string,
-                headers=dict(request.headers),
-            )
+            text = raw.decode("utf-8")
+            body = parse_slack_body(text, content_type)
+            bolt_request = slack_request(text, body, request.query_string, headers)
         except (ValueError, RecursionError, TypeError, KeyError, AttributeError):
             bolt_request = None
         if bolt_request is None or not well_formed(bolt_request.body):
