@@ -264,7 +264,7 @@ class StreamConsumer:
             await self.redis.xclaim(
                 self.stream, self.group, self.consumer, 0, list[Any](entry_ids), justid=True
             )
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+        except (RedisError, OSError) as exc:  # the next beat tries again; nothing else to do
             log.warning("%s: heartbeat of %d entries failed (%s)", self.stream, len(entry_ids), exc)
         finally:
             self._claiming = None

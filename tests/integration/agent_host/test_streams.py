@@ -4,6 +4,7 @@ handled entries are acknowledged without waiting behind the rest of their batch.
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 from redis.asyncio import Redis
@@ -138,3 +139,26 @@ async def test_an_entry_waiting_for_its_turn_is_not_reclaimed_by_another_consume
 
 async def _has(items: list[tuple[str, str]], item: tuple[str, str]) -> bool:
     return item in items
+
+
+async def test_a_heartbeat_refused_by_redis_is_logged_and_the_entry_still_handled(
+    redis: Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The stream goes away under a slow handler (someone deleted it, or Redis lost it): the
+    heartbeat's XCLAIM is refused with NOGROUP, which is said in the log, and the handler
+    finishes undisturbed."""
+    await redis.xadd("s", {"n": "slow"})
+    deleted, finished = asyncio.Event(), asyncio.Event()
+
+    async def handler(entry_id: str, fields: dict[str, str]) -> None:
+        await redis.delete("s")
+        deleted.set()
+        await asyncio.sleep(0.3)  # three beats of idle_ms=300
+        finished.set()
+
+    consumer = StreamConsumer(redis, "s", "g", "c", handler, idle_ms=300)
+    await consumer.ensure_group()
+    with caplog.at_level(logging.WARNING, logger="agent_host.durable.streams"):
+        assert await consumer.poll(block_ms=1, flush=False) == 1
+    assert finished.is_set()
+    assert any("heartbeat of 1 entries failed" in r.getMessage() for r in caplog.records)
