@@ -123,27 +123,36 @@ class StreamConsumer:
         if not entries:
             block = self.block_ms if block_ms is None else block_ms
             entries = await self._read(block)
-        jobs = []
+        batch: list[tuple[str, dict[str, str]]] = []
         for entry_id, fields in entries:
             if fields is None:  # trimmed while pending
                 self._handled.append((as_text(entry_id), None))
                 continue
-            fields_text = {as_text(k): as_text(v) for k, v in fields.items()}
-            jobs.append(self._handle(as_text(entry_id), fields_text))
-        remaining = len(jobs)
+            # Held from now on: an entry waiting for its turn behind others of the read is
+            # kept claimed like one being handled, so no other consumer takes it over.
+            self._hold(as_text(entry_id))
+            batch.append((as_text(entry_id), {as_text(k): as_text(v) for k, v in fields.items()}))
+        remaining = len(batch)
 
-        async def handle(job: Awaitable[bool]) -> bool:
+        async def handle(entry_id: str, fields: dict[str, str]) -> bool:
             nonlocal remaining
-            done = await job
+            done = await self._handle(entry_id, fields)
             remaining -= 1
             if remaining:  # the batch goes on: acknowledged now, so that it never sits
                 await self._flush_meanwhile()  # idle long enough to be reclaimed
             return done
 
         if self.concurrent:  # the outbox: one slow channel must not hold up the others
-            handled = sum(await asyncio.gather(*(handle(job) for job in jobs)))
+            handled = sum(await asyncio.gather(*(handle(*entry) for entry in batch)))
         else:
-            handled = sum([await handle(job) for job in jobs])
+            handled, begun = 0, 0
+            try:
+                for entry in batch:
+                    begun += 1
+                    handled += await handle(*entry)
+            finally:  # stopped by an error: what was not begun is let go, to be reclaimed
+                for unbegun, _ in batch[begun:]:
+                    self._release(unbegun)
         if flush:
             await self.flush()
         return handled
@@ -214,9 +223,7 @@ class StreamConsumer:
             pipe.xack(self.stream, self.group, entry_id)
 
     async def _handle(self, entry_id: str, fields: dict[str, str]) -> bool:
-        # Held from the start: an entry waiting for its turn is kept claimed like one being
-        # handled, and no other consumer may reclaim it meanwhile.
-        self._hold(entry_id)
+        """Handle a held entry (see `poll`) and let it go."""
         try:
             async with self.in_flight or contextlib.nullcontext():
                 if self.foreground is not None:

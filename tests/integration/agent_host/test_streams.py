@@ -8,8 +8,9 @@ import logging
 
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 
-from agent_host.durable.streams import Handler, StreamConsumer, trim_acknowledged
+from agent_host.durable.streams import Handler, StreamConsumer, WithAck, trim_acknowledged
 from tests.support.waiting import eventually
 
 
@@ -93,11 +94,13 @@ async def test_a_stopping_consumer_acknowledges_what_it_handled(redis: Redis) ->
     assert (await redis.xinfo_groups("s"))[0]["entries-read"] == 1
 
 
+@pytest.mark.parametrize("batch", ["one-in-flight", "one-by-one"])
 async def test_an_entry_waiting_for_its_turn_is_not_reclaimed_by_another_consumer(
-    redis: Redis,
+    redis: Redis, batch: str
 ) -> None:
-    """With one entry in flight at a time, the second waits longer than `idle_ms` behind the
-    first; its heartbeat runs meanwhile, so another consumer never takes it over (and
+    """The second entry of a read waits longer than `idle_ms` behind the first: for a slot
+    (the outbox's bound on entries in flight) or for its turn (a resume worker handles its
+    entries one by one). It is held meanwhile, so another consumer never takes it over (and
     handles it a second time)."""
     for n in ("first", "second"):
         await redis.xadd("s", {"n": n})
@@ -111,7 +114,7 @@ async def test_an_entry_waiting_for_its_turn_is_not_reclaimed_by_another_consume
 
         return handler
 
-    one_at_a_time = asyncio.Semaphore(1)
+    concurrent = batch == "one-in-flight"
     waiting = StreamConsumer(
         redis,
         "s",
@@ -120,8 +123,8 @@ async def test_an_entry_waiting_for_its_turn_is_not_reclaimed_by_another_consume
         handler_of("a"),
         idle_ms=300,
         count=2,
-        concurrent=True,
-        in_flight=one_at_a_time,
+        concurrent=concurrent,
+        in_flight=asyncio.Semaphore(1) if concurrent else None,
     )
     other = StreamConsumer(redis, "s", "g", "b", handler_of("b"), idle_ms=300)
     await waiting.ensure_group()
@@ -162,3 +165,38 @@ async def test_a_heartbeat_refused_by_redis_is_logged_and_the_entry_still_handle
         assert await consumer.poll(block_ms=1, flush=False) == 1
     assert finished.is_set()
     assert any("heartbeat of 1 entries failed" in r.getMessage() for r in caplog.records)
+
+
+async def test_entries_a_failed_poll_never_began_are_let_go_to_be_reclaimed(
+    redis: Redis,
+) -> None:
+    """A poll stopped by an error (here the first entry's acknowledgement fails) leaves the
+    rest of its read unhandled: they are no longer held, so another consumer reclaims them
+    once idle, instead of their being kept claimed for ever."""
+    for n in ("first", "second"):
+        await redis.xadd("s", {"n": n})
+    handled: list[tuple[str, str]] = []
+
+    async def broken_ack(pipe: Pipeline) -> None:
+        raise RuntimeError("the acknowledgement's writes could not be queued")
+
+    async def first(entry_id: str, fields: dict[str, str]) -> WithAck:
+        handled.append(("a", fields["n"]))
+        return broken_ack
+
+    async def second(entry_id: str, fields: dict[str, str]) -> None:
+        handled.append(("b", fields["n"]))
+
+    failing = StreamConsumer(redis, "s", "g", "a", first, idle_ms=300, count=2)
+    other = StreamConsumer(redis, "s", "g", "b", second, idle_ms=300)
+    await failing.ensure_group()
+    with pytest.raises(RuntimeError, match="could not be queued"):
+        await failing.poll(block_ms=1, flush=False)
+    assert handled == [("a", "first")]
+
+    async def reclaimed() -> bool:
+        other._reclaimed_at = None  # due at every poll
+        await other.poll(block_ms=1)
+        return ("b", "second") in handled
+
+    await eventually(reclaimed, within=3)
