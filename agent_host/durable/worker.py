@@ -70,6 +70,9 @@ class ResumeWorker:
                     consumer,
                     self.handle_entry,
                     idle_ms=idle_ms,
+                    # Only the run it is about to resume: the next one of the shard stays in
+                    # the stream for another worker, instead of waiting behind a slow tool.
+                    count=1,
                     foreground=foreground,
                 )
                 for shard in K.shards()

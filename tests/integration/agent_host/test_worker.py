@@ -289,6 +289,38 @@ async def test_slow_tool_reclaimed_while_running_is_reported_truthfully(redis: R
     assert (await env.info(run_id)).output == "result: paid 7"
 
 
+async def test_a_worker_takes_only_the_run_it_resumes_and_leaves_the_next_to_others(
+    redis: Redis,
+) -> None:
+    """Two decided runs wait in one shard's resume stream; one worker's tool is slow. The
+    other worker resumes the second run meanwhile: the slow one never took it."""
+    entered, release, runs = asyncio.Event(), asyncio.Event(), []
+    env = make_env(redis, registry=slow_registry(entered, release, runs))
+    by_shard: dict[str, list[str]] = {}
+    while not any(len(ids) == 2 for ids in by_shard.values()):  # two runs of one shard
+        run_id = await env.start("slow-agent", "pay")
+        by_shard.setdefault(K.Keys(run_id).shard.resume, []).append(run_id)
+    first_run, second_run = next(ids for ids in by_shard.values() if len(ids) == 2)
+    for run_id in (first_run, second_run):
+        (request,) = await env.requests(run_id)
+        await env.store.decide(request.request_id, Approve(decided_by="bob"))
+
+    slow, other = env.worker("slow"), env.worker("other")
+    slow_poll = asyncio.create_task(slow.consumer.poll(block_ms=1))
+    await asyncio.wait_for(entered.wait(), 5)  # the first run's tool is running, slowly
+
+    async def second_resumed() -> bool:
+        await other.consumer.poll(block_ms=1)
+        return await env.status(second_run) == "succeeded"
+
+    await eventually(second_resumed, within=5, what="the second run resumed by the other")
+    assert await env.status(first_run) == "resuming"
+    release.set()
+    await slow_poll
+    assert await env.status(first_run) == "succeeded"
+    assert len(runs) == 2  # each run's call once
+
+
 def count_fresh_reads(env: Env) -> list[str]:
     """The runs whose resume read its requests afresh (`RunStore.resume_reads`)."""
     runs: list[str] = []
