@@ -143,7 +143,15 @@ class StreamConsumer:
             return done
 
         if self.concurrent:  # the outbox: one slow channel must not hold up the others
-            handled = sum(await asyncio.gather(*(handle(*entry) for entry in batch)))
+            # Every entry of the batch is seen through before an error is raised: none is
+            # left running, unwatched, with its acknowledgement never sent.
+            results = await asyncio.gather(
+                *(handle(*entry) for entry in batch), return_exceptions=True
+            )
+            errors = [result for result in results if isinstance(result, BaseException)]
+            if errors:
+                raise errors[0]
+            handled = sum(result is True for result in results)
         else:
             handled, begun = 0, 0
             try:
@@ -187,21 +195,29 @@ class StreamConsumer:
                 block=block or None,  # BLOCK 0 would wait forever
             )
         else:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                await self._queue_acknowledgements(pipe)
-                pipe.xreadgroup(
+            reply = await self._after_acknowledgements(
+                lambda pipe: pipe.xreadgroup(
                     self.group,
                     self.consumer,
                     {self.stream: ">"},
                     count=self.count,
                     block=block or None,
                 )
-                replies = await pipe.execute(raise_on_error=False)
-            self._check_writes(replies[:-1])
-            reply = replies[-1]
-            if isinstance(reply, Exception):
-                raise reply
+            )
         return reply[0][1] if reply else []
+
+    async def _after_acknowledgements(self, command: Callable[[Pipeline], object]) -> Any:
+        """`command`'s reply, the command sent after the acknowledgements still due, in one
+        round trip: whatever the poll does next, what it handled last is never left pending
+        (where another consumer could reclaim it and handle it again)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            await self._queue_acknowledgements(pipe)
+            command(pipe)
+            replies = await pipe.execute(raise_on_error=False)
+        self._check_writes(replies[:-1])
+        if isinstance(replies[-1], Exception):
+            raise replies[-1]
+        return replies[-1]
 
     def _check_writes(self, replies: list[Any]) -> None:
         """The writes sent with acknowledgements are counters and clean-ups, each safe to
@@ -262,7 +278,7 @@ class StreamConsumer:
         loop = asyncio.get_running_loop()
         since = loop.time() - self._beat_every
         overdue = [entry_id for entry_id, held in self._held.items() if held <= since]
-        if overdue and self._claiming is None:
+        if overdue and (self._claiming is None or self._claiming.done()):
             self._claiming = loop.create_task(self._keep_claimed(overdue))
         self._beat = loop.call_later(self._beat_every, self._heartbeat)
 
@@ -281,7 +297,8 @@ class StreamConsumer:
             self._beat.cancel()
             self._beat = None
         if self._claiming is not None:
-            self._claiming.cancel()
+            self._claiming.cancel()  # (if it never started, its own clean-up never runs)
+            self._claiming = None
 
     def _reclaim_due(self) -> bool:
         """Whether to look for entries to reclaim now: at most every quarter of `idle_ms`.
@@ -291,8 +308,15 @@ class StreamConsumer:
         return self._reclaimed_at is None or now - self._reclaimed_at >= self.idle_ms / 4000
 
     async def _reclaim(self) -> list[tuple[bytes, dict[bytes, bytes] | None]]:
-        reply: Any = await self.redis.xautoclaim(
-            self.stream, self.group, self.consumer, self.idle_ms, start_id="0-0", count=self.count
+        reply: Any = await self._after_acknowledgements(
+            lambda pipe: pipe.xautoclaim(
+                self.stream,
+                self.group,
+                self.consumer,
+                self.idle_ms,
+                start_id="0-0",
+                count=self.count,
+            )
         )
         entries = list(reply[1])
         # Done until the next due time, unless more may wait: then again on the next poll.

@@ -200,3 +200,98 @@ async def test_entries_a_failed_poll_never_began_are_let_go_to_be_reclaimed(
         return ("b", "second") in handled
 
     await eventually(reclaimed, within=3)
+
+
+async def test_a_poll_that_reclaims_first_acknowledges_what_the_last_one_handled(
+    redis: Redis,
+) -> None:
+    """The run loop's last handled entry is acknowledged with its next command: a read, or,
+    when reclaiming is due and finds entries, the XAUTOCLAIM. It is never left pending
+    while the reclaimed entry's handler runs (another consumer would reclaim and handle it
+    a second time)."""
+    await redis.xadd("s", {"n": "left by a dead consumer"})
+    await redis.xgroup_create("s", "g", id="0")
+    await redis.xreadgroup("g", "dead", {"s": ">"}, count=1)  # pending, never acknowledged
+    handled_last = await redis.xadd("s", {"n": "handled"})
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def handler(entry_id: str, fields: dict[str, str]) -> None:
+        if fields["n"] == "left by a dead consumer":
+            started.set()
+            await release.wait()
+
+    consumer = StreamConsumer(redis, "s", "g", "c", handler, idle_ms=100, count=1)
+    consumer._reclaimed_at = asyncio.get_running_loop().time()  # reclaiming not due yet
+    await consumer.ensure_group()
+    assert await consumer.poll(block_ms=1, flush=False) == 1  # the new entry, unacked yet
+    assert handled_last in await _pending(redis)
+
+    await asyncio.sleep(0.15)  # the dead consumer's entry is idle long enough
+    consumer._reclaimed_at = None  # reclaiming is due
+    polling = asyncio.create_task(consumer.poll(block_ms=1, flush=False))
+    await asyncio.wait_for(started.wait(), 2)
+    assert handled_last not in await _pending(redis)  # acknowledged with the XAUTOCLAIM
+    release.set()
+    assert await polling == 1
+
+
+async def test_a_failed_acknowledgement_in_a_concurrent_batch_waits_for_the_rest(
+    redis: Redis,
+) -> None:
+    """One entry's acknowledgement fails while the rest of its concurrent batch is still
+    being handled: the poll raises only once the rest are through, so none is left running,
+    unwatched, after the loop has moved on."""
+    for n in ("quick", "slow"):
+        await redis.xadd("s", {"n": n})
+    slow_done = asyncio.Event()
+
+    async def broken_ack(pipe: Pipeline) -> None:
+        raise RuntimeError("the acknowledgement's writes could not be queued")
+
+    async def handler(entry_id: str, fields: dict[str, str]) -> WithAck | None:
+        if fields["n"] == "quick":
+            return broken_ack
+        await asyncio.sleep(0.2)
+        slow_done.set()
+        return None
+
+    consumer = StreamConsumer(redis, "s", "g", "c", handler, count=2, concurrent=True)
+    await consumer.ensure_group()
+    with pytest.raises(RuntimeError, match="could not be queued"):
+        await consumer.poll(block_ms=1, flush=False)
+    assert slow_done.is_set()
+    await consumer.flush()  # the slow one's acknowledgement was kept, and goes now
+    assert await _pending(redis) == [(await redis.xrange("s"))[0][0]]  # the quick one waits
+
+
+async def test_a_consumer_started_again_keeps_its_entries_claimed(redis: Redis) -> None:
+    """A consumer stopped while its heartbeat's XCLAIM was about to start, then run again,
+    still keeps a slow entry claimed: no other consumer takes it over."""
+    consumer_entries: list[tuple[str, str]] = []
+
+    async def slow(entry_id: str, fields: dict[str, str]) -> None:
+        consumer_entries.append(("a", fields["n"]))
+        await asyncio.sleep(0.9)  # three times idle_ms
+
+    async def other_handler(entry_id: str, fields: dict[str, str]) -> None:
+        consumer_entries.append(("b", fields["n"]))
+
+    consumer = StreamConsumer(redis, "s", "g", "a", slow, idle_ms=300)
+    other = StreamConsumer(redis, "s", "g", "b", other_handler, idle_ms=300)
+    await consumer.ensure_group()
+    consumer._hold("0-1")  # a first run: a beat is about to claim, and the run stops
+    consumer._held["0-1"] -= 1
+    consumer._heartbeat()
+    consumer._release("0-1")
+    consumer._stop_heartbeat()
+    await asyncio.sleep(0)
+
+    await redis.xadd("s", {"n": "slow"})
+    polling = asyncio.create_task(consumer.poll(block_ms=1))
+    await eventually(lambda: _has(consumer_entries, ("a", "slow")), within=2)
+    for _ in range(8):  # over the whole wait, the other consumer looks for idle entries
+        await asyncio.sleep(0.1)
+        other._reclaimed_at = None
+        assert await other.poll(block_ms=1) == 0
+    assert await polling == 1
+    assert consumer_entries == [("a", "slow")]
