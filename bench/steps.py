@@ -197,17 +197,9 @@ async def run_step(
             await _cycles_done(redis, slack, requests[:warm], CATCH_UP)
             machine, cpu = CpuMeter(), ProcessCpu(serve.pids).start()
             started = time.monotonic()
-            import os
-
-            if os.environ.get("BENCH_CMDSTATS"):
-                await redis.config_resetstat()
             result = await _load(tmp / "load", serve.events_url, rate, bodies[warm:])
             decided = await decided_count(redis, measured)
             cycles, caught_up = await _cycles_done(redis, slack, measured, CATCH_UP, decided)
-            if os.environ.get("BENCH_CMDSTATS"):
-                st = await redis.info("commandstats")
-                for k, v in sorted(st.items(), key=lambda kv: -kv[1]["calls"]):
-                    print(f"{v['calls'] / len(measured):8.2f} {k}", file=sys.stderr)
             cpu_s, window = cpu.elapsed(), time.monotonic() - started
             conditions = machine.report(cpu_s)
         step = Step(
