@@ -185,31 +185,25 @@ class StreamConsumer:
             self._flushing = False
 
     async def _read(self, block: int) -> list[tuple[bytes, dict[bytes, bytes] | None]]:
-        """New entries, sent after the acknowledgements still due: one round trip."""
-        if not self._handled:
-            reply: Any = await self.redis.xreadgroup(
+        """New entries (after the acknowledgements still due)."""
+        reply: Any = await self._after_acknowledgements(
+            lambda client: client.xreadgroup(
                 self.group,
                 self.consumer,
                 {self.stream: ">"},
                 count=self.count,
                 block=block or None,  # BLOCK 0 would wait forever
             )
-        else:
-            reply = await self._after_acknowledgements(
-                lambda pipe: pipe.xreadgroup(
-                    self.group,
-                    self.consumer,
-                    {self.stream: ">"},
-                    count=self.count,
-                    block=block or None,
-                )
-            )
+        )
         return reply[0][1] if reply else []
 
-    async def _after_acknowledgements(self, command: Callable[[Pipeline], object]) -> Any:
-        """`command`'s reply, the command sent after the acknowledgements still due, in one
-        round trip: whatever the poll does next, what it handled last is never left pending
-        (where another consumer could reclaim it and handle it again)."""
+    async def _after_acknowledgements(self, command: Callable[[Any], Any]) -> Any:
+        """The reply to `command` (given the client, or a pipeline), sent after the
+        acknowledgements still due in one round trip: whatever the poll does next, what it
+        handled last is never left pending (where another consumer could reclaim it and
+        handle it again)."""
+        if not self._handled:
+            return await command(self.redis)
         async with self.redis.pipeline(transaction=False) as pipe:
             await self._queue_acknowledgements(pipe)
             command(pipe)
@@ -309,7 +303,7 @@ class StreamConsumer:
 
     async def _reclaim(self) -> list[tuple[bytes, dict[bytes, bytes] | None]]:
         reply: Any = await self._after_acknowledgements(
-            lambda pipe: pipe.xautoclaim(
+            lambda client: client.xautoclaim(
                 self.stream,
                 self.group,
                 self.consumer,
