@@ -32,6 +32,7 @@ from agent_host.approvals import ApprovalRequest, EscalatedCopy
 from agent_host.approvals.bulk import Bulk
 from agent_host.approvals.notifier import MessageRef, RunSummary
 from agent_host.durable.outbox import RetryLater
+from agent_host.durable.slots import set_aside
 from agent_host.errors import DeliveryFailed
 from bot import blocks, delivery
 from bot.blocks import escalation
@@ -63,7 +64,7 @@ class ChannelPacer:
             start = max(now, self._next.get(channel, 0.0))
             self._next[channel] = start + self.interval
         if start > now:
-            await asyncio.sleep(start - now)
+            await _idle(start - now)
 
     def push_back(self, channel: str, seconds: float) -> None:
         self._next[channel] = max(self._next.get(channel, 0.0), time.monotonic() + seconds)
@@ -335,15 +336,21 @@ class SlackNotifier:
                     if channel:
                         self.pacer.push_back(channel, wait)
                     else:
-                        await asyncio.sleep(wait)
+                        await _idle(wait)
                     continue
                 if attempt == self.attempts:
                     raise
             except (TimeoutError, OSError) as exc:
                 if attempt == self.attempts:
                     raise RetryLater(f"Slack unreachable: {exc}") from exc
-            await asyncio.sleep(self.backoff * 2 ** (attempt - 1))
+            await _idle(self.backoff * 2 ** (attempt - 1))
         raise RetryLater("Slack kept answering 429; will retry")
+
+
+async def _idle(seconds: float) -> None:
+    """A wait for Slack's pace: the outbox entry's slot is free for another meanwhile."""
+    async with set_aside():
+        await asyncio.sleep(seconds)
 
 
 def _noted(request: ApprovalRequest, text: str, body: list[Any]) -> tuple[str, list[Any]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from redis.asyncio import Redis
@@ -20,9 +20,11 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from agent_host.durable.connections import as_text
 from agent_host.durable.foreground import Foreground
+from agent_host.durable.slots import holding
 from agent_host.errors import RetryLater
 
 __all__ = [
+    "BATCH_WAIT",
     "RetryLater",
     "ShardedConsumer",
     "StreamConsumer",
@@ -34,6 +36,12 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+
+# How long a poll of the outbox or the callbacks waits for its batch before it reads on:
+# an entry still going then (a post waiting for its channel's turn, as a burst into one
+# channel goes out at one post a second; a slow receiver of callbacks) finishes behind
+# it, and the entries read after it are not held up.
+BATCH_WAIT = 0.5
 
 # What a handler may hand back: writes to send together with the entry's acknowledgement,
 # in one round trip (queued on a pipeline, ahead of the XACK), instead of one each.
@@ -76,6 +84,7 @@ class StreamConsumer:
         block_ms: int = 1_000,
         count: int = 10,
         concurrent: bool = False,
+        batch_wait: float | None = None,
         foreground: Foreground | None = None,
         in_flight: asyncio.Semaphore | None = None,
     ) -> None:
@@ -85,6 +94,11 @@ class StreamConsumer:
         self._group_ready = False
         self.concurrent = concurrent  # handle a batch at once (the outbox: one slow channel
         # must not hold up the others)
+        # How long a concurrent poll waits for its batch (None: until all of it is done).
+        # Entries still going then (a post waiting for its channel's turn) finish behind
+        # it, and the entries that come after them are read and handled meanwhile.
+        self.batch_wait = batch_wait
+        self._behind: set[asyncio.Task[bool]] = set()
         self._reclaimed_at: float | None = None  # loop time of the last XAUTOCLAIM
         self.foreground = foreground  # whose requests go first (serve's clicks)
         # Shared by the consumers of one kind (every shard's): how many of their entries
@@ -132,26 +146,28 @@ class StreamConsumer:
             # kept claimed like one being handled, so no other consumer takes it over.
             self._hold(as_text(entry_id))
             batch.append((as_text(entry_id), {as_text(k): as_text(v) for k, v in fields.items()}))
-        remaining = len(batch)
+        remaining, moved_on = len(batch), False
 
         async def handle(entry_id: str, fields: dict[str, str]) -> bool:
             nonlocal remaining
-            done = await self._handle(entry_id, fields)
+            handled = await self._handle(entry_id, fields)
             remaining -= 1
-            if remaining:  # the batch goes on: acknowledged now, so that it never sits
-                await self._flush_meanwhile()  # idle long enough to be reclaimed
-            return done
+            if remaining or moved_on:  # the batch, or the poll, goes on: acknowledged now,
+                await self._flush_meanwhile()  # so that it never sits idle long enough to
+            return handled  # be reclaimed
 
         if self.concurrent:  # the outbox: one slow channel must not hold up the others
-            # Every entry of the batch is seen through before an error is raised: none is
-            # left running, unwatched, with its acknowledgement never sent.
-            results = await asyncio.gather(
-                *(handle(*entry) for entry in batch), return_exceptions=True
-            )
-            errors = [result for result in results if isinstance(result, BaseException)]
+            done, slow = await self._handle_together(handle, batch)
+            if slow:  # they finish behind the poll, which reads what comes after them
+                moved_on = True
+                self._behind.update(slow)
+                for task in slow:
+                    task.add_done_callback(self._finished_behind)
+            # Every entry that finished is seen through before an error is raised.
+            errors = [error for task in done if (error := task.exception()) is not None]
             if errors:
                 raise errors[0]
-            handled = sum(result is True for result in results)
+            handled = sum(task.result() for task in done)
         else:
             handled, begun = 0, 0
             try:
@@ -232,10 +248,33 @@ class StreamConsumer:
                 await with_ack(pipe)
             pipe.xack(self.stream, self.group, entry_id)
 
+    async def _handle_together(
+        self,
+        handle: Callable[[str, dict[str, str]], Coroutine[Any, Any, bool]],
+        batch: list[tuple[str, dict[str, str]]],
+    ) -> tuple[set[asyncio.Task[bool]], set[asyncio.Task[bool]]]:
+        """The batch handled at once: (the entries done, those still going after
+        `batch_wait`)."""
+        if not batch:
+            return set(), set()
+        tasks = [asyncio.create_task(handle(*entry)) for entry in batch]
+        try:
+            return await asyncio.wait(tasks, timeout=self.batch_wait)
+        except BaseException:  # the poll itself was stopped: so is its batch
+            for task in tasks:
+                task.cancel()
+            raise
+
+    def _finished_behind(self, task: asyncio.Task[bool]) -> None:
+        self._behind.discard(task)
+        if not task.cancelled() and task.exception() is not None:  # its acknowledgement
+            # failed: the entry stays pending and is reclaimed, like one whose consumer died
+            log.error("%s: an entry handled behind the poll: %s", self.stream, task.exception())
+
     async def _handle(self, entry_id: str, fields: dict[str, str]) -> bool:
         """Handle a held entry (see `poll`) and let it go."""
         try:
-            async with self.in_flight or contextlib.nullcontext():
+            async with holding(self.in_flight):
                 if self.foreground is not None:
                     await self.foreground.wait_turn()
                 with_ack = await self.handler(entry_id, fields)
@@ -323,6 +362,9 @@ class StreamConsumer:
         try:
             await self._run(stop)
         finally:
+            for task in list(self._behind):  # left pending, to be reclaimed and handled again
+                task.cancel()
+            await asyncio.gather(*self._behind, return_exceptions=True)
             self._stop_heartbeat()
             with contextlib.suppress(RedisError, OSError):
                 await asyncio.shield(self.flush())  # stopping: nothing handled stays unacked

@@ -295,3 +295,73 @@ async def test_a_consumer_started_again_keeps_its_entries_claimed(redis: Redis) 
         assert await other.poll(block_ms=1) == 0
     assert await polling == 1
     assert consumer_entries == [("a", "slow")]
+
+
+async def test_a_slow_entry_finishes_behind_the_poll_and_those_after_it_go_first(
+    redis: Redis,
+) -> None:
+    """A concurrent consumer (the outbox) waits `batch_wait` for its batch, then reads on:
+    an entry still going (a post waiting for its channel's turn) finishes behind it, kept
+    claimed all along, and the entries written after it are handled meanwhile."""
+    slow = await redis.xadd("s", {"n": "slow"})
+    release, handled = asyncio.Event(), []
+
+    async def handler(entry_id: str, fields: dict[str, str]) -> None:
+        if fields["n"] == "slow":
+            await release.wait()
+        handled.append(fields["n"])
+
+    async def taken_over(entry_id: str, fields: dict[str, str]) -> None:
+        handled.append(f"taken over: {fields['n']}")
+
+    consumer = StreamConsumer(
+        redis, "s", "g", "a", handler, idle_ms=300, concurrent=True, batch_wait=0.05
+    )
+    other = StreamConsumer(redis, "s", "g", "b", taken_over, idle_ms=300)
+    await consumer.ensure_group()
+    stop = asyncio.Event()
+    running = asyncio.create_task(consumer.run(stop))
+    try:
+        await eventually(lambda: _pending_is(redis, [slow]), within=2)
+        await redis.xadd("s", {"n": "later"})
+        await eventually(lambda: _has_item(handled, "later"), within=2)
+        await eventually(lambda: _pending_is(redis, [slow]), within=2)  # "later": acked
+        for _ in range(8):  # three times idle_ms: the slow one is still claimed
+            await asyncio.sleep(0.1)
+            other._reclaimed_at = None
+            assert await other.poll(block_ms=1) == 0
+
+        release.set()
+        await eventually(lambda: _pending_is(redis, []), within=2)
+        assert handled == ["later", "slow"]
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 5)
+
+
+async def test_a_stopping_consumer_leaves_what_is_behind_its_poll_pending(
+    redis: Redis,
+) -> None:
+    """Stopped while an entry is still going behind its poll, the consumer stops it too and
+    leaves it pending, for another consumer (or itself, restarted) to reclaim."""
+    slow = await redis.xadd("s", {"n": "slow"})
+    started = asyncio.Event()
+
+    async def handler(entry_id: str, fields: dict[str, str]) -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    consumer = StreamConsumer(redis, "s", "g", "a", handler, concurrent=True, batch_wait=0.05)
+    await consumer.ensure_group()
+    stop = asyncio.Event()
+    running = asyncio.create_task(consumer.run(stop))
+    await asyncio.wait_for(started.wait(), 2)
+    await asyncio.sleep(0.1)  # the poll has moved on, leaving it behind
+    stop.set()
+    await asyncio.wait_for(running, 5)
+    assert not consumer._behind
+    assert await _pending(redis) == [slow]
+
+
+async def _has_item(items: list[str], item: str) -> bool:
+    return item in items

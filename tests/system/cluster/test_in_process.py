@@ -341,10 +341,14 @@ async def test_outcome_reaches_the_thread_when_the_run_ends_before_its_post_is_s
         replica2 = Outbox(store, host.notifier, "replica-2-outbox", idle_ms=300)
         await replica2.consumer.poll()
 
-        held.release.set()  # the post goes through and its ts is saved
-        assert await asyncio.wait_for(posting, 15) == 1
-        [posted] = await store.run_requests(run_id)
-        assert posted.message_ts, "the post's ts was not saved"
+        held.release.set()  # the post goes through and its ts is saved (behind the poll,
+        await asyncio.wait_for(posting, 15)  # if that has moved on: see BATCH_WAIT)
+
+        async def post_saved() -> ApprovalRequest | None:
+            [request] = await store.run_requests(run_id)
+            return request if request.message_ts else None
+
+        posted = await eventually(post_saved, within=5)
 
         # Both outboxes retry whatever they deferred, until the thread has the outcome.
         deadline = time.monotonic() + 2
