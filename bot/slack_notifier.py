@@ -55,6 +55,7 @@ class ChannelPacer:
     def __init__(self, interval: float = 1.05) -> None:
         self.interval = interval
         self._next: dict[str, float] = {}
+        self._went: dict[str, float] = {}  # when each channel's last post went
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def wait_turn(self, channel: str) -> None:
@@ -65,9 +66,19 @@ class ChannelPacer:
             self._next[channel] = start + self.interval
         if start > now:
             await _idle(start - now)
+        # Its slot may have come back late (every one busy): the post reserved after it
+        # still goes `interval` after it, and a Retry-After holds back those already waiting.
+        while (
+            wait := self._went.get(channel, -self.interval) + self.interval - time.monotonic()
+        ) > 0:
+            await _idle(wait)
+        self._went[channel] = time.monotonic()
 
     def push_back(self, channel: str, seconds: float) -> None:
         self._next[channel] = max(self._next.get(channel, 0.0), time.monotonic() + seconds)
+        self._went[channel] = max(
+            self._went.get(channel, -self.interval), time.monotonic() + seconds - self.interval
+        )
 
 
 class SlackNotifier:

@@ -20,6 +20,9 @@ __all__ = ["holding", "set_aside"]
 class _Slot:
     def __init__(self, slots: asyncio.Semaphore) -> None:
         self.slots, self.held = slots, False
+        # Only the task that took it sets it aside: a task it starts inherits the context
+        # var, and must not give back (or take back, for nobody) a slot it does not hold.
+        self.owner = asyncio.current_task()
 
     async def take(self) -> None:
         await self.slots.acquire()
@@ -55,11 +58,15 @@ async def set_aside() -> AsyncIterator[None]:
     """Around a wait that uses no Redis connection: the slot this task holds (if any) is
     free for another entry meanwhile, and taken again, waiting for it if need be, after."""
     slot = _current.get()
-    if slot is None or not slot.held:
+    if slot is None or not slot.held or slot.owner is not asyncio.current_task():
         yield
         return
     slot.give_back()
     try:
         yield
-    finally:
+    except asyncio.CancelledError:
+        raise  # stopped: nothing to give back, so nothing to wait for
+    except BaseException:
         await slot.take()
+        raise
+    await slot.take()

@@ -25,6 +25,7 @@ from agent_host.errors import RetryLater
 
 __all__ = [
     "BATCH_WAIT",
+    "READ_AHEAD",
     "RetryLater",
     "ShardedConsumer",
     "StreamConsumer",
@@ -42,6 +43,10 @@ log = logging.getLogger(__name__)
 # channel goes out at one post a second; a slow receiver of callbacks) finishes behind
 # it, and the entries read after it are not held up.
 BATCH_WAIT = 0.5
+
+# How many batches a concurrent consumer may have going behind its poll at most: a backlog
+# into one slow channel is not read into memory (and heartbeated) all at once.
+READ_AHEAD = 10
 
 # What a handler may hand back: writes to send together with the entry's acknowledgement,
 # in one round trip (queued on a pipeline, ahead of the XACK), instead of one each.
@@ -133,12 +138,22 @@ class StreamConsumer:
         """
         if not self._group_ready:
             await self.ensure_group()
+        if len(self._behind) >= READ_AHEAD * self.count:
+            # Enough read ahead of a slow channel: nothing more until some of it is done.
+            await self._flush_meanwhile()
+            block = self.block_ms if block_ms is None else block_ms
+            await asyncio.wait(
+                self._behind, timeout=block / 1000, return_when=asyncio.FIRST_COMPLETED
+            )
+            return 0
         entries = await self._reclaim() if self._reclaim_due() else []
         if not entries:
             block = self.block_ms if block_ms is None else block_ms
             entries = await self._read(block)
         batch: list[tuple[str, dict[str, str]]] = []
         for entry_id, fields in entries:
+            if as_text(entry_id) in self._held:  # still being handled, behind the poll:
+                continue  # reclaimed by this very consumer (which kept it claimed, like a beat)
             if fields is None:  # trimmed while pending
                 self._handled.append((as_text(entry_id), None))
                 continue
@@ -185,8 +200,8 @@ class StreamConsumer:
         """Acknowledge what was handled and not acknowledged yet (with its writes)."""
         if self._handled:
             async with self.redis.pipeline(transaction=False) as pipe:
-                await self._queue_acknowledgements(pipe)
-                self._check_writes(await pipe.execute(raise_on_error=False))
+                taken = await self._queue_acknowledgements(pipe)
+                self._check_writes(await self._execute(pipe, taken))
 
     async def _flush_meanwhile(self) -> None:
         """`flush`, but one round trip at a time: what is handled while one is in flight
@@ -238,7 +253,17 @@ class StreamConsumer:
             if isinstance(reply, Exception):
                 log.error("%s: a write sent with an acknowledgement failed: %s", self.stream, reply)
 
-    async def _queue_acknowledgements(self, pipe: Pipeline) -> None:
+    async def _execute(self, pipe: Pipeline, taken: list[tuple[str, WithAck | None]]) -> Any:
+        """`pipe` sent. Cancelled on the way (the consumer stopping), it may or may not have
+        reached Redis: the acknowledgements it carried go back on the list, for the last
+        flush to send again (an XACK twice is harmless; their writes are safe to lose)."""
+        try:
+            return await pipe.execute(raise_on_error=False)
+        except asyncio.CancelledError:
+            self._handled[:0] = [(entry_id, None) for entry_id, _ in taken]
+            raise
+
+    async def _queue_acknowledgements(self, pipe: Pipeline) -> list[tuple[str, WithAck | None]]:
         """Each handled entry's writes, then its XACK. Taken off the list as they are queued:
         if the round trip fails, the entries stay pending and are reclaimed and handled
         again, like an entry whose consumer died."""
@@ -247,6 +272,7 @@ class StreamConsumer:
             if with_ack is not None:
                 await with_ack(pipe)
             pipe.xack(self.stream, self.group, entry_id)
+        return handled
 
     async def _handle_together(
         self,
@@ -260,9 +286,11 @@ class StreamConsumer:
         tasks = [asyncio.create_task(handle(*entry)) for entry in batch]
         try:
             return await asyncio.wait(tasks, timeout=self.batch_wait)
-        except BaseException:  # the poll itself was stopped: so is its batch
-            for task in tasks:
+        except BaseException:  # the poll itself was stopped: so is its batch, and run()
+            for task in tasks:  # waits for it to end
                 task.cancel()
+                self._behind.add(task)
+                task.add_done_callback(self._finished_behind)
             raise
 
     def _finished_behind(self, task: asyncio.Task[bool]) -> None:
@@ -283,6 +311,14 @@ class StreamConsumer:
             return False
         except Exception:
             # Left pending: reclaimed after idle_ms and tried again.
+            log.exception("%s entry %s failed; it will be retried", self.stream, entry_id)
+            return False
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is None or task.cancelling():
+                raise  # stopped: left pending
+            # Nobody cancelled it (a library's timeout gone wrong): a failure like any other,
+            # not the end of the consumer.
             log.exception("%s entry %s failed; it will be retried", self.stream, entry_id)
             return False
         finally:

@@ -4,13 +4,22 @@ handled entries are acknowledged without waiting behind the rest of their batch.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 import pytest
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
+from redis.exceptions import ConnectionError as RedisConnectionError
 
-from agent_host.durable.streams import Handler, StreamConsumer, WithAck, trim_acknowledged
+from agent_host.durable.slots import set_aside
+from agent_host.durable.streams import (
+    READ_AHEAD,
+    Handler,
+    StreamConsumer,
+    WithAck,
+    trim_acknowledged,
+)
 from tests.support.waiting import eventually
 
 
@@ -365,3 +374,263 @@ async def test_a_stopping_consumer_leaves_what_is_behind_its_poll_pending(
 
 async def _has_item(items: list[str], item: str) -> bool:
     return item in items
+
+
+async def test_an_entry_handled_behind_the_poll_is_acknowledged_when_the_consumer_stops(
+    redis: Redis,
+) -> None:
+    """An entry handled behind the poll (its message posted) whose acknowledgement is on its
+    way when the host stops (the stop event, then every background task cancelled): the
+    acknowledgement goes back on the list and the consumer's last flush sends it, so the
+    entry is not handled again after the restart (a message posted twice)."""
+    entry = await redis.xadd("s", {"n": "slow"})
+    posted = asyncio.Event()
+
+    async def handler(entry_id: str, fields: dict[str, str]) -> None:
+        await asyncio.sleep(0.3)  # its channel's turn
+        posted.set()  # chat.postMessage answered: the message is out
+
+    consumer = StreamConsumer(redis, "s", "g", "a", handler, concurrent=True, batch_wait=0.05)
+    await consumer.ensure_group()
+    stop = asyncio.Event()
+    running = asyncio.create_task(consumer.run(stop))
+    await asyncio.wait_for(posted.wait(), 5)
+    # AgentHost.stop(): the stop event, then every background task cancelled.
+    stop.set()
+    running.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.wait_for(running, 5)
+    assert await _pending(redis) == [], "a handled entry was left pending: it will be redone"
+    assert entry
+
+
+async def test_a_consumer_cancelled_mid_batch_leaves_no_handler_running(redis: Redis) -> None:
+    """Cancelled while its poll waits for a batch, the consumer returns only once the
+    batch's handlers have ended (their clean-up included): nothing runs on after a stop."""
+    await redis.xadd("s", {"n": "slow"})
+    started, cleaned = asyncio.Event(), asyncio.Event()
+
+    async def handler(entry_id: str, fields: dict[str, str]) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        finally:
+            await asyncio.sleep(0.2)  # e.g. set_aside taking its slot back
+            cleaned.set()
+
+    consumer = StreamConsumer(redis, "s", "g", "a", handler, concurrent=True, batch_wait=5)
+    await consumer.ensure_group()
+    running = asyncio.create_task(consumer.run(asyncio.Event()))
+    await asyncio.wait_for(started.wait(), 5)
+    running.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.wait_for(running, 5)
+    try:
+        assert cleaned.is_set(), "run() returned with a handler of its batch still running"
+    finally:
+        await asyncio.wait_for(cleaned.wait(), 5)
+
+
+async def test_a_handler_raising_cancelled_error_does_not_stop_the_consumer(
+    redis: Redis,
+) -> None:
+    """A CancelledError out of a handler that nobody cancelled (a library's timeout gone
+    wrong) is a failure like any other: the entry is retried later and the consumer goes
+    on, instead of the outbox stopping for good while the host runs on."""
+    await redis.xadd("s", {"n": "poison"})
+    handled: list[str] = []
+
+    async def handler(entry_id: str, fields: dict[str, str]) -> None:
+        if fields["n"] == "poison":
+            raise asyncio.CancelledError()
+        handled.append(fields["n"])
+
+    consumer = StreamConsumer(
+        redis, "s", "g", "a", handler, concurrent=True, batch_wait=0.5, idle_ms=300
+    )
+    await consumer.ensure_group()
+    stop = asyncio.Event()
+    running = asyncio.create_task(consumer.run(stop))
+    try:
+        await asyncio.sleep(0.3)
+        await redis.xadd("s", {"n": "next"})
+        await eventually(lambda: "next" in handled, within=3, what="the consumer to go on")
+    finally:
+        stop.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(running, 5)
+
+
+async def test_a_consumer_never_reclaims_an_entry_it_is_still_handling_behind(
+    redis: Redis,
+) -> None:
+    """When the heartbeat could not keep an entry claimed for a while (a Redis blip, a
+    stalled loop), the consumer's own XAUTOCLAIM returns the entry it is still handling
+    behind the poll: it is not started a second time."""
+    await redis.xadd("s", {"n": "slow"})
+    calls: list[str] = []
+    release = asyncio.Event()
+
+    async def handler(entry_id: str, fields: dict[str, str]) -> None:
+        calls.append(entry_id)
+        await release.wait()
+
+    consumer = StreamConsumer(
+        redis, "s", "g", "a", handler, idle_ms=300, concurrent=True, batch_wait=0.05
+    )
+    beats = consumer._heartbeat
+    consumer._heartbeat = lambda: None  # type: ignore[method-assign]  # XCLAIMs failing
+    await consumer.ensure_group()
+    stop = asyncio.Event()
+    running = asyncio.create_task(consumer.run(stop))
+    try:
+        await eventually(lambda: len(calls) == 1, within=3)
+        await asyncio.sleep(2.5)  # Redis back; the run loop reclaims what is idle
+        consumer._heartbeat = beats  # type: ignore[method-assign]
+        assert len(calls) == 1, f"one entry started {len(calls)} times by one consumer"
+    finally:
+        release.set()
+        stop.set()
+        await asyncio.wait_for(running, 5)
+
+
+async def test_a_backlog_into_one_slow_channel_is_not_read_into_memory_at_once(
+    redis: Redis,
+) -> None:
+    """A backlog into one paced channel (one post a second, each post's slot set aside while
+    it waits): the consumer reads ahead at most READ_AHEAD batches behind its poll, not the
+    whole stream into memory (one task each, all heartbeated)."""
+    pipe = redis.pipeline(transaction=False)
+    for n in range(3000):
+        pipe.xadd("s", {"n": str(n)})
+    await pipe.execute()
+    slots = asyncio.Semaphore(256)
+    next_turn = [0.0]
+    loop = asyncio.get_running_loop()
+
+    async def handler(entry_id: str, fields: dict[str, str]) -> None:
+        now = loop.time()
+        start = max(now, next_turn[0])
+        next_turn[0] = start + 1.05
+        async with set_aside():  # ChannelPacer.wait_turn
+            await asyncio.sleep(start - now)
+
+    consumer = StreamConsumer(
+        redis,
+        "s",
+        "g",
+        "a",
+        handler,
+        idle_ms=5_000,
+        count=100,
+        concurrent=True,
+        batch_wait=0.05,  # (BATCH_WAIT is 0.5: the same, ten times slower)
+        in_flight=slots,
+    )
+    await consumer.ensure_group()
+    stop = asyncio.Event()
+    running = asyncio.create_task(consumer.run(stop))
+    try:
+        await asyncio.sleep(2)
+        held = len(consumer._held)
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 20)
+    bound = (READ_AHEAD + 1) * consumer.count
+    assert held <= bound, f"{held} entries read ahead and held (of 3000)"
+
+
+async def test_entries_set_aside_never_exceed_the_in_flight_bound(redis: Redis) -> None:
+    """Slots set aside are taken again through the semaphore: no more than the bound run
+    outside a set-aside wait at once, and every slot comes back."""
+    pipe = redis.pipeline(transaction=False)
+    for n in range(300):
+        pipe.xadd("s", {"n": str(n)})
+    await pipe.execute()
+    slots = asyncio.Semaphore(8)
+    active, most = [0], [0]
+
+    async def handler(entry_id: str, fields: dict[str, str]) -> None:
+        active[0] += 1
+        most[0] = max(most[0], active[0])
+        await asyncio.sleep(0.01)
+        active[0] -= 1
+        async with set_aside():
+            await asyncio.sleep(0.05)
+        active[0] += 1
+        most[0] = max(most[0], active[0])
+        await asyncio.sleep(0.01)
+        active[0] -= 1
+
+    consumer = StreamConsumer(
+        redis,
+        "s",
+        "g",
+        "a",
+        handler,
+        count=100,
+        concurrent=True,
+        batch_wait=0.05,
+        in_flight=slots,
+    )
+    await consumer.ensure_group()
+    stop = asyncio.Event()
+    running = asyncio.create_task(consumer.run(stop))
+    try:
+        await eventually(lambda: _pending_is_empty(redis), within=20)
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 10)
+    assert most[0] <= 8
+    assert slots._value == 8
+
+
+async def _pending_is_empty(redis: Redis) -> bool:
+    return (await redis.xinfo_groups("s"))[0]["pending"] == 0 and (await redis.xinfo_groups("s"))[
+        0
+    ]["entries-read"] == 300
+
+
+async def test_an_ack_left_by_a_failed_flush_goes_with_the_next_read(
+    redis: Redis,
+) -> None:
+    """An entry finishing behind the poll while another's flush is in flight leaves its
+    acknowledgement to that flush; when the flush fails, the acknowledgement stays on the
+    list and goes with the run loop's next read (well within idle_ms)."""
+    for n in ("a", "b"):
+        await redis.xadd("s", {"n": n})
+    go = asyncio.Event()
+
+    async def handler(entry_id: str, fields: dict[str, str]) -> None:
+        await go.wait()
+        if fields["n"] == "b":
+            await asyncio.sleep(0)  # finishes while a's flush is in flight
+
+    consumer = StreamConsumer(
+        redis, "s", "g", "a", handler, idle_ms=5_000, concurrent=True, batch_wait=0.05
+    )
+    real_flush, failed = consumer.flush, []
+
+    async def flaky_flush() -> None:
+        if not failed:
+            failed.append(1)
+            consumer._handled.clear()  # what the failed round trip had taken
+            await asyncio.sleep(0.05)
+            raise RedisConnectionError("blip")
+        await real_flush()
+
+    consumer.flush = flaky_flush  # type: ignore[method-assign]
+    await consumer.ensure_group()
+    stop = asyncio.Event()
+    running = asyncio.create_task(consumer.run(stop))
+    try:
+        await asyncio.sleep(0.2)
+        go.set()
+        await eventually(lambda: _pending_count_is(redis, 1), within=3)  # the failed one's
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 5)
+
+
+async def _pending_count_is(redis: Redis, n: int) -> bool:
+    return len(await _pending(redis)) == n
