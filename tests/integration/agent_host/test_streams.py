@@ -515,18 +515,7 @@ async def test_a_backlog_into_one_slow_channel_is_not_read_into_memory_at_once(
         async with set_aside():  # ChannelPacer.wait_turn
             await asyncio.sleep(start - now)
 
-    consumer = StreamConsumer(
-        redis,
-        "s",
-        "g",
-        "a",
-        handler,
-        idle_ms=5_000,
-        count=100,
-        concurrent=True,
-        batch_wait=0.05,  # (BATCH_WAIT is 0.5: the same, ten times slower)
-        in_flight=slots,
-    )
+    consumer = _bounded(redis, handler, slots)  # (batch_wait: BATCH_WAIT ten times faster)
     await consumer.ensure_group()
     stop = asyncio.Event()
     running = asyncio.create_task(consumer.run(stop))
@@ -538,6 +527,13 @@ async def test_a_backlog_into_one_slow_channel_is_not_read_into_memory_at_once(
         await asyncio.wait_for(running, 20)
     bound = (READ_AHEAD + 1) * consumer.count
     assert held <= bound, f"{held} entries read ahead and held (of 3000)"
+
+
+def _bounded(redis: Redis, handler: Handler, slots: asyncio.Semaphore) -> StreamConsumer:
+    """A consumer like the outbox's: batches of 100 at once, `slots` in flight."""
+    return StreamConsumer(
+        redis, "s", "g", "a", handler, count=100, concurrent=True, batch_wait=0.05, in_flight=slots
+    )
 
 
 async def test_entries_set_aside_never_exceed_the_in_flight_bound(redis: Redis) -> None:
@@ -562,17 +558,7 @@ async def test_entries_set_aside_never_exceed_the_in_flight_bound(redis: Redis) 
         await asyncio.sleep(0.01)
         active[0] -= 1
 
-    consumer = StreamConsumer(
-        redis,
-        "s",
-        "g",
-        "a",
-        handler,
-        count=100,
-        concurrent=True,
-        batch_wait=0.05,
-        in_flight=slots,
-    )
+    consumer = _bounded(redis, handler, slots)
     await consumer.ensure_group()
     stop = asyncio.Event()
     running = asyncio.create_task(consumer.run(stop))
