@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any
 
 from redis.asyncio import Redis
@@ -138,17 +138,16 @@ class StreamConsumer:
         """
         if not self._group_ready:
             await self.ensure_group()
+        block = self.block_ms if block_ms is None else block_ms
         if len(self._behind) >= READ_AHEAD * self.count:
             # Enough read ahead of a slow channel: nothing more until some of it is done.
             await self._flush_meanwhile()
-            block = self.block_ms if block_ms is None else block_ms
             await asyncio.wait(
                 self._behind, timeout=block / 1000, return_when=asyncio.FIRST_COMPLETED
             )
             return 0
         entries = await self._reclaim() if self._reclaim_due() else []
         if not entries:
-            block = self.block_ms if block_ms is None else block_ms
             entries = await self._read(block)
         batch: list[tuple[str, dict[str, str]]] = []
         for entry_id, fields in entries:
@@ -175,9 +174,7 @@ class StreamConsumer:
             done, slow = await self._handle_together(handle, batch)
             if slow:  # they finish behind the poll, which reads what comes after them
                 moved_on = True
-                self._behind.update(slow)
-                for task in slow:
-                    task.add_done_callback(self._finished_behind)
+                self._leave_behind(slow)
             # Every entry that finished is seen through before an error is raised.
             errors = [error for task in done if (error := task.exception()) is not None]
             if errors:
@@ -289,15 +286,21 @@ class StreamConsumer:
         except BaseException:  # the poll itself was stopped: so is its batch, and run()
             for task in tasks:  # waits for it to end
                 task.cancel()
-                self._behind.add(task)
-                task.add_done_callback(self._finished_behind)
+            self._leave_behind(tasks)
             raise
+
+    def _leave_behind(self, tasks: Iterable[asyncio.Task[bool]]) -> None:
+        """Entries going on behind the poll: tracked until done (run() stops them)."""
+        for task in tasks:
+            self._behind.add(task)
+            task.add_done_callback(self._finished_behind)
 
     def _finished_behind(self, task: asyncio.Task[bool]) -> None:
         self._behind.discard(task)
-        if not task.cancelled() and task.exception() is not None:  # its acknowledgement
-            # failed: the entry stays pending and is reclaimed, like one whose consumer died
-            log.error("%s: an entry handled behind the poll: %s", self.stream, task.exception())
+        error = None if task.cancelled() else task.exception()
+        if error is not None:  # its acknowledgement failed: the entry stays pending and is
+            # reclaimed, like one whose consumer died
+            log.error("%s: an entry handled behind the poll: %s", self.stream, error)
 
     async def _handle(self, entry_id: str, fields: dict[str, str]) -> bool:
         """Handle a held entry (see `poll`) and let it go."""
