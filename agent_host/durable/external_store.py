@@ -5,15 +5,17 @@ one request, the indexes, the deadline and the outbox entry that posts it, and, 
 external id, the idempotency key, which lives in the same hash tag (the run is placed in
 the shard the external id picks), so the first creation wins on a cluster too.
 
-A long poll blocks on the request's `decided` list, which DECIDE pushes to with a short
-time to live: no polling, and it works across processes. Each waiter that is woken puts
-the token back, so every waiter of one request wakes.
+A long poll waits in the process's `DecisionWatch`: one loop looks at every waited-on
+request in one round trip a tick, so waiters hold no Redis connection, however many there
+are, and a decision made in any process wakes them. Their reads of the request, when they
+begin and once woken, take turns (LONG_POLL_READS at once): a thousand agents polling at
+the same moment, or woken by one decision, never take every connection of the client.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-import time
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -23,13 +25,14 @@ from agent_host.approvals import ApprovalRequest, Router
 from agent_host.approvals.external import EXTERNAL, ExternalRequestSpec
 from agent_host.durable import keys as K
 from agent_host.durable.connections import as_text, unavailable_on_redis_errors
+from agent_host.durable.decision_watch import DecisionWatch
 from agent_host.durable.scripts import CREATE_EXTERNAL
 from agent_host.durable.store import RunStore, _score
 
 __all__ = ["Created", "ExternalRequests"]
 
 EXTERNAL_CALL_ID = "call_external"
-BLOCK_SLICE = 4.0  # seconds; below the Redis client's socket timeout of 5 s
+LONG_POLL_READS = 32  # reads of long-polled requests at once, per process
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,8 @@ class ExternalRequests:
         self.redis: Redis = store.redis
         self.router: Router = store.router
         self._create = self.redis.register_script(CREATE_EXTERNAL)
+        self.watch = DecisionWatch(self.redis)
+        self._poll_reads = asyncio.Semaphore(LONG_POLL_READS)
 
     async def create(self, spec: ExternalRequestSpec, actor: str = "api") -> Created:
         shard = K.external_shard(spec.external_id) if spec.external_id else None
@@ -128,17 +133,12 @@ class ExternalRequests:
 
     async def wait(self, request_id: str, seconds: float) -> ApprovalRequest | None:
         """The request once decided, or as it is after `seconds` (None if there is none)."""
-        request = await self.store.get_request(request_id)
+        request = await self._poll_read(request_id)
         if request is None or request.decided or seconds <= 0:
             return request
-        wake = K.Keys(request_id).decided(request_id)
-        deadline = time.monotonic() + seconds
-        while (left := deadline - time.monotonic()) > 0:
-            # In slices shorter than the client's socket timeout (connections.py), which
-            # would otherwise cut a long BLPOP off as a dead connection.
-            token: Any = await self.redis.blpop([wake], timeout=min(left, BLOCK_SLICE))
-            if token is not None:
-                # Put it back for the next waiter; the list's time to live still clears it.
-                await self.redis.rpush(wake, token[1])
-                break
-        return await self.store.get_request(request_id)
+        await self.watch.until_decided(request_id, seconds)
+        return await self._poll_read(request_id)
+
+    async def _poll_read(self, request_id: str) -> ApprovalRequest | None:
+        async with self._poll_reads:
+            return await self.store.get_request(request_id)

@@ -181,11 +181,6 @@ class Keys:
         """A hash: one message for many calls of a pause (`approvals.bulk`), by its id."""
         return f"{self._base}:bulk:{bulk_id}"
 
-    def decided(self, request_id: str) -> str:
-        """A list DECIDE pushes to when the request is decided, with a short time to live:
-        long polls block on it (BLPOP) instead of polling the request."""
-        return f"{self._base}:req:{request_id}:decided"
-
 
 def seen_once(kind: str, token: str) -> str:
     """A marker that a delivery (a Slack event, by its id) was taken once already. Odd ids

@@ -172,13 +172,13 @@ return {'created', ARGV[4]}
 )
 
 # KEYS: request, approvers, run, run audit, PENDING, DEADLINES, RESUME, OUTBOX, METRICS,
-#       pending-by-destination, decided (the long polls' wake-up list), CALLBACKS, LADDER
+#       pending-by-destination, CALLBACKS, LADDER
 # ARGV: request id, kind, terminal status, decision JSON, decider, seen hash,
 #       completes quorum ("1": this approval decides whatever the quorum)
 # Time is Redis's own (TIME), never the caller's: a replica whose clock lags cannot decide
 # after the deadline, and one whose clock runs ahead cannot expire a request early.
-# A terminal decision wakes whoever long-polls the request and, if the request has a
-# callback URL, queues its callback, in the same step. A request from an agent that runs
+# A terminal decision queues the request's callback, if it has a callback URL, in the
+# same step (long polls see the status change: `decision_watch`). A request from an agent that runs
 # elsewhere (origin "external") has no checkpoint here: its decided run resumes nothing.
 # An approval towards a quorum keeps its decision (e.g. the approver's comment) in the audit.
 # A decision or a vote recorded returns the request as it now is (its hash, as HGETALL
@@ -223,15 +223,13 @@ redis.call('HSET', KEYS[1], 'status', ARGV[3], 'decision', ARGV[4], 'decided_by'
 redis.call('ZREM', KEYS[5], ARGV[1])
 redis.call('ZREM', KEYS[10], ARGV[1])
 redis.call('ZREM', KEYS[6], ARGV[1])
-redis.call('ZREM', KEYS[13], 'remind|' .. ARGV[1], 'escalate|' .. ARGV[1])
+redis.call('ZREM', KEYS[12], 'remind|' .. ARGV[1], 'escalate|' .. ARGV[1])
 redis.call('HINCRBY', KEYS[9], 'decisions_' .. ARGV[3], 1)
 redis.call('XADD', KEYS[4], '*', 'at', now, 'actor', ARGV[5], 'event', ARGV[3],
   'request_id', ARGV[1], 'call_hash', hash, 'detail', ARGV[4])
 redis.call('XADD', KEYS[8], '*', 'type', 'request_decided', 'request_id', ARGV[1])
-redis.call('RPUSH', KEYS[11], ARGV[3])
-redis.call('EXPIRE', KEYS[11], 300)
 if f[9] and f[9] ~= '' then
-  redis.call('XADD', KEYS[12], '*', 'request_id', ARGV[1], 'attempt', '1', 'not_before', '0')
+  redis.call('XADD', KEYS[11], '*', 'request_id', ARGV[1], 'attempt', '1', 'not_before', '0')
 end
 local left = redis.call('HINCRBY', KEYS[3], 'undecided', -1)
 if f[8] == 'external' then

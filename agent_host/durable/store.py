@@ -757,7 +757,6 @@ def decide_keys(request_id: str, destination: str) -> list[str]:
         k.shard.outbox,
         k.shard.metrics,
         k.shard.pending_in(destination),
-        k.decided(request_id),
         k.shard.callbacks,
         k.shard.ladder,
     ]

@@ -74,7 +74,7 @@ async def test_a_request_from_elsewhere_is_posted_clicked_and_read(
         assert request.message_channel == CHANNEL
 
         waiting = asyncio.create_task(read(http, stack, created["request_id"], wait=30))
-        await eventually(lambda: _blocked(stack, created["request_id"]))
+        await eventually(lambda: stack.host.external.watch.waiting(created["request_id"]) or None)
         assert not waiting.done()
         await stack.click(REVIEWER, request, blocks.APPROVE)
         decided = await waiting
@@ -91,10 +91,35 @@ async def test_a_request_from_elsewhere_is_posted_clicked_and_read(
         assert events == ["requested", "approved"]
 
 
-async def _blocked(stack: Stack, request_id: str) -> bool | None:
-    """True once some client is blocked (BLPOP) on the request's wake-up list."""
-    clients: Any = await stack.host.redis.client_list()
-    return any(c.get("cmd") == "blpop" for c in clients) or None
+async def test_a_flood_of_long_polls_leaves_clicks_and_new_requests_working(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """More agents long-poll at once than the process has Redis connections: they still
+    take none each, so a reviewer's click, a new request and /readyz go on working, and
+    every poll gets the decision once it is made."""
+    polls = 1100  # above the client's 1,024 connections (connections.py)
+    connector = aiohttp.TCPConnector(limit=0)
+    async with (
+        aiohttp.ClientSession(connector=connector) as http,
+        running_stack(redis_url, tmp_path) as stack,
+    ):
+        waited = await create(http, stack, REFUND)
+        request_id = waited["request_id"]
+        waiting = [
+            asyncio.create_task(read(http, stack, request_id, wait=30)) for _ in range(polls)
+        ]
+        watch = stack.host.external.watch
+        await eventually(lambda: watch.waiting(request_id) == polls or None, within=30)
+        other = await create(http, stack, REFUND | {"arguments": {"order_id": 124}})
+        clicked = await stack.posted(other["request_id"])
+        await stack.click(REVIEWER, clicked, blocks.APPROVE)
+        assert (await stack.decided(other["request_id"])).status == "approved"
+        async with http.get(f"{stack.url}/readyz") as resp:
+            assert resp.status == 200, await resp.text()
+        assert not any(task.done() for task in waiting)
+        await stack.click(REVIEWER, await stack.posted(request_id), blocks.APPROVE)
+        answers = await asyncio.wait_for(asyncio.gather(*waiting), 30)
+        assert {a["status"] for a in answers} == {"approved"}
 
 
 async def test_the_same_external_id_gives_the_same_request_and_one_message(
