@@ -79,6 +79,9 @@ class DecisionWatch:
                     )
                 self._failing = True
                 continue
+            except Exception:  # never the end of the watch: later waiters would rely on it
+                log.exception("watching %d long polls failed; retrying", len(ids))
+                continue
             self._failing = False
             for request_id, status in zip(ids, statuses, strict=True):
                 # Decided, or gone: either way, worth a fresh read.

@@ -50,6 +50,7 @@ import pytest
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from agent_host.approvals import ApprovalRequest
+from agent_host.approvals.external import ExternalRequestSpec
 from agent_host.approvals.notifier import MessageRef, Notifier, RunSummary
 from agent_host.durable import keys as K
 from agent_host.durable.connections import open_redis
@@ -374,3 +375,31 @@ async def test_outcome_reaches_the_thread_when_the_run_ends_before_its_post_is_s
         await bot.close()
         await host.stop()
         await standin.stop()
+
+
+async def test_long_polls_over_every_master_wake_on_their_own_decisions(
+    flushed_cluster_url: str, tmp_path: Path
+) -> None:
+    """The long polls' one watch reads requests of every shard in one cluster pipeline:
+    each poll wakes on its own request's decision, wherever that request lives."""
+    async with running_stack(flushed_cluster_url, tmp_path) as stack:
+        external = stack.host.external
+        ids = [
+            (
+                await external.create(ExternalRequestSpec(agent="a", tool="t", arguments={"n": n}))
+            ).request_id
+            for n in range(12)
+        ]
+        assert len({K.Keys(i).shard.number for i in ids}) > 3  # spread over shards, so masters
+        polls = {i: asyncio.create_task(external.wait(i, 30)) for i in ids}
+        await eventually(lambda: all(external.watch.waiting(i) for i in ids) or None)
+        decided = ids[::2]
+        for request_id in decided:
+            await stack.host.store.decide(request_id, Approve(decided_by=REVIEWER))
+        woken = await asyncio.wait_for(asyncio.gather(*(polls[i] for i in decided)), 10)
+        assert all(r is not None and r.status == "approved" for r in woken)
+        assert not any(polls[i].done() for i in ids[1::2])  # nothing woke the others
+        for task in polls.values():
+            task.cancel()
+        await asyncio.gather(*polls.values(), return_exceptions=True)
+        assert not any(external.watch.waiting(i) for i in ids)
