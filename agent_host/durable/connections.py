@@ -21,6 +21,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import Sentinel
 from redis.exceptions import RedisError
 
+from agent_host.durable.connection_pool import WaitingConnectionPool, WaitingSentinelConnectionPool
 from agent_host.durable.data_dir import private_dir
 from agent_host.durable.memory_advice import memory_advice
 from agent_host.durable.redis_server import RedisServer
@@ -32,8 +33,9 @@ __all__ = ["as_text", "embedded_dir", "open_redis"]
 log = logging.getLogger(__name__)
 
 _CLIENT_OPTIONS: dict[str, Any] = {
-    # Each worker and the outbox hold one blocked read per shard, and clicks must never
-    # wait for a free connection: a pool well above that.
+    # Each worker and the outbox hold one blocked read per shard, and clicks must not wait
+    # for a free connection: a pool well above that. A burst beyond it waits in line
+    # (`connection_pool`), except on a Redis Cluster, whose client has pools of its own.
     "max_connections": 1024,
     "socket_timeout": 5,
     "socket_connect_timeout": 5,
@@ -70,7 +72,7 @@ async def open_redis(settings: Settings) -> tuple[Redis, RedisServer | None]:
         url = server.url
         log.info("embedded Redis at %s (data in %s)", url, server.data_dir)
     client = _sentinel_master(url) if url.startswith("redis+sentinel://") else None
-    client = client or Redis.from_url(url, **_CLIENT_OPTIONS)
+    client = client or Redis.from_pool(WaitingConnectionPool.from_url(url, **_CLIENT_OPTIONS))
     if await _is_cluster(client):
         await client.aclose()
         cluster = RedisCluster.from_url(url, **_CLIENT_OPTIONS)
@@ -97,7 +99,9 @@ def _sentinel_master(url: str) -> Redis:
         nodes.append((host or node, int(port or 26379)))
     db = int(path[1]) if len(path) > 1 else 0
     sentinel = Sentinel(nodes, socket_timeout=5)  # type: ignore[no-untyped-call]
-    master: Redis = sentinel.master_for(path[0], db=db, **_CLIENT_OPTIONS)
+    master: Redis = sentinel.master_for(
+        path[0], db=db, connection_pool_class=WaitingSentinelConnectionPool, **_CLIENT_OPTIONS
+    )
     return master
 
 

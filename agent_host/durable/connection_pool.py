@@ -1,0 +1,92 @@
+"""A Redis connection pool that waits for a free connection instead of failing at once.
+
+redis-py's asyncio pool raises "Too many connections" the moment every connection is in
+use. A burst of simultaneous requests (a thousand agents calling the API at the same
+moment) would fail some of them, and with them whatever else of the process needed Redis
+just then: a click, the outbox, a resume. Here a caller that finds every connection in use
+waits in line, in order of arrival, for one to be released, for at most CONNECTION_WAIT
+seconds, and only then fails, saying so. Taking a free connection costs what it costs in
+redis-py's pool: the line is looked at only when someone is in it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from typing import Any
+
+from redis.asyncio.connection import AbstractConnection, ConnectionPool
+from redis.asyncio.sentinel import SentinelConnectionPool
+from redis.exceptions import MaxConnectionsError
+
+__all__ = ["CONNECTION_WAIT", "WaitingConnectionPool", "WaitingSentinelConnectionPool"]
+
+# Within Slack's 3 s for a click's ack, with time left to answer once a connection is free.
+CONNECTION_WAIT = 2.0
+
+
+class WaitingConnectionPool(ConnectionPool):
+    """redis-py's pool, waiting in line when every connection is in use."""
+
+    def __init__(self, *args: Any, connection_wait: float = CONNECTION_WAIT, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.connection_wait = connection_wait
+        self._line: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._waiting = 0  # in line now (the line may also hold turns given up)
+        self._woken = 0  # woken by a release, and not back yet: the freed connection is theirs
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> AbstractConnection:
+        if not self._waiting and not self._woken:  # nobody is before this caller
+            try:
+                return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call,no-any-return]
+            except MaxConnectionsError:
+                pass
+        deadline = asyncio.get_running_loop().time() + self.connection_wait
+        while True:
+            await self._turn(deadline)
+            self._woken -= 1
+            try:
+                return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call,no-any-return]
+            except MaxConnectionsError:
+                continue  # (taken meanwhile by a caller outside the line): wait again
+
+    async def _turn(self, deadline: float) -> None:
+        """Wait in line until a release hands this caller its turn (MaxConnectionsError at
+        `deadline`; a turn handed just as it gave up goes on to the next in line)."""
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._line.append(turn)
+        self._waiting += 1
+        try:
+            async with asyncio.timeout_at(deadline):
+                await turn
+        except BaseException as stopped:
+            if turn.done() and not turn.cancelled():  # its turn came all the same
+                self._woken -= 1
+                self._hand_on()
+            else:
+                turn.cancel()  # skipped by the release that reaches it
+            if isinstance(stopped, TimeoutError):
+                raise MaxConnectionsError(
+                    f"no Redis connection was free within {self.connection_wait:g} s (all "
+                    f"{self.max_connections} in use); try again shortly"
+                ) from None
+            raise
+        finally:
+            self._waiting -= 1
+
+    async def release(self, connection: AbstractConnection) -> None:
+        await super().release(connection)
+        self._hand_on()
+
+    def _hand_on(self) -> None:
+        """A connection was freed: it is the turn of the first in line still waiting."""
+        while self._line:
+            turn = self._line.popleft()
+            if not turn.done():
+                self._woken += 1
+                turn.set_result(None)
+                return
+
+
+class WaitingSentinelConnectionPool(WaitingConnectionPool, SentinelConnectionPool):
+    """The pool of a Sentinel-managed master, waiting in line the same way."""

@@ -1,0 +1,92 @@
+"""The Redis connection pool against a real Redis: a burst beyond its connections waits in
+line instead of failing, in order of arrival; a caller who waited too long is told why;
+one who gave up never takes a freed connection with it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import MaxConnectionsError
+
+from agent_host.durable.connection_pool import WaitingConnectionPool
+
+
+@pytest.fixture
+async def open_client(redis_url: str) -> AsyncIterator[Callable[..., Redis]]:
+    clients: list[Redis] = []
+
+    def make(connections: int, wait: float = 5.0) -> Redis:
+        pool = WaitingConnectionPool.from_url(
+            redis_url, max_connections=connections, connection_wait=wait
+        )
+        clients.append(Redis.from_pool(pool))
+        return clients[-1]
+
+    yield make
+    for client in clients:
+        await client.aclose()
+
+
+async def test_a_burst_far_beyond_the_connections_is_served_not_refused(
+    open_client: Callable[..., Redis],
+) -> None:
+    client = open_client(4)
+    replies = await asyncio.gather(*(client.incr("burst") for _ in range(500)))
+    assert sorted(replies) == list(range(1, 501))
+    assert int(await client.get("burst") or 0) == 500
+    assert len(client.connection_pool._in_use_connections) == 0  # every one came back
+
+
+async def test_callers_waiting_for_a_connection_are_served_in_order_of_arrival(
+    open_client: Callable[..., Redis],
+) -> None:
+    client = open_client(1)
+    held = asyncio.create_task(client.blpop(["nothing"], timeout=0.3))  # the one connection
+    await asyncio.sleep(0.05)
+    served: list[int] = []
+
+    async def call(n: int) -> None:
+        await client.rpush("order", n)
+        served.append(n)
+
+    callers = []
+    for n in range(5):
+        callers.append(asyncio.create_task(call(n)))
+        await asyncio.sleep(0.01)
+    await asyncio.gather(held, *callers)
+    assert served == [0, 1, 2, 3, 4]
+    assert [int(v) for v in await client.lrange("order", 0, -1)] == [0, 1, 2, 3, 4]
+
+
+async def test_a_caller_that_waited_too_long_is_told_why_and_the_line_moves_on(
+    open_client: Callable[..., Redis],
+) -> None:
+    client = open_client(1, wait=0.2)
+    held = asyncio.create_task(client.blpop(["nothing"], timeout=1))
+    await asyncio.sleep(0.05)
+    started = time.monotonic()
+    with pytest.raises(MaxConnectionsError, match=r"no Redis connection was free within 0.2 s"):
+        await client.ping()
+    assert time.monotonic() - started < 0.9  # told at its deadline, not when one came free
+    await held
+    assert await client.ping() is True  # the pool is whole again: nobody waits in vain
+
+
+async def test_a_caller_cancelled_in_line_leaves_the_freed_connection_to_the_next(
+    open_client: Callable[..., Redis],
+) -> None:
+    client = open_client(1)
+    held = asyncio.create_task(client.blpop(["nothing"], timeout=0.3))
+    await asyncio.sleep(0.05)
+    gone = asyncio.create_task(client.ping())
+    await asyncio.sleep(0.02)
+    after = asyncio.create_task(client.set("after", "1"))
+    await asyncio.sleep(0.02)
+    gone.cancel()
+    await asyncio.wait_for(asyncio.gather(held, after), 2)
+    assert await client.get("after") == b"1"
+    assert gone.cancelled()
