@@ -19,7 +19,6 @@ import logging
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from agent_host.approvals.requests import RequestStatus
 from agent_host.durable import keys as K
@@ -66,27 +65,33 @@ class DecisionWatch:
         """Look every tick while anyone waits; end when nobody does."""
         while self._waiters:
             await asyncio.sleep(self.tick)
-            ids = list(self._waiters)
-            if not ids:
-                break
             try:
-                statuses = await self._statuses(ids)
-            except (RedisError, OSError) as exc:
-                # The waiters still end at their deadline and read the request themselves.
+                await self._look()
+            except Exception as exc:  # never the end of the watch: its waiters rely on it
+                # They still end at their deadline and read the request themselves.
                 if not self._failing:
-                    log.warning(
-                        "watching %d long polls: Redis failed (%s); retrying", len(ids), exc
-                    )
+                    log.warning("watching long polls failed (%r); retrying every tick", exc)
                 self._failing = True
-                continue
-            except Exception:  # never the end of the watch: later waiters would rely on it
-                log.exception("watching %d long polls failed; retrying", len(ids))
-                continue
-            self._failing = False
-            for request_id, status in zip(ids, statuses, strict=True):
-                # Decided, or gone: either way, worth a fresh read.
-                if status is None or as_text(status) != RequestStatus.PENDING:
-                    self._wake(request_id)
+            else:
+                self._failing = False
+
+    async def _look(self) -> None:
+        """Wake the waiters of every request waited on that is no longer pending."""
+        ids = list(self._waiters)
+        if not ids:
+            return
+        statuses = await self._statuses(ids)
+        for request_id, status in zip(ids, statuses, strict=True):
+            # Decided, or gone: either way, worth a fresh read.
+            if status is None or as_text(status) != RequestStatus.PENDING:
+                self._wake(request_id)
+
+    async def close(self) -> None:
+        """Stop watching (the process is stopping): the waiters end at their deadlines."""
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop_task
 
     async def _statuses(self, request_ids: list[str]) -> list[Any]:
         async with self.redis.pipeline(transaction=False) as pipe:

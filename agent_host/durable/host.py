@@ -252,6 +252,7 @@ class Host:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        await self.external.watch.close()
         if isinstance(self.callback_sender, AiohttpSender):
             await self.callback_sender.close()
         await self.redis.aclose()

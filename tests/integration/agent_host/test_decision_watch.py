@@ -129,7 +129,32 @@ async def test_redis_going_away_is_logged_once_and_the_poll_still_ends_on_time(
         started = time.monotonic()
         assert await external.watch.until_decided(request_id, 8 * TICK) is False
         assert time.monotonic() - started < 8 * TICK + 2
-        failures = [r for r in caplog.records if "Redis failed" in r.getMessage()]
+        failures = [r for r in caplog.records if "watching long polls failed" in r.getMessage()]
         assert len(failures) == 1, [r.getMessage() for r in caplog.records]
     finally:
         await client.aclose()
+
+
+async def test_a_look_that_fails_for_any_reason_does_not_end_the_watch(
+    redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A waiter already waiting when a look fails is still woken by a later look."""
+    env = make_env(redis)
+    external = ExternalRequests(env.store)
+    request_id = await _request(env, external, 1)
+    watch = DecisionWatch(redis)
+    looks = 0
+    real_statuses = watch._statuses
+
+    async def flaky(ids: list[str]) -> list[object]:
+        nonlocal looks
+        looks += 1
+        if looks <= 2:
+            return []  # a reply of the wrong length: zip(strict=True) raises
+        return await real_statuses(ids)
+
+    monkeypatch.setattr(watch, "_statuses", flaky)
+    waiting = asyncio.create_task(watch.until_decided(request_id, 10))
+    await eventually(lambda: looks > 2 or None)
+    await env.store.decide(request_id, Approve(decided_by="U-REVIEWER"))
+    assert await asyncio.wait_for(waiting, 5) is True
