@@ -18,7 +18,7 @@ from aiohttp import web
 from agent_host.durable import keys as K
 from agent_host.durable.host import Host
 from agent_host.durable.store import parse_cursor
-from agent_host.errors import CountersignError, UnknownAgentError
+from agent_host.errors import CountersignError, StoreUnavailable, UnknownAgentError
 from agent_host.runtime import strict_json
 
 __all__ = [
@@ -63,6 +63,11 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         if exc.status < 400:
             raise
         return error(exc.status, exc.reason)
+    except StoreUnavailable as exc:  # nothing may have changed: the caller can try again
+        log.warning("%s %s: %s", request.method, request.path, exc)
+        response = error(503, str(exc))
+        response.headers["Retry-After"] = "1"
+        return response
     except Exception:
         log.exception("unexpected error on %s %s", request.method, request.path)
         return error(500, "internal error; the request may be retried")

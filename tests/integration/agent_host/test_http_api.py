@@ -433,6 +433,17 @@ async def test_readyz_is_503_when_redis_is_down(
             server.stop()
             await assert_error(await c.get("/readyz"), 503, "Redis")
             assert (await c.get("/healthz")).status == 200
+            # Every API call says so too, as the API's documentation promises: 503, what
+            # happened and what to do, and when to try again.
+            for answer in (
+                await c.get("/api/v1/approvals?status=pending", headers=AUTH),
+                await c.post(
+                    "/api/v1/runs", json={"agent": "refund-agent", "input": "x"}, headers=AUTH
+                ),
+            ):
+                await assert_error(answer, 503, "Redis could not be used")
+                assert "try again" in (await answer.json())["error"]
+                assert answer.headers["Retry-After"] == "1"
             server.start()
             assert (await c.get("/readyz")).status == 200
     finally:
