@@ -39,6 +39,12 @@ async def _request(env: Env, external: ExternalRequests, order: int) -> str:
     return (await external.create(spec)).request_id
 
 
+async def _watched(redis: Redis) -> tuple[Env, str, DecisionWatch]:
+    """A fresh request, and a watch of its own."""
+    env = make_env(redis)
+    return env, await _request(env, ExternalRequests(env.store), 1), DecisionWatch(redis)
+
+
 async def _waiting(watch: DecisionWatch, request_id: str, count: int) -> None:
     await eventually(lambda: watch.waiting(request_id) >= count or None)
 
@@ -82,10 +88,7 @@ async def test_a_long_poll_wakes_for_its_own_request_only(redis: Redis) -> None:
 
 async def test_a_decision_made_as_the_poll_begins_is_not_missed(redis: Redis) -> None:
     """Decided between the poll's first read and its first look: the look still sees it."""
-    env = make_env(redis)
-    external = ExternalRequests(env.store)
-    request_id = await _request(env, external, 1)
-    watch = DecisionWatch(redis)
+    env, request_id, watch = await _watched(redis)
     waiting = asyncio.create_task(watch.until_decided(request_id, 10))
     await env.store.decide(request_id, Approve(decided_by="U-REVIEWER"))
     started = time.monotonic()
@@ -94,20 +97,14 @@ async def test_a_decision_made_as_the_poll_begins_is_not_missed(redis: Redis) ->
 
 
 async def test_a_poll_of_a_request_that_is_gone_ends_at_once(redis: Redis) -> None:
-    env = make_env(redis)
-    external = ExternalRequests(env.store)
-    request_id = await _request(env, external, 1)
-    watch = DecisionWatch(redis)
+    _, request_id, watch = await _watched(redis)
     waiting = asyncio.create_task(watch.until_decided(request_id, 10))
     await redis.flushdb()
     assert await asyncio.wait_for(waiting, 5) is True
 
 
 async def test_the_watch_stops_when_nobody_waits(redis: Redis) -> None:
-    env = make_env(redis)
-    external = ExternalRequests(env.store)
-    request_id = await _request(env, external, 1)
-    watch = DecisionWatch(redis)
+    _, request_id, watch = await _watched(redis)
     assert await watch.until_decided(request_id, 2 * TICK) is False
     assert watch.waiting(request_id) == 0
     task = watch._loop_task
@@ -139,10 +136,7 @@ async def test_a_look_that_fails_for_any_reason_does_not_end_the_watch(
     redis: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A waiter already waiting when a look fails is still woken by a later look."""
-    env = make_env(redis)
-    external = ExternalRequests(env.store)
-    request_id = await _request(env, external, 1)
-    watch = DecisionWatch(redis)
+    env, request_id, watch = await _watched(redis)
     looks = 0
     real_statuses = watch._statuses
 
