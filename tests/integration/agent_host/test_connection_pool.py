@@ -5,6 +5,7 @@ one who gave up never takes a freed connection with it."""
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -90,3 +91,71 @@ async def test_a_caller_cancelled_in_line_leaves_the_freed_connection_to_the_nex
     await asyncio.wait_for(asyncio.gather(held, after), 2)
     assert await client.get("after") == b"1"
     assert gone.cancelled()
+
+
+async def test_cancellations_and_timeouts_in_a_crowd_leave_the_pool_whole(
+    open_client: Callable[..., Redis],
+) -> None:
+    """Hundreds of callers on three connections, some cancelled in line, some giving up,
+    some holding a connection a while: afterwards nobody is counted in line or woken,
+    every connection is back, and the next caller is served at once."""
+    client = open_client(3, wait=0.15)
+    pool = client.connection_pool
+    assert isinstance(pool, WaitingConnectionPool)
+    rng = random.Random(7)
+
+    async def caller(n: int) -> str:
+        try:
+            if n % 7 == 0:
+                await client.blpop(["nothing"], timeout=0.05)  # holds its connection a while
+            else:
+                await client.incr("served")
+        except MaxConnectionsError:
+            return "gave up"
+        return "served"
+
+    tasks = []
+    for n in range(400):
+        tasks.append(asyncio.create_task(caller(n)))
+        if rng.random() < 0.2:
+            await asyncio.sleep(0)
+        if rng.random() < 0.1:
+            rng.choice(tasks).cancel()
+    outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+    assert {o if isinstance(o, str) else type(o).__name__ for o in outcomes} <= {
+        "served",
+        "gave up",
+        "CancelledError",
+    }
+    assert "served" in outcomes
+    assert (pool._waiting, pool._woken) == (0, 0)
+    assert not pool._in_use_connections
+    started = time.monotonic()
+    assert await client.ping() is True
+    assert time.monotonic() - started < 0.1
+
+
+async def test_a_turn_handed_to_a_caller_cancelled_that_moment_goes_to_the_next(
+    open_client: Callable[..., Redis], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = open_client(1)
+    pool = client.connection_pool
+    assert isinstance(pool, WaitingConnectionPool)
+    held = asyncio.create_task(client.blpop(["nothing"], timeout=0.2))
+    await asyncio.sleep(0.05)
+    first = asyncio.create_task(client.ping())
+    await asyncio.sleep(0.02)
+    second = asyncio.create_task(client.set("second", "1"))
+    await asyncio.sleep(0.02)
+    hand_on = pool._hand_on
+
+    def hand_on_then_cancel_first() -> None:  # the release hands `first` its turn, and
+        hand_on()  # `first` is cancelled before it could take the connection
+        first.cancel()
+        monkeypatch.setattr(pool, "_hand_on", hand_on)
+
+    monkeypatch.setattr(pool, "_hand_on", hand_on_then_cancel_first)
+    await asyncio.wait_for(asyncio.gather(held, second), 2)  # not after the 5 s wait
+    assert first.cancelled()
+    assert await client.get("second") == b"1"
+    assert (pool._waiting, pool._woken) == (0, 0)
