@@ -43,19 +43,27 @@ class WaitingConnectionPool(ConnectionPool):
             except MaxConnectionsError:
                 pass
         deadline = asyncio.get_running_loop().time() + self.connection_wait
+        again = False
         while True:
-            await self._turn(deadline)
+            await self._turn(deadline, front=again)
             self._woken -= 1
             try:
                 return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call,no-any-return]
-            except MaxConnectionsError:
-                continue  # (taken meanwhile by a caller outside the line): wait again
+            except MaxConnectionsError:  # taken meanwhile by a caller outside the line (one
+                again = True  # that got past the check while redis-py's lock was held)
+            except BaseException:  # cancelled, or Redis away: its turn goes on to the next
+                self._hand_on()
+                raise
 
-    async def _turn(self, deadline: float) -> None:
+    async def _turn(self, deadline: float, *, front: bool = False) -> None:
         """Wait in line until a release hands this caller its turn (MaxConnectionsError at
-        `deadline`; a turn handed just as it gave up goes on to the next in line)."""
+        `deadline`; a turn handed just as it gave up goes on to the next in line). `front`:
+        back where it was, a turn that came to nothing."""
         turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._line.append(turn)
+        if front:
+            self._line.appendleft(turn)
+        else:
+            self._line.append(turn)
         self._waiting += 1
         try:
             async with asyncio.timeout_at(deadline):
@@ -76,17 +84,23 @@ class WaitingConnectionPool(ConnectionPool):
             self._waiting -= 1
 
     async def release(self, connection: AbstractConnection) -> None:
-        await super().release(connection)
-        self._hand_on()
+        try:
+            await super().release(connection)
+        finally:  # (even cancelled while redis-py reconnects it: the slot is free already)
+            self._hand_on()
 
     def _hand_on(self) -> None:
-        """A connection was freed: it is the turn of the first in line still waiting."""
-        while self._line:
+        """Connections may be free: wake as many of the first in line as there are free
+        connections not already promised to a woken caller. Counting the free ones, not the
+        calls, a wake missed by one call is made by the next."""
+        if not self._line:
+            return
+        free = self.max_connections - len(self._in_use_connections)
+        while self._line and self._woken < free:
             turn = self._line.popleft()
-            if not turn.done():
+            if not turn.done():  # (one that gave up or was cancelled is skipped)
                 self._woken += 1
                 turn.set_result(None)
-                return
 
 
 class WaitingSentinelConnectionPool(WaitingConnectionPool, SentinelConnectionPool):

@@ -8,6 +8,7 @@ import asyncio
 import random
 import time
 from collections.abc import AsyncIterator, Callable
+from typing import Any, Literal
 
 import pytest
 from redis.asyncio import Redis
@@ -158,4 +159,77 @@ async def test_a_turn_handed_to_a_caller_cancelled_that_moment_goes_to_the_next(
     await asyncio.wait_for(asyncio.gather(held, second), 2)  # not after the 5 s wait
     assert first.cancelled()
     assert await client.get("second") == b"1"
+    assert (pool._waiting, pool._woken) == (0, 0)
+
+
+async def test_a_release_cancelled_while_redis_py_reconnects_still_wakes_the_line(
+    open_client: Callable[..., Redis],
+) -> None:
+    """redis-py's release awaits a reconnect of a connection flagged for it; a task cancelled
+    there has freed its slot all the same, and the caller in line gets it."""
+    client = open_client(1, wait=1.0)
+    pool = client.connection_pool
+    assert isinstance(pool, WaitingConnectionPool)
+    connection = await pool.get_connection()
+    disconnect = connection.disconnect
+
+    async def slow_disconnect(*args: Any, **kwargs: Any) -> None:
+        await asyncio.sleep(0.3)
+        await disconnect(*args, **kwargs)
+
+    connection.should_reconnect = lambda: True  # type: ignore[method-assign]
+    connection.disconnect = slow_disconnect  # type: ignore[method-assign]
+    waiting = asyncio.create_task(client.ping())
+    await asyncio.sleep(0.05)
+    releasing = asyncio.create_task(pool.release(connection))
+    await asyncio.sleep(0.05)
+    releasing.cancel()
+    assert await asyncio.wait_for(waiting, 0.8) is True  # not refused at the 1 s wait
+    assert (pool._waiting, pool._woken) == (0, 0)
+    await disconnect()  # the pool lost it with the cancelled release: closed here
+
+
+class _GatedLock(asyncio.Lock):
+    """redis-py's pool lock, held up at will (as a reconnect in `release` holds it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate: asyncio.Event | None = None
+
+    async def acquire(self) -> Literal[True]:
+        if self.gate is not None:
+            await self.gate.wait()
+        return await super().acquire()
+
+
+async def test_a_woken_caller_cancelled_on_the_pool_lock_hands_its_turn_on(
+    open_client: Callable[..., Redis], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = open_client(1, wait=1.0)
+    pool = client.connection_pool
+    assert isinstance(pool, WaitingConnectionPool)
+    lock = _GatedLock()
+    monkeypatch.setattr(pool, "_lock", lock)
+    held = asyncio.create_task(client.blpop(["nothing"], timeout=0.2))
+    await asyncio.sleep(0.05)
+    first = asyncio.create_task(client.ping())
+    await asyncio.sleep(0.02)
+    second = asyncio.create_task(client.set("second", "1"))
+    await asyncio.sleep(0.02)
+    hand_on = pool._hand_on
+
+    def hand_on_and_hold_the_lock() -> None:  # `first` is woken, and then waits on the lock
+        hand_on()
+        lock.gate = asyncio.Event()
+        monkeypatch.setattr(pool, "_hand_on", hand_on)
+
+    monkeypatch.setattr(pool, "_hand_on", hand_on_and_hold_the_lock)
+    await held
+    await asyncio.sleep(0.05)  # `first` is inside redis-py's get_connection, at the lock
+    first.cancel()
+    assert lock.gate is not None
+    lock.gate.set()
+    lock.gate = None
+    await asyncio.wait_for(second, 0.8)  # its turn came from `first`, not at the 1 s wait
+    assert first.cancelled()
     assert (pool._waiting, pool._woken) == (0, 0)
