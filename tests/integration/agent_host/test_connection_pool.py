@@ -33,6 +33,24 @@ async def open_client(redis_url: str) -> AsyncIterator[Callable[..., Redis]]:
         await client.aclose()
 
 
+def _waiting_pool(client: Redis) -> WaitingConnectionPool:
+    pool = client.connection_pool
+    assert isinstance(pool, WaitingConnectionPool)
+    return pool
+
+
+async def _two_in_line(client: Redis) -> tuple[asyncio.Task[Any], ...]:
+    """The one connection held for 0.2 s, and two callers in line behind it: a PING, then
+    a SET of `second`."""
+    held = asyncio.create_task(client.blpop(["nothing"], timeout=0.2))
+    await asyncio.sleep(0.05)
+    first = asyncio.create_task(client.ping())
+    await asyncio.sleep(0.02)
+    second = asyncio.create_task(client.set("second", "1"))
+    await asyncio.sleep(0.02)
+    return held, first, second
+
+
 async def test_a_burst_far_beyond_the_connections_is_served_not_refused(
     open_client: Callable[..., Redis],
 ) -> None:
@@ -82,15 +100,10 @@ async def test_a_caller_cancelled_in_line_leaves_the_freed_connection_to_the_nex
     open_client: Callable[..., Redis],
 ) -> None:
     client = open_client(1)
-    held = asyncio.create_task(client.blpop(["nothing"], timeout=0.3))
-    await asyncio.sleep(0.05)
-    gone = asyncio.create_task(client.ping())
-    await asyncio.sleep(0.02)
-    after = asyncio.create_task(client.set("after", "1"))
-    await asyncio.sleep(0.02)
+    held, gone, after = await _two_in_line(client)
     gone.cancel()
     await asyncio.wait_for(asyncio.gather(held, after), 2)
-    assert await client.get("after") == b"1"
+    assert await client.get("second") == b"1"
     assert gone.cancelled()
 
 
@@ -101,8 +114,7 @@ async def test_cancellations_and_timeouts_in_a_crowd_leave_the_pool_whole(
     some holding a connection a while: afterwards nobody is counted in line or woken,
     every connection is back, and the next caller is served at once."""
     client = open_client(3, wait=0.15)
-    pool = client.connection_pool
-    assert isinstance(pool, WaitingConnectionPool)
+    pool = _waiting_pool(client)
     rng = random.Random(7)
 
     async def caller(n: int) -> str:
@@ -140,14 +152,8 @@ async def test_a_turn_handed_to_a_caller_cancelled_that_moment_goes_to_the_next(
     open_client: Callable[..., Redis], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     client = open_client(1)
-    pool = client.connection_pool
-    assert isinstance(pool, WaitingConnectionPool)
-    held = asyncio.create_task(client.blpop(["nothing"], timeout=0.2))
-    await asyncio.sleep(0.05)
-    first = asyncio.create_task(client.ping())
-    await asyncio.sleep(0.02)
-    second = asyncio.create_task(client.set("second", "1"))
-    await asyncio.sleep(0.02)
+    pool = _waiting_pool(client)
+    held, first, second = await _two_in_line(client)
     hand_on = pool._hand_on
 
     def hand_on_then_cancel_first() -> None:  # the release hands `first` its turn, and
@@ -168,8 +174,7 @@ async def test_a_release_cancelled_while_redis_py_reconnects_still_wakes_the_lin
     """redis-py's release awaits a reconnect of a connection flagged for it; a task cancelled
     there has freed its slot all the same, and the caller in line gets it."""
     client = open_client(1, wait=1.0)
-    pool = client.connection_pool
-    assert isinstance(pool, WaitingConnectionPool)
+    pool = _waiting_pool(client)
     connection = await pool.get_connection()
     disconnect = connection.disconnect
 
@@ -206,16 +211,10 @@ async def test_a_woken_caller_cancelled_on_the_pool_lock_hands_its_turn_on(
     open_client: Callable[..., Redis], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     client = open_client(1, wait=1.0)
-    pool = client.connection_pool
-    assert isinstance(pool, WaitingConnectionPool)
+    pool = _waiting_pool(client)
     lock = _GatedLock()
     monkeypatch.setattr(pool, "_lock", lock)
-    held = asyncio.create_task(client.blpop(["nothing"], timeout=0.2))
-    await asyncio.sleep(0.05)
-    first = asyncio.create_task(client.ping())
-    await asyncio.sleep(0.02)
-    second = asyncio.create_task(client.set("second", "1"))
-    await asyncio.sleep(0.02)
+    held, first, second = await _two_in_line(client)
     hand_on = pool._hand_on
 
     def hand_on_and_hold_the_lock() -> None:  # `first` is woken, and then waits on the lock
