@@ -33,7 +33,7 @@ from agent_host.approvals.external import external_view
 from agent_host.durable import keys as K
 from agent_host.durable.connections import as_text
 from agent_host.durable.store import RunStore
-from agent_host.durable.streams import BATCH_WAIT, RetryLater, ShardedConsumer, StreamConsumer
+from agent_host.durable.streams import RetryLater, ShardedConsumer, StreamConsumer
 from agent_host.settings import Settings
 
 __all__ = [
@@ -115,8 +115,8 @@ class CallbackDelivery:
                     self.handle,
                     idle_ms=idle_ms,
                     count=50,
-                    concurrent=True,  # one slow receiver must not hold up the others
-                    batch_wait=BATCH_WAIT,  # nor those whose decisions come after
+                    concurrent=True,  # one slow receiver must not hold up the others, nor
+                    # those whose decisions come after (it finishes behind the poll)
                     in_flight=in_flight,
                 )
                 for shard in K.shards()

@@ -25,7 +25,6 @@ from agent_host.durable.foreground import Foreground
 from agent_host.durable.ladder import ESCALATED, REMINDED, Ladder
 from agent_host.durable.store import RunStore
 from agent_host.durable.streams import (
-    BATCH_WAIT,
     RetryLater,
     ShardedConsumer,
     StreamConsumer,
@@ -71,7 +70,6 @@ class Outbox:
                     idle_ms=idle_ms,
                     count=100,
                     concurrent=True,
-                    batch_wait=BATCH_WAIT,
                     foreground=foreground,
                     in_flight=in_flight,
                 )

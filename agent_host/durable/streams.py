@@ -89,7 +89,7 @@ class StreamConsumer:
         block_ms: int = 1_000,
         count: int = 10,
         concurrent: bool = False,
-        batch_wait: float | None = None,
+        batch_wait: float = BATCH_WAIT,
         foreground: Foreground | None = None,
         in_flight: asyncio.Semaphore | None = None,
     ) -> None:
@@ -99,9 +99,9 @@ class StreamConsumer:
         self._group_ready = False
         self.concurrent = concurrent  # handle a batch at once (the outbox: one slow channel
         # must not hold up the others)
-        # How long a concurrent poll waits for its batch (None: until all of it is done).
-        # Entries still going then (a post waiting for its channel's turn) finish behind
-        # it, and the entries that come after them are read and handled meanwhile.
+        # How long a concurrent poll waits for its batch. Entries still going then (a post
+        # waiting for its channel's turn) finish behind it, and the entries that come after
+        # them are read and handled meanwhile.
         self.batch_wait = batch_wait
         self._behind: set[asyncio.Task[bool]] = set()
         self._reclaimed_at: float | None = None  # loop time of the last XAUTOCLAIM

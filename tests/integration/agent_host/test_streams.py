@@ -133,6 +133,7 @@ async def test_an_entry_waiting_for_its_turn_is_not_reclaimed_by_another_consume
         idle_ms=300,
         count=2,
         concurrent=concurrent,
+        batch_wait=5,  # the poll sees both through (neither finishes behind it)
         in_flight=asyncio.Semaphore(1) if concurrent else None,
     )
     other = StreamConsumer(redis, "s", "g", "b", handler_of("b"), idle_ms=300)
