@@ -56,14 +56,13 @@ class ChannelPacer:
         self.interval = interval
         self._next: dict[str, float] = {}
         self._went: dict[str, float] = {}  # when each channel's last post went
-        self._locks: dict[str, asyncio.Lock] = {}
 
     async def wait_turn(self, channel: str) -> None:
-        lock = self._locks.setdefault(channel, asyncio.Lock())
-        async with lock:
-            now = time.monotonic()
-            start = max(now, self._next.get(channel, 0.0))
-            self._next[channel] = start + self.interval
+        # Each post reserves the next free start in its channel, with no await between the
+        # look and the reservation: two posts never take the same start.
+        now = time.monotonic()
+        start = max(now, self._next.get(channel, 0.0))
+        self._next[channel] = start + self.interval
         if start > now:
             await _idle(start - now)
         # Its slot may have come back late (every one busy): the post reserved after it
