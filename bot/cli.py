@@ -160,7 +160,8 @@ async def _rotate(settings: ServiceSettings) -> int:
         print(f"damaged: run {run_id}: {reason}", file=sys.stderr)
     print(
         f"examined {report.examined} runs, re-encrypted {report.rotated} checkpoints "
-        f"under key {keyring.active_kid!r}, {len(report.damaged)} damaged, "
+        f"and {report.progress} saved turns under key {keyring.active_kid!r}, "
+        f"{len(report.damaged)} damaged, "
         f"{report.skipped} already current or empty; re-sealed {report.fields} fields"
     )
     if report.aof:

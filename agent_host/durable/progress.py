@@ -26,12 +26,13 @@ from agent_host.durable.streams import WithAck
 from agent_host.runtime.checkpoint import RunState
 from agent_host.runtime.journal import RunMovedOn
 
-__all__ = ["ProgressStore", "RedisTurnJournal"]
+__all__ = ["ProgressStore", "RedisTurnJournal", "progress_aad"]
 
 log = logging.getLogger(__name__)
 
 
-def _sealed_to(pause_id: str) -> str:
+def progress_aad(pause_id: str) -> str:
+    """What a run's saved progress is sealed to besides the run: the pause it resumes."""
     return f"{pause_id or 'start'}#progress"
 
 
@@ -80,7 +81,7 @@ class ProgressStore:
 
     async def save(self, run_id: str, pause_id: str, state: RunState) -> RunState:
         blob = self.keyring.encrypt(
-            state.to_json().encode(), run_id=run_id, request_id=_sealed_to(pause_id)
+            state.to_json().encode(), run_id=run_id, request_id=progress_aad(pause_id)
         )
         k = Keys(run_id)
         kind, taken = await self._save(keys=[k.run, k.progress], args=[pause_id, state.turns, blob])
@@ -113,7 +114,7 @@ class ProgressStore:
         return clear
 
     def _open(self, run_id: str, pause_id: str, blob: Any) -> RunState:
-        plain = self.keyring.decrypt(blob, run_id=run_id, request_id=_sealed_to(pause_id))
+        plain = self.keyring.decrypt(blob, run_id=run_id, request_id=progress_aad(pause_id))
         return RunState.from_json(plain)
 
 

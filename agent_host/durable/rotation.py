@@ -1,11 +1,12 @@
-"""`countersign keys rotate`: re-encrypt every stored checkpoint and the sealed context each
-request of a run keeps (`approvals.context`), and re-seal every sealed field
-(`sealed_rotation`), under the active key.
+"""`countersign keys rotate`: re-encrypt every stored checkpoint, the sealed context each
+request of a run keeps (`approvals.context`) and the progress a run saved mid-turn
+(`progress`: a turn a worker was running when it stopped, kept until a worker replays it),
+and re-seal every sealed field (`sealed_rotation`), under the active key.
 
 Runs are walked through each shard's runs index (never SCAN) in creation order; the
 position is saved after each batch, so an interrupted rotation resumes where it stopped.
-Each checkpoint is swapped by a compare-and-set, only if it is unchanged since it was read;
-a run that moved on meanwhile was written under the new key anyway.
+Each blob is swapped by a compare-and-set, only if it is unchanged since it was read; a run
+that moved on meanwhile was written under the new key anyway.
 
 A damaged checkpoint (truncated or garbage envelope, a key that is not in the ring, failed
 authentication, not even a string in Redis) is left as it is and reported with its run id,
@@ -36,6 +37,7 @@ from redis.exceptions import RedisClusterException, RedisError, ResponseError
 from agent_host.durable import keys as K
 from agent_host.durable.connections import as_text
 from agent_host.durable.crypto import KeyRing
+from agent_host.durable.progress import progress_aad
 from agent_host.durable.sealed_fields import FieldSealer
 from agent_host.durable.sealed_rotation import RESEAL, reseal_run
 from agent_host.durable.store import context_aad
@@ -53,6 +55,7 @@ class RotationReport:
     skipped: int = 0  # already under the active key, no checkpoint, or moved on meanwhile
     damaged: dict[str, str] = field(default_factory=dict)  # run id -> what is wrong
     fields: int = 0  # sealed fields re-sealed (or sealed for the first time)
+    progress: int = 0  # saved turns (a run's progress mid-turn) re-encrypted
     aof: str = ""  # what became of Redis's append-only file
 
 
@@ -68,10 +71,11 @@ redis.call('SET', KEYS[1], ARGV[2])
 return 1
 """
 
-# Swap a request's sealed context only if it is still what was read and re-encrypted.
-_SWAP_CONTEXT = """
-if redis.call('HGET', KEYS[1], 'sealed_context') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'sealed_context', ARGV[2])
+# Swap a hash's field (a request's sealed context, a run's saved progress) only if it is
+# still what was read and re-encrypted. ARGV: what was read, what replaces it, the field.
+_SWAP_FIELD = """
+if redis.call('HGET', KEYS[1], ARGV[3]) ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], ARGV[3], ARGV[2])
 return 1
 """
 
@@ -83,7 +87,7 @@ async def rotate_checkpoints(
     swap = redis.register_script(_SWAP)
     reseal = redis.register_script(RESEAL)
     sealer = FieldSealer(keyring)
-    swap_context = redis.register_script(_SWAP_CONTEXT)
+    swap_field = redis.register_script(_SWAP_FIELD)
     for shard in K.shards():
         field = str(shard.number)
         start = int(await redis.hget(K.ROTATION, field) or 0)
@@ -93,9 +97,14 @@ async def rotate_checkpoints(
                 report.examined += 1
                 problems = []
                 try:
-                    await _rotate_contexts(redis, swap_context, keyring, run_id)
+                    await _rotate_contexts(redis, swap_field, keyring, run_id)
                 except _Damaged as exc:  # the checkpoint is still rotated
                     log.warning("run %s: a request's context not rotated: %s", run_id, exc)
+                    problems.append(str(exc))
+                try:
+                    report.progress += await _rotate_progress(redis, swap_field, keyring, run_id)
+                except _Damaged as exc:
+                    log.warning("run %s: its saved progress not rotated: %s", run_id, exc)
                     problems.append(str(exc))
                 try:
                     rotated = await _rotate_one(redis, swap, keyring, run_id)
@@ -116,7 +125,7 @@ async def rotate_checkpoints(
             start += len(run_ids)
             await redis.hset(K.ROTATION, field, start)
     await redis.delete(K.ROTATION)
-    if report.rotated or report.fields:
+    if report.rotated or report.fields or report.progress:
         report.aof = await compact_aof(redis, aof_wait)
     return report
 
@@ -194,4 +203,27 @@ async def _rotate_contexts(redis: Redis, swap: AsyncScript, keyring: KeyRing, ru
             fresh = keyring.encrypt(plain, run_id=run_id, request_id=aad)
         except (binascii.Error, ValueError, CheckpointError) as exc:
             raise _Damaged(f"request {request_id}'s context: {exc}") from None
-        await swap(keys=[key], args=[text, base64.b64encode(fresh).decode("ascii")])
+        await swap(
+            keys=[key], args=[text, base64.b64encode(fresh).decode("ascii"), "sealed_context"]
+        )
+
+
+async def _rotate_progress(redis: Redis, swap: AsyncScript, keyring: KeyRing, run_id: str) -> bool:
+    """The run's saved progress under the active key: True when rotated. Saved progress is
+    bound to the pause it resumes (`progress_aad`), which its hash records beside it."""
+    key = K.Keys(run_id).progress
+    try:
+        saved: Any = await redis.hmget(key, ["pause_id", "blob"])
+    except ResponseError as exc:  # WRONGTYPE
+        raise _Damaged(f"the saved progress {key} is not a hash ({exc})") from None
+    pause_id, blob = saved
+    if pause_id is None or blob is None:
+        return False
+    try:
+        if not keyring.needs_rotation(blob):
+            return False
+        aad = progress_aad(as_text(pause_id))
+        fresh = keyring.reencrypt(blob, run_id=run_id, request_id=aad)
+    except CheckpointError as exc:
+        raise _Damaged(f"its saved progress: {exc}") from None
+    return bool(await swap(keys=[key], args=[blob, fresh, "blob"]))

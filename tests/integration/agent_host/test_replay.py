@@ -19,7 +19,8 @@ import pytest
 from redis.asyncio import Redis
 
 from agent_host.durable import keys as K
-from agent_host.durable.crypto import KeyRing, generate_key
+from agent_host.durable.crypto import KeyRing, generate_key, kid_of
+from agent_host.durable.rotation import rotate_checkpoints
 from agent_host.runtime.agents import Agent, AgentRegistry
 from agent_host.runtime.decisions import Approve
 from agent_host.runtime.messages import Message, ModelResponse, ToolSpec
@@ -248,3 +249,59 @@ async def test_a_final_answer_saved_before_a_crash_is_not_asked_for_again(redis:
     assert shop.model.requests == Counter({0: 1, 1: 1}), "no turn was asked twice"
     assert (await env.info(run_id)).output == "told them"
     assert shop.notified == ["order 7"]
+
+
+async def test_a_turn_saved_under_a_rotated_away_key_still_replays(redis: Redis) -> None:
+    """`keys rotate` re-encrypts a turn saved when its worker stopped mid-turn, so the old
+    key can be dropped before the turn is replayed."""
+    key_a, key_b = generate_key("kA"), generate_key("kB")
+    shop = Shop(
+        [call("refund", target="order 7")],
+        [call("notify", target="order 7")],
+        reply("refunded and told them"),
+    )
+    env_a = make_env(redis, registry=shop.registry(), keyring=KeyRing.parse(key_a))
+    run_id = await env_a.start("shop", "refund order 7")
+    (request,) = await env_a.requests(run_id)
+    assert (await env_a.store.decide(request.request_id, Approve(decided_by="bob"))).resume_queued
+    entries: Any = await redis.xrange(K.Keys(run_id).shard.resume)
+    entry = {k.decode(): v.decode() for k, v in entries[-1][1].items()}
+    shop.model.crash_at_turn = 2  # turn 1 (notify) saved and run; the worker dies after
+    with pytest.raises(Crash):
+        await env_a.worker("dies").handle("2-0", entry)
+    saved = await redis.hget(K.Keys(run_id).progress, "blob")
+    assert saved is not None and kid_of(saved) == "kA"
+
+    report = await rotate_checkpoints(redis, KeyRing.parse(f"{key_b},{key_a}"))
+
+    assert (report.progress, report.damaged) == (1, {})
+    rotated = await redis.hget(K.Keys(run_id).progress, "blob")
+    assert rotated is not None and kid_of(rotated) == "kB"
+    env_b = make_env(redis, registry=shop.registry(), keyring=KeyRing.parse(key_b))
+    await env_b.worker("takes-over").handle("2-0", entry)  # the old key is gone
+    assert await env_b.status(run_id) == "succeeded", (await env_b.info(run_id)).error
+    assert shop.refunded == ["order 7"] and shop.notified == ["order 7"]
+    assert shop.model.requests[1] == 1, "the saved turn was replayed, not asked again"
+
+
+async def test_rotation_reports_damaged_saved_progress_and_rotates_the_rest(
+    redis: Redis,
+) -> None:
+    key_a, key_b = generate_key("kA"), generate_key("kB")
+    shop = Shop([call("notify", target="order 7")], reply("told them"))
+    env = make_env(redis, registry=shop.registry(), keyring=KeyRing.parse(key_a))
+    runs = [await env.store.create_run("shop", f"tell order {n}", "alice") for n in (7, 8)]
+    for run_id in runs:
+        shop.model.crash_at_turn = 1
+        with pytest.raises(Crash):
+            await env.worker("dies").handle("1-0", await start_entry(env, run_id))
+    damaged, healthy = runs
+    await redis.hset(K.Keys(damaged).progress, "blob", b"garbage, not a saved turn")
+
+    report = await rotate_checkpoints(redis, KeyRing.parse(f"{key_b},{key_a}"))
+
+    assert report.progress == 1
+    assert "its saved progress" in report.damaged[damaged], report.damaged
+    assert await redis.hget(K.Keys(damaged).progress, "blob") == b"garbage, not a saved turn"
+    rotated = await redis.hget(K.Keys(healthy).progress, "blob")
+    assert rotated is not None and kid_of(rotated) == "kB"

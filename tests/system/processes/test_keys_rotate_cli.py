@@ -81,7 +81,8 @@ async def test_damaged_checkpoints_are_reported_and_every_other_one_is_rotated(
     assert done.returncode == 1, done
     assert "Traceback" not in done.stderr, done.stderr
     assert (
-        "examined 10 runs, re-encrypted 4 checkpoints under key 'kB', 6 damaged, "
+        "examined 10 runs, re-encrypted 4 checkpoints and 0 saved turns under key 'kB', "
+        "6 damaged, "
         "0 already current or empty"
     ) in done.stdout, done
     for run_id in damaged:
