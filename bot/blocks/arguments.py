@@ -10,9 +10,23 @@ from bot.blocks.elements import Block, section
 from bot.blocks.limits import SECTION_TEXT_MAX, plain_within, truncation_note
 from bot.mrkdwn import code_block_text, fit, one_line, units
 
-__all__ = ["MASK", "arguments_block", "arguments_summary", "is_secret_key", "mask_secrets"]
+__all__ = [
+    "MASK",
+    "arguments_block",
+    "arguments_in_full",
+    "arguments_sections",
+    "arguments_summary",
+    "is_secret_key",
+    "mask_secrets",
+    "summary_in_full",
+]
 
 MASK = "••••••"
+# Sections of a view the arguments may take when shown whole (`arguments_sections`): about
+# 110,000 characters of JSON, well within a modal's 100 blocks.
+WHOLE_SECTIONS_MAX = 40
+_FENCED = "```\n", "\n```"
+_TITLED = "*Arguments*\n```\n", "\n```"
 
 _SECRET_WORDS = (
     "password",
@@ -47,10 +61,14 @@ def _json(value: Any, *, indent: int | None = 2) -> str:
         return repr(value)
 
 
+def _pretty(arguments: Any) -> str:
+    return _json(mask_secrets(arguments))
+
+
 def arguments_block(arguments: Any) -> Block:
     """The (masked) arguments as pretty JSON in a code block, cut to one section."""
-    raw = _json(mask_secrets(arguments))
-    prefix, suffix = "*Arguments*\n```\n", "\n```"
+    raw = _pretty(arguments)
+    prefix, suffix = _TITLED
     text = prefix + code_block_text(raw) + suffix
     if units(text) > SECTION_TEXT_MAX:
         note = truncation_note(len(raw))
@@ -60,6 +78,37 @@ def arguments_block(arguments: Any) -> Block:
     return section(text)
 
 
+def arguments_in_full(arguments: Any) -> bool:
+    """Whether `arguments_block` shows the arguments whole."""
+    prefix, suffix = _TITLED
+    return units(prefix + code_block_text(_pretty(arguments)) + suffix) <= SECTION_TEXT_MAX
+
+
+def arguments_sections(arguments: Any) -> list[Block] | None:
+    """The (masked) arguments whole, as pretty JSON over as many code blocks as it takes;
+    None when that is more than WHOLE_SECTIONS_MAX."""
+    prefix, suffix = _FENCED
+    budget = SECTION_TEXT_MAX - units(prefix) - units(suffix)
+    rest, sections = _pretty(arguments), list[Block]()
+    while rest:
+        if len(sections) == WHOLE_SECTIONS_MAX:
+            return None
+        # A rendering is never shorter than the text, so a section holds at most `budget`
+        # characters of it: only that much is tried.
+        window = rest[:budget]
+        body, cut = fit(window, code_block_text, budget)
+        sections.append(section(prefix + body + suffix))
+        rest = rest[len(window) - cut :]
+    return sections
+
+
 def arguments_summary(arguments: Any, limit: int) -> str:
     """One line of (masked) arguments in plain text, cut to `limit`."""
     return plain_within(one_line(_json(mask_secrets(arguments), indent=None)), limit)
+
+
+def summary_in_full(arguments: Any, limit: int) -> bool:
+    """Whether `arguments_summary` shows the arguments whole and as they are (neither cut nor
+    with runs of whitespace in a value made one)."""
+    flat = _json(mask_secrets(arguments), indent=None)
+    return one_line(flat) == flat and units(flat) <= limit

@@ -8,6 +8,10 @@ flattened, escaped and cut to its own bound, rows are packed into sections of at
 characters, and past ROWS_MAX rows (or the room left in 50 blocks) the rest is counted in
 an "and M more" line. The buttons carry `bulk_value`: the bulk and the digest of the calls
 it lists, so a click decides exactly those calls, each with the hash shown.
+
+Approve all is offered (and honoured, `lists_every_call_whole`) only while the message
+shows every call still waiting whole: a call it cuts or does not list is approved one by
+one, where its own message shows it.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from collections.abc import Sequence
 
 from agent_host.approvals import ApprovalRequest, RequestStatus
 from agent_host.approvals.bulk import Bulk
-from bot.blocks.arguments import arguments_summary
+from bot.blocks.arguments import arguments_summary, summary_in_full
 from bot.blocks.elements import Block, button, context, field, header, section, text
 from bot.blocks.ids import (
     BULK_APPROVE,
@@ -43,7 +47,13 @@ from bot.blocks.modals import modal_view, text_input
 from bot.blocks.request import SEVERITY_EMOJI
 from bot.mrkdwn import date, inline_code, mention, mentions, one_line, short, units
 
-__all__ = ["ROWS_MAX", "bulk_message", "bulk_reject_modal", "tools_summary"]
+__all__ = [
+    "ROWS_MAX",
+    "bulk_message",
+    "bulk_reject_modal",
+    "lists_every_call_whole",
+    "tools_summary",
+]
 
 ROWS_MAX = 40  # calls listed in the table; the rest are counted
 TOOL_MAX = 60  # characters of a tool's name in a row
@@ -51,8 +61,10 @@ AGENT_MAX = 60  # characters of the agent's name in the confirm dialog
 ARGUMENTS_MAX = 100  # plain characters of a row's arguments (escaped: at most 5x)
 SEVERITY_MAX = 20
 REASONS_MAX = 3  # distinct reasons shown above the table
-# Blocks that are not table rows: header, fields, reasons, more, tally, hash, buttons.
-_OTHER_BLOCKS = 8
+# Blocks that are not table rows: header, fields, reasons, more, tally, hash, not whole,
+# buttons.
+_OTHER_BLOCKS = 9
+_TABLE_ROOM = MESSAGE_BLOCKS_MAX - _OTHER_BLOCKS
 
 _STATUS = {
     RequestStatus.PENDING: ":hourglass_flowing_sand: waiting",
@@ -116,6 +128,20 @@ def _table(requests: Sequence[ApprovalRequest], room: int) -> tuple[list[Block],
     return [section(s) for s in sections], len(requests) - shown
 
 
+def _not_whole(requests: Sequence[ApprovalRequest], more: int) -> int:
+    """How many calls still waiting the message does not show whole (cut, or not listed)."""
+    listed = requests[: len(requests) - more]
+    cut = sum(1 for r in _waiting(listed) if not summary_in_full(r.arguments, ARGUMENTS_MAX))
+    return cut + len(_waiting(requests[len(requests) - more :]))
+
+
+def lists_every_call_whole(requests: Sequence[ApprovalRequest]) -> bool:
+    """Whether the bulk's message shows every call still waiting whole: only then may Approve
+    all decide them."""
+    _, more = _table(requests, _TABLE_ROOM)
+    return not _not_whole(requests, more)
+
+
 def _tally(requests: Sequence[ApprovalRequest]) -> str:
     counts = Counter(r.status for r in requests)
     parts = [
@@ -147,12 +173,13 @@ def _confirm(bulk: Bulk, waiting: Sequence[ApprovalRequest]) -> Block:
     }
 
 
-def _actions(bulk: Bulk, waiting: Sequence[ApprovalRequest]) -> Block:
+def _actions(bulk: Bulk, waiting: Sequence[ApprovalRequest], *, whole: bool) -> Block:
     value = bulk_value(bulk.bulk_id, bulk.digest)
-    elements = [
-        button(
-            f"Approve all {len(waiting)}", BULK_APPROVE, value, "primary", _confirm(bulk, waiting)
-        ),
+    approve_all = button(
+        f"Approve all {len(waiting)}", BULK_APPROVE, value, "primary", _confirm(bulk, waiting)
+    )
+    elements = [approve_all] if whole else []
+    elements += [
         button("Reject all", BULK_REJECT, value, "danger"),
         button("Review one by one", BULK_SPLIT, value),
     ]
@@ -194,7 +221,7 @@ def bulk_message(bulk: Bulk, requests: Sequence[ApprovalRequest]) -> tuple[str, 
     ]
     if (reasons := _reasons(requests)) is not None:
         blocks.append(reasons)
-    rows, more = _table(requests, MESSAGE_BLOCKS_MAX - _OTHER_BLOCKS)
+    rows, more = _table(requests, _TABLE_ROOM)
     blocks += rows
     if more:
         blocks.append(
@@ -218,7 +245,15 @@ def bulk_message(bulk: Bulk, requests: Sequence[ApprovalRequest]) -> tuple[str, 
             )
         )
     elif waiting:
-        blocks.append(_actions(bulk, waiting))
+        if not_whole := _not_whole(requests, more):
+            blocks.append(
+                context(
+                    f":mag: {not_whole} of the calls waiting are longer than this message shows, "
+                    "or not listed, so they are not approved all at once: *Review one by one* "
+                    "posts each in this message's thread, whole."
+                )
+            )
+        blocks.append(_actions(bulk, waiting, whole=not not_whole))
     fallback = (
         f"Approval needed: {bulk.agent} wants to run {len(requests)} calls "
         f"({tools_summary(requests)}), {len(waiting)} waiting"

@@ -52,6 +52,7 @@ REJECT_MODAL = "countersign_reject_modal"
 ANSWER_MODAL = "countersign_answer_modal"
 COMMENT_MODAL = "countersign_comment_modal"
 EDIT_MODAL = "countersign_edit_modal"
+WHOLE_CALL_MODAL = "countersign_whole_call_modal"
 # block_id / action_id of the modal inputs (view.state.values[block][action]).
 REASON_BLOCK = "reason"
 REASON_INPUT = "reason_input"

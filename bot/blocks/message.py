@@ -1,11 +1,22 @@
 """The message of a pending request: its body, the buttons, and the confirm dialogs that
 ask again before a high-severity or a standing approval. "Approve with comment" and "Edit &
-approve" open a form (`modals`, `edit`) whose submission is the approval."""
+approve" open a form (`modals`, `edit`) whose submission is the approval.
+
+A call is approved only as someone has seen it whole. Where the surface an Approve button
+sits on cuts the arguments (the message past one section, an App Home line past its
+summary), that button opens them whole in a form whose submission is the approval
+(`modals.whole_call_modal`), and nothing approves the call from there at once; arguments
+too long even for that form cannot be approved in Slack at all."""
 
 from __future__ import annotations
 
 from agent_host.approvals import ApprovalRequest
-from bot.blocks.arguments import arguments_summary
+from bot.blocks.arguments import (
+    arguments_in_full,
+    arguments_sections,
+    arguments_summary,
+    summary_in_full,
+)
 from bot.blocks.elements import Block, button, context, text
 from bot.blocks.ids import (
     ANSWER,
@@ -23,10 +34,11 @@ from bot.blocks.limits import (
     MESSAGE_BLOCKS_MAX,
     plain_within,
 )
+from bot.blocks.listing import ARGUMENTS_MAX as LINE_ARGUMENTS_MAX
 from bot.blocks.request import question_text, quorum_line, request_body
 from bot.mrkdwn import one_line, short, units
 
-__all__ = ["approval_message", "offers_edit"]
+__all__ = ["approval_message", "offers_edit", "shown_in_full"]
 
 CONFIRM_SEVERITIES = ("high", "critical")
 
@@ -66,13 +78,26 @@ def offers_edit(request: ApprovalRequest) -> bool:
     return bool(request.editable) and request.route.quorum <= 1 and request.origin != "external"
 
 
-def _actions(request: ApprovalRequest) -> Block:
+def shown_in_full(request: ApprovalRequest, *, in_home: bool = False) -> bool:
+    """Whether the surface shows the call's arguments whole: its message, or (`in_home`) its
+    line in the App Home tab. Elsewhere, Approve opens them whole first."""
+    if request.kind == "question":
+        return True
+    if in_home:
+        return summary_in_full(request.arguments, LINE_ARGUMENTS_MAX)
+    return arguments_in_full(request.arguments)
+
+
+def _actions(request: ApprovalRequest, *, in_full: bool) -> Block:
     rid = request.request_id
     if request.kind == "question":
         elements = [
             button("Answer", ANSWER, rid, "primary"),
             button("Reject", REJECT, rid, "danger"),
         ]
+    elif not in_full:  # Approve opens the arguments whole: it is the only way to approve
+        elements = [button("Approve", APPROVE, rid, "primary")] if _whole_fits(request) else []
+        elements.append(button("Reject", REJECT, rid, "danger"))
     else:
         needs_confirm = request.severity.lower() in CONFIRM_SEVERITIES
         confirm = _confirm(request) if needs_confirm else None
@@ -96,12 +121,19 @@ def _title(request: ApprovalRequest) -> str:
     return f"Approval needed: {request.tool}"
 
 
+def _whole_fits(request: ApprovalRequest) -> bool:
+    return arguments_sections(request.arguments) is not None
+
+
 def approval_message(request: ApprovalRequest) -> tuple[str, list[Block]]:
     """Fallback text and blocks of a pending request, with its buttons."""
     blocks = request_body(request, _title(request))
     if request.route.quorum > 1:
         blocks.append(context(f":busts_in_silhouette: {quorum_line(request)}"))
-    blocks.append(_actions(request))
+    in_full = shown_in_full(request)
+    if not in_full:
+        blocks.append(context(_not_whole_here(request)))
+    blocks.append(_actions(request, in_full=in_full))
     if request.kind == "question":
         fallback = f"Question from {request.agent}: {one_line(question_text(request))}"
     else:
@@ -112,7 +144,20 @@ def approval_message(request: ApprovalRequest) -> tuple[str, list[Block]]:
     return short(fallback, FALLBACK_TEXT_MAX), blocks[:MESSAGE_BLOCKS_MAX]
 
 
+def _not_whole_here(request: ApprovalRequest) -> str:
+    if _whole_fits(request):
+        return (
+            ":mag: The arguments are longer than this message shows: *Approve* opens them "
+            "whole first."
+        )
+    return (
+        ":no_entry: The arguments are too long to show in Slack whole, so the call cannot be "
+        "approved here: reject it, or decide it through the API."
+    )
+
+
 def buttons_block(request: ApprovalRequest) -> Block:
-    """The request's buttons as its message has them, for another surface (the App Home
-    tab): the same action ids, values and block id, so the same listener decides."""
-    return _actions(request)
+    """The request's buttons for its line in the App Home tab: the same action ids, values
+    and block id as its message, so the same listener decides; Approve opens the arguments
+    whole first where the line cuts them."""
+    return _actions(request, in_full=shown_in_full(request, in_home=True))

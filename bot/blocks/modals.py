@@ -1,10 +1,11 @@
 """The forms a reviewer fills in: a reason before rejecting, the answer to a question, a
-comment with an approval. (The edit form is `edit`.)"""
+comment with an approval, the whole of a call too long for where its Approve button sits.
+(The edit form is `edit`.)"""
 
 from __future__ import annotations
 
 from agent_host.approvals import ApprovalRequest
-from bot.blocks.arguments import arguments_summary
+from bot.blocks.arguments import arguments_sections, arguments_summary
 from bot.blocks.elements import Block, context, section, text
 from bot.blocks.ids import (
     ANSWER_BLOCK,
@@ -16,6 +17,7 @@ from bot.blocks.ids import (
     REASON_BLOCK,
     REASON_INPUT,
     REJECT_MODAL,
+    WHOLE_CALL_MODAL,
 )
 from bot.blocks.limits import (
     CONTEXT_TEXT_MAX,
@@ -38,7 +40,13 @@ __all__ = [
     "modal_view",
     "reject_modal",
     "text_input",
+    "whole_call_modal",
 ]
+
+TOO_LONG = (
+    ":no_entry: This call's arguments are too long to show in Slack whole, so it cannot be "
+    "approved here: reject it, or decide it through the API. Nothing was changed."
+)
 
 
 def call_context(request: ApprovalRequest) -> Block:
@@ -150,3 +158,20 @@ def answer_modal(request: ApprovalRequest) -> Block:
         ),
     ]
     return _modal(request, ANSWER_MODAL, "Answer question", "Send answer", blocks)
+
+
+def whole_call_modal(request: ApprovalRequest) -> Block | str:
+    """The `views.open` view showing a call's arguments whole, then approving it (with an
+    optional comment); or why it cannot (too long to show whole)."""
+    sections = arguments_sections(request.arguments)
+    if sections is None:
+        return TOO_LONG
+    blocks = [
+        section(
+            f"Approve this call of {inline_code(request.tool)} from *{short(request.agent)}* "
+            "exactly as shown here? These are its arguments, whole:"
+        ),
+        *sections,
+        comment_input(optional=True),
+    ]
+    return _modal(request, WHOLE_CALL_MODAL, "Approve in full", "Approve", blocks)

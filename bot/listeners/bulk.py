@@ -56,6 +56,12 @@ CHANGED = (
     "nothing was decided. Use `/approvals pending` to review them."
 )
 NOT_HERE = "This button does not belong to this message. Nothing was changed."
+NOT_WHOLE = (
+    ":mag: Some calls waiting here are longer than this message shows, or not listed, so "
+    "none was approved all at once. *Review one by one* posts each whole in this message's "
+    "thread. Nothing was changed."
+)
+APPROVED = "Approved"
 UNFINISHED = (
     ":hourglass: countersign could not finish deciding every call (its database did not "
     "answer in time). What was recorded shows on the message; click again for the rest."
@@ -160,7 +166,11 @@ async def _decide_all(
     """Decide every call of `bulk` still waiting (after the ack), then tell the decider."""
     try:
         async with asyncio.timeout(BULK_BUDGET):
-            tally = await decide_each(approvals, bulk, await book.requests(bulk), make)
+            requests = await book.requests(bulk)
+            if verb == APPROVED and not blocks.lists_every_call_whole(requests):
+                tell(NOT_WHOLE)  # e.g. a message posted before Approve all was withheld
+                return
+            tally = await decide_each(approvals, bulk, requests, make)
     except (TimeoutError, StoreUnavailable) as exc:
         log.warning("bulk %s: deciding every call did not finish: %s", bulk.bulk_id, exc)
         tell(UNFINISHED)
@@ -189,7 +199,7 @@ async def _on_click(
         def approve(request: ApprovalRequest, shown: str) -> Approve:
             return Approve(decided_by=click.user, call_hash=shown, note=note)
 
-        replies.tasks.spawn(_decide_all(approvals, book, bulk, approve, "Approved", tell))
+        replies.tasks.spawn(_decide_all(approvals, book, bulk, approve, APPROVED, tell))
         return ""
     requests = await book.requests(bulk)
     if why := await _may_decide_any(approvals, click.user, requests):

@@ -1,6 +1,8 @@
 """Clicks on a request's buttons: Approve and Approve for this run decide at once through
 the approval service; Reject, Answer, Approve with comment and Edit & approve open their
-form (the edit form built from the tool's schema, from the agent registry).
+form (the edit form built from the tool's schema, from the agent registry). Where the
+surface clicked cut the call's arguments (a long call's message, its App Home line), an
+approving button opens the call whole instead, and only that form's submission approves.
 
 A click is first checked against the request it names (it exists, is still pending, and the
 button sits on that request's own message, or in the block for it in the clicker's App
@@ -48,10 +50,13 @@ ACTIONS = (
     blocks.APPROVE_COMMENT,
     blocks.EDIT,
 )
-_FORMS = {
+_APPROVING = (blocks.APPROVE, blocks.APPROVE_ALWAYS, blocks.APPROVE_COMMENT, blocks.EDIT)
+_SEE_WHOLE = "see the call whole first"  # what an approving click on a cut call opens
+_FORMS: dict[str, Callable[[ApprovalRequest], Any]] = {
     blocks.REJECT: blocks.reject_modal,
     blocks.ANSWER: blocks.answer_modal,
     blocks.APPROVE_COMMENT: blocks.comment_modal,
+    _SEE_WHOLE: blocks.whole_call_modal,
 }
 
 
@@ -131,11 +136,14 @@ async def _on_click(
     assert request is not None
     if outside := await _outside_channel(click, request, home):
         return f":no_entry: Not allowed: {outside}. Nothing was changed."
-    if click.action_id in _FORMS or click.action_id == blocks.EDIT:
+    action = click.action_id
+    if action in _APPROVING and not blocks.shown_in_full(request, in_home=click.from_home):
+        action = _SEE_WHOLE  # approved only as seen whole, never as the cut version
+    if action in _FORMS or action == blocks.EDIT:
         eligibility = await approvals.may_decide(click.user, request)
         if not eligibility.allowed:
             return f":no_entry: Not allowed: {eligibility.reason}."
-        view = _form(click.action_id, request, approvals)
+        view = _form(action, request, approvals)
         if isinstance(view, str):
             return view
         replies.open_form(click.trigger_id, view, click.channel, click.user)

@@ -1,6 +1,6 @@
 """Submissions of the forms: reject with a reason, answer a question, approve with a
-comment, edit then approve. Each becomes one decision for the approval service, or errors
-shown in the form.
+comment, edit then approve, approve a call seen whole. Each becomes one decision for the
+approval service, or errors shown in the form.
 
 A form carries the request and the pause it was opened in (its private_metadata); the
 decision is checked against what the reviewer saw then, so a form left open across a step
@@ -81,6 +81,12 @@ async def _comment(approvals: ApprovalService, submission: Submission) -> Errors
     return await _decide(approvals, submission, decision, blocks.COMMENT_BLOCK)
 
 
+async def _approve_whole(approvals: ApprovalService, submission: Submission) -> Errors:
+    comment = _typed(submission, blocks.COMMENT_BLOCK, blocks.COMMENT_INPUT).strip()
+    decision = Approve(decided_by=submission.user, comment=comment)
+    return await _decide(approvals, submission, decision, blocks.COMMENT_BLOCK)
+
+
 async def _edit(approvals: ApprovalService, submission: Submission) -> Errors:
     general = blocks.COMMENT_BLOCK
     request = await approvals.load(submission.request_id)
@@ -120,6 +126,7 @@ _SPECS = {
     blocks.ANSWER_MODAL: _Form(blocks.ANSWER_BLOCK, _answer),
     blocks.COMMENT_MODAL: _Form(blocks.COMMENT_BLOCK, _comment),
     blocks.EDIT_MODAL: _Form(blocks.COMMENT_BLOCK, _edit),
+    blocks.WHOLE_CALL_MODAL: _Form(blocks.COMMENT_BLOCK, _approve_whole),
 }
 FORMS = tuple(_SPECS)
 

@@ -92,10 +92,48 @@ def test_200_calls_with_10kb_arguments_and_mentions_stay_within_limits() -> None
             assert len(more) == 1
     check_modal(B.bulk_reject_modal(bulk, requests))
     assert_no_injection(B.bulk_reject_modal(bulk, requests))
-    approve = buttons(B.bulk_message(bulk, requests)[1])[B.BULK_APPROVE]
-    assert approve["text"]["text"] == "Approve all 200"
-    assert approve["confirm"]["title"]["text"] == "Approve all 200 calls?"
-    assert approve["confirm"]["text"]["text"].startswith("200 calls: wipe")
+    # Calls it cuts, or does not list, are not approved from it at once.
+    body = B.bulk_message(bulk, requests)[1]
+    assert B.BULK_APPROVE not in buttons(body)
+    assert {B.BULK_REJECT, B.BULK_SPLIT} <= set(buttons(body))
+    assert any("200 of the calls waiting are longer" in t for t in mrkdwn_texts(body))
+    assert not B.lists_every_call_whole(requests)
+
+    # Listed whole, however hostile the tool's and the agent's names: Approve all, bounded.
+    bulk, requests = calls(40, tool=f"wipe{HOSTILE}" * 30, agent=HOSTILE, arguments={"n": 1})
+    bulk = replace(bulk, agent=HOSTILE * 10)
+    text, body = B.bulk_message(bulk, requests)
+    check_message((text, body))
+    assert B.lists_every_call_whole(requests)
+    approve = buttons(body)[B.BULK_APPROVE]
+    assert approve["text"]["text"] == "Approve all 40"
+    assert approve["confirm"]["title"]["text"] == "Approve all 40 calls?"
+    assert approve["confirm"]["text"]["text"].startswith("40 calls: wipe")
+
+
+def test_approve_all_only_while_every_waiting_call_is_listed_whole() -> None:
+    bulk, requests = calls(6, tool="delete_file")
+    long_path = "/tmp/drafts/" + "archive-2019-q3-" * 8 + "../../../../srv/prod-database"
+    cut = replace(requests[5], arguments={"path": long_path})
+    _, body = B.bulk_message(bulk, [*requests[:5], cut])
+    assert "prod-database" not in json.dumps(body)  # the row cuts it
+    assert B.BULK_APPROVE not in buttons(body)
+    assert any("1 of the calls waiting are longer" in t for t in mrkdwn_texts(body))
+    assert not B.lists_every_call_whole([*requests[:5], cut])
+
+    # Decided meanwhile (one by one, where it is shown whole): the rest are whole.
+    done = replace(cut, status=RequestStatus.APPROVED, decided_by="U0BOB", decision=Approve())
+    _, body = B.bulk_message(bulk, [*requests[:5], done])
+    assert buttons(body)[B.BULK_APPROVE]["text"]["text"] == "Approve all 5"
+    assert B.lists_every_call_whole([*requests[:5], done])
+
+    # Whitespace runs a one-line row would merge are not shown as they are either.
+    spaced = replace(requests[0], arguments={"path": "/tmp/a  b"})
+    assert not B.lists_every_call_whole([spaced, *requests[1:]])
+    # Past the rows a message lists, the rest are not shown at all.
+    bulk, many = calls(41, tool="delete_file")
+    assert not B.lists_every_call_whole(many)
+    assert B.lists_every_call_whole(many[:40])
 
 
 def test_rows_show_each_call_and_the_tally_and_buttons_follow_the_decisions() -> None:
