@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent_host.approvals.callback_hosts import callback_refusal
+from agent_host.approvals.requester import requester_problem
 from agent_host.approvals.requests import ApprovalRequest
 from agent_host.runtime.agents import canonical_json
 from agent_host.runtime.checkpoint import call_hash
 from agent_host.runtime.decisions import Answer, Approve, Reject, RequestChanges
 from agent_host.runtime.policy import Severity
-from agent_host.runtime.strict_json import non_finite_path
+from agent_host.runtime.strict_json import MAX_DEPTH, non_finite_path, too_deep_path
 
 __all__ = [
     "EXTERNAL",
@@ -102,6 +103,11 @@ def parse_external_request(
         raise InvalidExternalRequest('arguments must be a JSON object, e.g. {"order_id": 123}')
     if (where := non_finite_path(arguments)) is not None:
         raise InvalidExternalRequest(f"arguments hold a non-finite number at {where}")
+    if (deep := too_deep_path(arguments)) is not None:  # no reviewer could read them
+        raise InvalidExternalRequest(
+            f"arguments nest objects and arrays more than {MAX_DEPTH} levels deep (at "
+            f"{deep[:120]}); send flatter arguments"
+        )
     if len(canonical_json(arguments).encode()) > MAX_ARGUMENTS_BYTES:
         raise InvalidExternalRequest(f"arguments are larger than {MAX_ARGUMENTS_BYTES} bytes")
     severity = body.get("severity", Severity.MEDIUM.value)
@@ -116,6 +122,9 @@ def parse_external_request(
         raise InvalidExternalRequest(
             f"expires_in_hours must be a whole number from {MIN_HOURS} to {MAX_HOURS}"
         )
+    requester = _text(body, "requested_by")
+    if problem := requester_problem(requester):
+        raise InvalidExternalRequest(problem)
     callback_url = _text(body, "callback_url", limit=4096)
     if callback_url and (refusal := callback_refusal(callback_url, callback_hosts)):
         raise InvalidExternalRequest(refusal)
@@ -123,7 +132,7 @@ def parse_external_request(
         agent=agent,
         tool=tool,
         arguments=arguments,
-        requested_by=_text(body, "requested_by"),
+        requested_by=requester,
         severity=severity,
         reason=_text(body, "reason", limit=MAX_LONG_TEXT),
         question=_text(body, "question", limit=MAX_LONG_TEXT),

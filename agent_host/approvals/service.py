@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from agent_host.approvals.edits import ArgumentEditor
+from agent_host.approvals.requester import same_person
 from agent_host.approvals.requests import ApprovalRequest, DecideResult
 from agent_host.runtime.decisions import Answer, Approve, Decision, Expired, Reject, RequestChanges
 
@@ -64,7 +65,7 @@ class OpenDirectory:
 
 def self_approval_refusal(user_id: str, request: ApprovalRequest) -> str:
     """Why the requester may not decide their own request here; empty when they may."""
-    if user_id == request.requested_by and not request.route.allow_self_approval:
+    if same_person(user_id, request.requested_by) and not request.route.allow_self_approval:
         return (
             "you started this run, and this route does not allow approving your own "
             "request; ask another reviewer"

@@ -8,13 +8,13 @@ configured limit get 413. `agent_host.http.application` puts the routes together
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
+from agent_host.approvals.requester import requester_problem
 from agent_host.durable import keys as K
 from agent_host.durable.host import Host
 from agent_host.durable.store import parse_cursor
@@ -88,12 +88,8 @@ def authorized(request: web.Request) -> web.Response | None:
 async def json_object(request: web.Request) -> dict[str, Any] | web.Response:
     try:
         body = strict_json.loads(await request.read() or b"null")
-    except strict_json.NonFiniteNumber as exc:
+    except ValueError as exc:  # not JSON, not UTF-8, NaN, too deep, a number too long...
         return error(400, f"body is not valid JSON: {exc}")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return error(400, f"body is not valid JSON: {exc}")
-    except RecursionError:
-        return error(400, "body is nested too deeply; send a flatter JSON object")
     if not isinstance(body, dict):
         return error(400, "body must be a JSON object")
     return body
@@ -111,6 +107,8 @@ async def start_run(request: web.Request) -> web.Response:
         return error(400, 'expected {"agent": str, "input": str, "requested_by"?: str}')
     if requested_by is not None and not isinstance(requested_by, str):
         return error(400, "requested_by must be a string")
+    if problem := requester_problem(requested_by or ""):
+        return error(400, problem)
     try:
         host.runner.agent(agent)
     except UnknownAgentError as exc:

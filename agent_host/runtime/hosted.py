@@ -36,7 +36,7 @@ from agent_host.runtime.policy import (
     describe_permission,
     to_verdict,
 )
-from agent_host.runtime.strict_json import non_finite_path
+from agent_host.runtime.strict_json import MAX_DEPTH, non_finite_path, too_deep_path
 
 __all__ = [
     "NOT_SEEN",
@@ -139,6 +139,8 @@ class HostedTool:
             raise InvalidArguments("arguments must be a JSON object")
         if (where := non_finite_path(dict(raw))) is not None:
             raise InvalidArguments(f"{where} is NaN or Infinity, which is not a JSON number")
+        if (deep := too_deep_path(dict(raw))) is not None:
+            raise InvalidArguments(f"nested more than {MAX_DEPTH} levels deep at {deep[:120]}")
         valid = self.validator(dict(raw))
         if (where := non_finite_path(valid)) is not None:
             raise InvalidArguments(f"{where} is NaN or Infinity, which is not a JSON number")

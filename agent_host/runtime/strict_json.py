@@ -5,24 +5,83 @@ as text no other JSON parser accepts; and a NaN slips past numeric policies, sin
 false with every limit. So every JSON entry point (HTTP bodies, a model's tool arguments)
 parses with :func:`loads`, and values that arrive already parsed are checked with
 :func:`non_finite_path`.
+
+Tool arguments are also held to MAX_DEPTH levels of nesting (:func:`too_deep_path`): far
+deeper than any tool's arguments need, and far from the depth at which showing them to a
+reviewer, or encoding them, would exhaust Python's recursion.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
-__all__ = ["NonFiniteNumber", "loads", "non_finite_path"]
+__all__ = [
+    "MAX_DEPTH",
+    "NonFiniteNumber",
+    "NotText",
+    "TooDeep",
+    "loads",
+    "non_finite_path",
+    "too_deep_path",
+]
+
+MAX_DEPTH = 32  # levels of objects and arrays within one another
 
 
 class NonFiniteNumber(ValueError):
     """JSON input held NaN or ±Infinity; the message says where and what to send instead."""
 
 
+class TooDeep(ValueError):
+    """JSON nested too deeply to read or to take (MAX_DEPTH levels)."""
+
+
+class NotText(ValueError):
+    """A JSON string held a lone UTF-16 surrogate (`\\ud800`): no text can be made of it."""
+
+
+# An escaped surrogate: only then can a parsed string hold a lone one.
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
 def loads(text: str | bytes) -> Any:
-    """`json.loads`, refusing NaN, Infinity, -Infinity and numbers too large for a float."""
-    return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    """`json.loads`, refusing NaN, Infinity, -Infinity and numbers too large for a float,
+    text nested too deeply for Python's parser, and strings that are not text."""
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise TooDeep(f"JSON nested too deeply: send at most {MAX_DEPTH} levels") from None
+    raw = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+    if _SURROGATE.search(raw) and (where := _not_text_path(value)) is not None:
+        raise NotText(f"{where} holds a lone UTF-16 surrogate, which is not text")
+    return value
+
+
+def _not_text_path(value: Any) -> str | None:
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, str) and not _is_text(item):
+            return path or "(value)"
+        if isinstance(item, dict):
+            for key, inner in item.items():
+                if not _is_text(key):
+                    return f"a key of {path or 'the object'}"
+                stack.append((f"{path}.{key}" if path else key, inner))
+        elif isinstance(item, list):
+            stack += [(f"{path}[{n}]", v) for n, v in enumerate(item)]
+    return None
+
+
+def _is_text(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def non_finite_path(value: Any) -> str | None:
@@ -37,6 +96,23 @@ def non_finite_path(value: Any) -> str | None:
             stack += [(f"{path}.{key}" if path else str(key), v) for key, v in item.items()]
         elif isinstance(item, list | tuple):
             stack += [(f"{path}[{n}]", v) for n, v in enumerate(item)]
+    return None
+
+
+def too_deep_path(value: Any, limit: int = MAX_DEPTH) -> str | None:
+    """Where parsed JSON nests objects and arrays more than `limit` levels deep (the path of
+    the first value past it), or None when it does not."""
+    stack: list[tuple[str, Any, int]] = [("", value, 0)]
+    while stack:
+        path, item, depth = stack.pop()
+        if not isinstance(item, dict | list | tuple):
+            continue
+        if depth >= limit:
+            return path or "(value)"
+        if isinstance(item, dict):
+            stack += [(f"{path}.{k}" if path else str(k), v, depth + 1) for k, v in item.items()]
+        else:
+            stack += [(f"{path}[{n}]", v, depth + 1) for n, v in enumerate(item)]
     return None
 
 

@@ -84,13 +84,13 @@ class Tool:
         if isinstance(raw, str):
             try:
                 raw = strict_json.loads(raw or "{}")
-            except strict_json.NonFiniteNumber as exc:
+            except (strict_json.NonFiniteNumber, strict_json.TooDeep) as exc:
                 raise InvalidArguments(f"arguments are not valid JSON: {exc}") from exc
             except json.JSONDecodeError as exc:
                 raise InvalidArguments(f"arguments are not valid JSON: {exc.msg}") from exc
         if not isinstance(raw, Mapping):
             raise InvalidArguments("arguments must be a JSON object")
-        _refuse_non_finite(self.name, raw)  # parsed elsewhere: a model's reply, Python code
+        _refuse_unfit(self.name, raw)  # parsed elsewhere: a model's reply, Python code
         try:
             model = self.arguments_model.model_validate(dict(raw))
         except ValidationError as exc:
@@ -107,7 +107,7 @@ class Tool:
                 f"invalid arguments for {self.name}: {problems}", by_argument
             ) from exc
         arguments = model.model_dump(mode="json")
-        _refuse_non_finite(self.name, arguments)  # "nan" or "inf" given to a float field
+        _refuse_unfit(self.name, arguments)  # "nan" or "inf" given to a float field
         return arguments
 
     def judge(self, arguments: Mapping[str, Any], context: Mapping[str, Any]) -> Verdict:
@@ -139,8 +139,15 @@ class Tool:
         return await asyncio.to_thread(self.function, **kwargs)
 
 
-def _refuse_non_finite(tool_name: str, arguments: Mapping[str, Any]) -> None:
-    """NaN compares false with every limit a policy sets, and ±Infinity is not JSON."""
+def _refuse_unfit(tool_name: str, arguments: Mapping[str, Any]) -> None:
+    """NaN compares false with every limit a policy sets, and ±Infinity is not JSON; past
+    MAX_DEPTH levels of nesting, arguments cannot be shown to a reviewer."""
+    if (deep := strict_json.too_deep_path(dict(arguments))) is not None:
+        raise InvalidArguments(
+            f"invalid arguments for {tool_name}: nested more than {strict_json.MAX_DEPTH} "
+            f"levels deep (at {deep[:120]}); send flatter arguments",
+            {deep.split(".", 1)[0].split("[", 1)[0]: "nested too deeply"},
+        )
     if (where := strict_json.non_finite_path(dict(arguments))) is not None:
         top = where.split(".", 1)[0].split("[", 1)[0]
         raise InvalidArguments(

@@ -61,8 +61,21 @@ def _json(value: Any, *, indent: int | None = 2) -> str:
         return repr(value)
 
 
+# What is shown of arguments nested too deeply to render (only stored before such
+# arguments were refused, `strict_json.MAX_DEPTH`): never approved from Slack.
+TOO_DEEP = "[arguments nested too deeply to show]"
+
+
+def _masked(arguments: Any, *, indent: int | None = 2) -> str | None:
+    """The (masked) arguments as JSON, or None when they nest too deeply to render."""
+    try:
+        return _json(mask_secrets(arguments), indent=indent)
+    except RecursionError:
+        return None
+
+
 def _pretty(arguments: Any) -> str:
-    return _json(mask_secrets(arguments))
+    return _masked(arguments) or TOO_DEEP
 
 
 def arguments_block(arguments: Any) -> Block:
@@ -81,7 +94,8 @@ def arguments_block(arguments: Any) -> Block:
 def arguments_in_full(arguments: Any) -> bool:
     """Whether `arguments_block` shows the arguments whole."""
     prefix, suffix = _TITLED
-    return units(prefix + code_block_text(_pretty(arguments)) + suffix) <= SECTION_TEXT_MAX
+    raw = _masked(arguments)
+    return raw is not None and units(prefix + code_block_text(raw) + suffix) <= SECTION_TEXT_MAX
 
 
 def arguments_sections(arguments: Any) -> list[Block] | None:
@@ -89,7 +103,10 @@ def arguments_sections(arguments: Any) -> list[Block] | None:
     None when that is more than WHOLE_SECTIONS_MAX."""
     prefix, suffix = _FENCED
     budget = SECTION_TEXT_MAX - units(prefix) - units(suffix)
-    rest, sections = _pretty(arguments), list[Block]()
+    whole = _masked(arguments)
+    if whole is None:
+        return None
+    rest, sections = whole, list[Block]()
     while rest:
         if len(sections) == WHOLE_SECTIONS_MAX:
             return None
@@ -104,11 +121,11 @@ def arguments_sections(arguments: Any) -> list[Block] | None:
 
 def arguments_summary(arguments: Any, limit: int) -> str:
     """One line of (masked) arguments in plain text, cut to `limit`."""
-    return plain_within(one_line(_json(mask_secrets(arguments), indent=None)), limit)
+    return plain_within(one_line(_masked(arguments, indent=None) or TOO_DEEP), limit)
 
 
 def summary_in_full(arguments: Any, limit: int) -> bool:
     """Whether `arguments_summary` shows the arguments whole and as they are (neither cut nor
     with runs of whitespace in a value made one)."""
-    flat = _json(mask_secrets(arguments), indent=None)
-    return one_line(flat) == flat and units(flat) <= limit
+    flat = _masked(arguments, indent=None)
+    return flat is not None and one_line(flat) == flat and units(flat) <= limit

@@ -144,6 +144,25 @@ async def test_nan_or_infinity_never_slips_past_a_limit(
         ]
 
 
+async def test_arguments_nested_past_what_a_reviewer_could_read_are_refused(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The Agents SDK validates arguments only when the tool runs: 40 levels of arrays reach
+    the planning, which refuses them (they could be neither shown nor judged), and the
+    model is told why."""
+    agent = LIMITED["openai-agents"]
+    deep = "[" * 40 + "]" * 40
+    async with hosted_stack(redis_url, tmp_path) as stack:
+        run_id = await stack.start_run(agent, f"refund order 124 amount {deep}")
+        info = await stack.run_status(run_id, "succeeded", "failed", "waiting")
+
+        assert info.status == "succeeded", info.error
+        assert await stack.host.store.run_requests(run_id) == []
+        assert effects(stack, "refund", agent) == []
+        told = effects(stack, "model_request", agent)[-1]["results"][1]
+        assert told.startswith("Tool issue_refund was not run: its arguments nest more than 32")
+
+
 async def test_a_limit_that_cannot_judge_the_arguments_asks_a_person(
     redis_url: str, tmp_path: Path
 ) -> None:

@@ -169,6 +169,15 @@ async def test_an_unanswered_request_expires_as_a_value(
         assert decided["verdict"] == "expired" and decided["status"] == "expired"
 
 
+def nested(levels: int) -> dict[str, Any]:
+    """An object holding `levels` levels of objects and arrays, itself included."""
+    value: Any = None
+    for level in range(levels, 0, -1):  # odd levels objects, even ones arrays
+        value = {"in": value} if level % 2 else [value]
+    assert isinstance(value, dict)
+    return value
+
+
 @pytest.mark.parametrize(
     ("body", "says"),
     [
@@ -182,6 +191,9 @@ async def test_an_unanswered_request_expires_as_a_value(
         (REFUND | {"callback_url": "http://10.0.0.5/hook"}, "COUNTERSIGN_CALLBACK_HOSTS"),
         (REFUND | {"callback_url": "ftp://example.com/x"}, "http:// or https://"),
         (REFUND | {"arguments": {"x": "a" * 70_000}}, "larger than"),
+        (REFUND | {"arguments": nested(33)}, "more than 32 levels deep"),
+        (REFUND | {"requested_by": "<@U0REQUESTER>"}, "requested_by must be the requester's"),
+        (REFUND | {"requested_by": "U0REQUESTER "}, "requested_by must be the requester's"),
     ],
 )
 async def test_bad_requests_are_refused_and_change_nothing(
@@ -195,7 +207,7 @@ async def test_bad_requests_are_refused_and_change_nothing(
         assert await stack.host.store.pending_count() == 0
 
 
-async def test_nan_wait_and_unknown_ids_are_refused(
+async def test_nan_wait_odd_json_and_unknown_ids_are_refused(
     redis_url: str, tmp_path: Path, http: aiohttp.ClientSession
 ) -> None:
     async with running_stack(redis_url, tmp_path) as stack:
@@ -210,6 +222,18 @@ async def test_nan_wait_and_unknown_ids_are_refused(
                 assert r.status == 400, query
         async with http.get(f"{stack.url}/api/v1/approvals/req_00000000_0001", headers=AUTH) as r:
             assert r.status == 404
+        head = b'{"agent": "a", "tool": "t", "arguments": '
+        for raw, says in (
+            (head + b'{"x": "\\ud800"}}', "surrogate"),
+            (head + b'{"n": ' + b"9" * 5000 + b"}}", "digits"),
+            (head + b"[" * 5000 + b"]" * 5000 + b"}", "deep"),
+        ):
+            async with http.post(f"{stack.url}/api/v1/approvals", data=raw, headers=AUTH) as resp:
+                assert resp.status == 400, await resp.text()
+                assert says in (await resp.json())["error"]
+        assert await stack.host.store.pending_count() == 0
+        deepest = await create(http, stack, REFUND | {"arguments": nested(32)})  # the most
+        await stack.posted(deepest["request_id"])  # and shown to its reviewers
         async with http.post(f"{stack.url}/api/v1/approvals", json=REFUND) as resp:
             assert resp.status == 401
 

@@ -154,6 +154,10 @@ async def test_api_disabled_without_token_is_503(redis: Redis, tmp_path: Path) -
         (b'{"agent": 7, "input": "refund order 123"}', ("agent",)),
         (b'{"agent": "refund-agent", "input": ["x"]}', ("input",)),
         (b'{"agent": "refund-agent", "input": "x", "requested_by": 5}', ("requested_by",)),
+        (
+            b'{"agent": "refund-agent", "input": "x", "requested_by": "<@U0REQUESTER>"}',
+            ("requested_by must be the requester's user id",),
+        ),
         (b'{"agent": "no-such-agent", "input": "x"}', ("no-such-agent",)),
     ],
 )

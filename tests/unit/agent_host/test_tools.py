@@ -101,6 +101,13 @@ def test_validate_accepts_dicts_and_json_text_and_fills_defaults(
     assert tool(find_order).validate(raw) == expected
 
 
+def _nested_list(levels: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
@@ -114,6 +121,8 @@ def test_validate_accepts_dicts_and_json_text_and_fills_defaults(
         ('{"order_id": "1", "tags": [Infinity]}', r"Infinity is not a JSON number"),
         ({"order_id": "1", "limit": float("nan")}, r"limit is NaN or Infinity"),
         ({"order_id": "1", "tags": ["a", float("-inf")]}, r"tags\[1\] is NaN or Infinity"),
+        ({"order_id": "1", "tags": _nested_list(32)}, r"nested more than 32 levels deep"),
+        ('{"order_id": "1", "tags": ' + "[" * 5000 + "]" * 5000 + "}", r"nested too deeply"),
     ],
 )
 def test_validate_explains_what_is_wrong(raw: Any, message: str) -> None:

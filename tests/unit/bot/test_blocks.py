@@ -762,3 +762,19 @@ def test_ages_read_as_people_say_them() -> None:
         "1d",
         "2d",
     ]
+
+
+def test_arguments_nested_too_deeply_to_show_are_never_offered_for_approval() -> None:
+    """Stored before such arguments were refused where they come in: shown as what they
+    are, and only Reject is offered, on the message and in the App Home tab."""
+    deep: Any = {}
+    for _ in range(3000):
+        deep = {"in": deep}
+    request = make_request(arguments=deep)
+    text, body = B.approval_message(request)
+    check_message((text, body))
+    assert "nested too deeply to show" in json.dumps(body)
+    [actions] = [b for b in body if b["type"] == "actions"]
+    assert [e["action_id"] for e in actions["elements"]] == [B.REJECT]
+    assert not B.shown_in_full(request) and not B.shown_in_full(request, in_home=True)
+    assert isinstance(B.whole_call_modal(request), str)
