@@ -122,6 +122,9 @@ def parse_external_request(
         raise InvalidExternalRequest(
             f"expires_in_hours must be a whole number from {MIN_HOURS} to {MAX_HOURS}"
         )
+    external_id = _text(body, "external_id")
+    if external_id in (".", ".."):  # a URL's path drops them: it could not be looked up
+        raise InvalidExternalRequest('external_id may not be "." or ".."')
     requester = _text(body, "requested_by")
     if problem := requester_problem(requester):
         raise InvalidExternalRequest(problem)
@@ -137,7 +140,7 @@ def parse_external_request(
         reason=_text(body, "reason", limit=MAX_LONG_TEXT),
         question=_text(body, "question", limit=MAX_LONG_TEXT),
         expires_in_hours=hours,
-        external_id=_text(body, "external_id"),
+        external_id=external_id,
         callback_url=callback_url,
     )
 

@@ -71,11 +71,12 @@ class Sweeper:
         return expired
 
     async def trim(self) -> int:
-        """Trim the shards' resume and outbox streams of acknowledged entries."""
+        """Trim the shards' resume, outbox and callback streams of acknowledged entries."""
         trimmed = 0
         for shard in K.shards():
             trimmed += await trim_acknowledged(self.store.redis, shard.resume, K.RESUME_GROUP)
             trimmed += await trim_acknowledged(self.store.redis, shard.outbox, K.OUTBOX_GROUP)
+            trimmed += await trim_acknowledged(self.store.redis, shard.callbacks, K.CALLBACK_GROUP)
         return trimmed
 
     async def run(self, stop: asyncio.Event) -> None:

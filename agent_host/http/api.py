@@ -190,8 +190,9 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     try:
         await request.app[HOST_KEY].redis.ping()
-    except Exception as exc:
-        return error(503, f"Redis is not reachable: {exc}")
+    except Exception as exc:  # the detail (e.g. Redis's address) is for the log, not callers
+        log.warning("/readyz: Redis is not reachable: %s", exc)
+        return error(503, "Redis is not reachable; the server log says why")
     return web.json_response({"status": "ready"})
 
 

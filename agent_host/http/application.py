@@ -34,7 +34,10 @@ def add_api_routes(app: web.Application, host: Host) -> None:
     app.router.add_get("/api/v1/approvals", list_approvals)
     app.router.add_post("/api/v1/approvals", create_approval)
     app.router.add_get("/api/v1/approvals/{request_id}", approval_detail)
-    app.router.add_get("/api/v1/approvals/by-external-id/{external_id}", approval_by_external_id)
+    # Any id taken at creation, braces and (percent-encoded) slashes included.
+    app.router.add_get(
+        "/api/v1/approvals/by-external-id/{external_id:[^/]+}", approval_by_external_id
+    )
     app.router.add_get("/api/v1/callbacks/dead", list_dead_callbacks)
     app.router.add_post("/api/v1/webhooks/approval-response", approval_webhook)
     app.router.add_get("/healthz", healthz)

@@ -18,6 +18,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from agent_host.durable import keys as K
+from agent_host.durable.sweeper import Sweeper
 from bot import blocks
 from tests.support.stack import API_TOKEN, REVIEWER, Stack, running_stack, serve_app
 from tests.support.waiting import eventually
@@ -110,6 +112,16 @@ async def test_a_decision_is_posted_signed_and_retried_after_a_failure(
         metrics = await _metrics(stack)
         assert 'countersign_callbacks_total{result="delivered"} 1' in metrics
         assert 'countersign_callbacks_total{result="retried"} 1' in metrics
+
+        # Both attempts' entries, acknowledged, are trimmed like the other streams'.
+        stream = K.Keys(created["request_id"]).shard.callbacks
+        sweeper = Sweeper(stack.host.store)
+
+        async def trimmed() -> bool | None:
+            await sweeper.trim()
+            return True if await stack.host.redis.xlen(stream) == 0 else None
+
+        assert await eventually(trimmed)
 
 
 async def test_a_callback_that_keeps_failing_is_dead_lettered(

@@ -9,6 +9,7 @@ import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import pytest
@@ -192,6 +193,7 @@ def nested(levels: int) -> dict[str, Any]:
         (REFUND | {"callback_url": "ftp://example.com/x"}, "http:// or https://"),
         (REFUND | {"arguments": {"x": "a" * 70_000}}, "larger than"),
         (REFUND | {"arguments": nested(33)}, "more than 32 levels deep"),
+        (REFUND | {"external_id": ".."}, 'external_id may not be "." or ".."'),
         (REFUND | {"requested_by": "<@U0REQUESTER>"}, "requested_by must be the requester's"),
         (REFUND | {"requested_by": "U0REQUESTER "}, "requested_by must be the requester's"),
     ],
@@ -254,3 +256,17 @@ async def slash(stack: Stack, text: str) -> str:
     reply = await stack.standin.slash(REVIEWER, CHANNEL, "/approvals", text)
     assert reply.status == 200, reply.body
     return flat_body(json.loads(reply.body))
+
+
+async def test_any_external_id_taken_at_creation_can_be_looked_up(
+    redis_url: str, tmp_path: Path, http: aiohttp.ClientSession
+) -> None:
+    """As the client looks it up after a crash: the id percent-encoded in the path."""
+    odd = ["orders/{7}/refund", "{x}", "a.b", "...", "50%", "naïve id", "?q=1#f", "a\\b"]
+    async with running_stack(redis_url, tmp_path) as stack:
+        for external_id in odd:
+            created = await create(http, stack, REFUND | {"external_id": external_id})
+            url = f"{stack.url}/api/v1/approvals/by-external-id/{quote(external_id, safe='')}"
+            async with http.get(url, headers=AUTH) as resp:
+                assert resp.status == 200, (external_id, await resp.text())
+                assert (await resp.json())["request_id"] == created["request_id"]

@@ -435,7 +435,9 @@ async def test_readyz_is_503_when_redis_is_down(
         async with TestClient(TestServer(create_app(host), host="127.0.0.1")) as c:
             assert (await c.get("/readyz")).status == 200
             server.stop()
-            await assert_error(await c.get("/readyz"), 503, "Redis")
+            not_ready = await c.get("/readyz")
+            await assert_error(not_ready, 503, "Redis is not reachable")
+            assert str(server.port) not in await not_ready.text()  # no address for callers
             assert (await c.get("/healthz")).status == 200
             # Every API call says so too, as the API's documentation promises: 503, what
             # happened and what to do, and when to try again.
