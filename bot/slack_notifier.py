@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Collection
 from dataclasses import replace
 from typing import Any
 
+import aiohttp
 from slack_sdk.errors import SlackApiError
 
 from agent_host.approvals import ApprovalRequest, EscalatedCopy
@@ -348,9 +349,9 @@ class SlackNotifier:
                     else:
                         await _idle(wait)
                     continue
-                if attempt == self.attempts:
-                    raise
-            except (TimeoutError, OSError) as exc:
+                if attempt == self.attempts:  # e.g. a 500 each time: later, not never
+                    raise RetryLater(f"Slack kept failing: {exc}") from exc
+            except (TimeoutError, OSError, aiohttp.ClientError) as exc:
                 if attempt == self.attempts:
                     raise RetryLater(f"Slack unreachable: {exc}") from exc
             await _idle(self.backoff * 2 ** (attempt - 1))

@@ -8,11 +8,20 @@ posted is also marked undeliverable, its entry copied to the shard's dead-letter
 and it is posted to the fallback destination with the administrators told. The ladder's
 steps (a reminder, an escalation) are delivered by `escalations.LadderDelivery`, and the
 messages of many calls at once (bulks) by `bulk_delivery.BulkDelivery`.
+
+The notifier says "not now" (`RetryLater`) or "never" (`DeliveryFailed`); Redis being away
+is retried too. Any other error is countersign's own, and the same entry would meet it
+again and again: after POISON_AFTER attempts the entry is given up (recorded like a
+refusal, a request marked undeliverable and dead-lettered, the administrators told) rather
+than retried for ever.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+
+from redis.exceptions import RedisError
 
 from agent_host.approvals import ApprovalRequest
 from agent_host.approvals.notifier import Notifier, RunSummary
@@ -31,9 +40,11 @@ from agent_host.durable.streams import (
     WithAck,
     send_now,
 )
-from agent_host.errors import DeliveryFailed
+from agent_host.errors import DeliveryFailed, StoreError
 
-__all__ = ["IN_FLIGHT", "Outbox", "RetryLater"]
+__all__ = ["IN_FLIGHT", "POISON_AFTER", "Outbox", "RetryLater"]
+
+log = logging.getLogger(__name__)
 
 # Entries of all shards delivered at once. A backlog (serve restarted after an outage, a
 # burst of pauses) is read 100 entries per shard at a time; unbounded, its first reads
@@ -41,6 +52,12 @@ __all__ = ["IN_FLIGHT", "Outbox", "RetryLater"]
 # fail for want of one. Deliveries mostly wait on chat's pace, so this is not what limits
 # how fast a backlog drains: chat's one post per second per channel is.
 IN_FLIGHT = 256
+
+# Attempts of one entry failing with an error of countersign's own before it is given up.
+POISON_AFTER = 5
+_FAILURES_KEPT = 10_000  # entries whose failures are counted at once (then counted afresh)
+# Errors that pass: Slack's "not now", and Redis or the network away.
+_TRANSIENT = (RetryLater, StoreError, RedisError, OSError)
 
 
 class Outbox:
@@ -55,6 +72,7 @@ class Outbox:
         foreground: Foreground | None = None,
     ) -> None:
         self.store, self.notifier, self.crash = store, notifier, crash
+        self._failures: dict[str, int] = {}  # entry id -> attempts failed by a bug of ours
         self.book = BulkBook(store)
         self.ladder = LadderDelivery(store, notifier, Ladder(store.redis), self.book)
         self.bulks = BulkDelivery(store, notifier, self.book, self._post)
@@ -85,6 +103,51 @@ class Outbox:
     async def handle_entry(self, entry_id: str, fields: dict[str, str]) -> WithAck | None:
         """`handle`, but the delivery's counter is handed back to be sent with the entry's
         acknowledgement, in one round trip."""
+        try:
+            delivered = await self._deliver(entry_id, fields)
+        except _TRANSIENT:
+            raise
+        except Exception as exc:
+            failed = self._failures.get(entry_id, 0) + 1
+            if failed < POISON_AFTER:
+                if len(self._failures) >= _FAILURES_KEPT:
+                    self._failures.clear()
+                self._failures[entry_id] = failed
+                raise
+            self._failures.pop(entry_id, None)
+            await self._give_up(entry_id, fields, exc)
+            return None
+        self._failures.pop(entry_id, None)
+        return delivered
+
+    async def _give_up(self, entry_id: str, fields: dict[str, str], exc: Exception) -> None:
+        """An entry that failed POISON_AFTER times with an error of ours: recorded like a
+        refusal (a post also marks its request undeliverable, dead-letters the entry and
+        tells the administrators, not posting it elsewhere: the same error would stop that
+        too), then acknowledged."""
+        kind = fields.get("type", "")
+        about = fields.get("request_id") or fields.get("run_id") or fields.get("bulk_id", "")
+        log.error(
+            "outbox entry %s (%s of %s) failed %d times; given up: %r",
+            entry_id, kind, about or "nothing", POISON_AFTER, exc,
+        )  # fmt: skip
+        if not about:
+            return
+        failure = DeliveryFailed("countersign_error", detail=f"{type(exc).__name__}: {exc}"[:300])
+        if kind != "request_posted":
+            await self.store.record_delivery_failure(about, failure, kind)
+            return
+        await self.store.record_delivery_failure(
+            about, failure, kind, undeliverable=True, dead_letter=fields | {"entry_id": entry_id}
+        )
+        try:
+            request = await self.store.get_request(about)
+            if request is not None:
+                await self.notifier.request_undeliverable(request, failure, None)
+        except Exception:  # they are told by the log, the audit and /metrics then
+            log.exception("telling the administrators of request %s failed", about)
+
+    async def _deliver(self, entry_id: str, fields: dict[str, str]) -> WithAck | None:
         kind = fields.get("type", "")
         if kind == "run_finished":
             return await self._run_finished(fields["run_id"], fields.get("request_ids"))

@@ -1,0 +1,111 @@
+"""An outbox entry that fails with an error of countersign's own is given up after
+POISON_AFTER attempts, never retried for ever in silence: a post's request is marked
+undeliverable and dead-lettered, and the administrators are told. Slack's "not now" and
+Redis being away are retried as long as they last. Real Redis, the real consumer loop."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from redis.asyncio import Redis
+
+from agent_host.approvals import ApprovalRequest
+from agent_host.approvals.notifier import LoggingNotifier, MessageRef
+from agent_host.durable import keys as K
+from agent_host.durable.outbox import POISON_AFTER, Outbox
+from agent_host.errors import DeliveryFailed, RetryLater
+from tests.support.host_env import make_env
+from tests.support.waiting import eventually
+
+
+class FailingNotifier(LoggingNotifier):
+    """Posts fail with `error` for the first `failing` attempts (for ever: None), then go."""
+
+    def __init__(self, error: Exception, failing: int | None = None) -> None:
+        self.error, self.failing = error, failing
+        self.attempts = 0
+        self.told: list[tuple[str, str]] = []  # (request id, failure code) the admins heard
+
+    async def request_posted(self, request: ApprovalRequest) -> MessageRef | None:
+        self.attempts += 1
+        if self.failing is None or self.attempts <= self.failing:
+            raise self.error
+        return MessageRef("C-ops", f"1.{self.attempts}")
+
+    async def request_undeliverable(
+        self,
+        request: ApprovalRequest,
+        failure: DeliveryFailed,
+        rerouted: MessageRef | None,
+        fallback_failure: DeliveryFailed | None = None,
+    ) -> None:
+        self.told.append((request.request_id, failure.code))
+
+
+async def deliver_until(redis: Redis, outbox: Outbox, done: Any) -> None:
+    """The outbox's own loop (reclaiming after 100 ms) until `done()` holds."""
+    await outbox.consumer.ensure_groups()
+    stop = asyncio.Event()
+    running = asyncio.create_task(outbox.consumer.run(stop))
+    try:
+        await eventually(done, within=20)
+    finally:
+        stop.set()
+        await running
+
+
+async def pending_entries(redis: Redis) -> int:
+    total = 0
+    for shard in K.shards():
+        try:
+            summary: Any = await redis.xpending(shard.outbox, K.OUTBOX_GROUP)
+        except Exception:
+            continue
+        total += int(summary["pending"])
+    return total
+
+
+async def test_a_post_failing_with_our_own_error_is_given_up_and_the_admins_told(
+    redis: Redis,
+) -> None:
+    env = make_env(redis)
+    run_id = await env.start("refund-agent", "refund order 123")
+    [request] = await env.requests(run_id)
+    notifier = FailingNotifier(ValueError("a bug rendering this request"))
+    outbox = Outbox(env.store, notifier, "poisoned", idle_ms=100)
+
+    async def given_up() -> bool | None:
+        return True if notifier.told else None
+
+    await deliver_until(redis, outbox, given_up)
+
+    assert notifier.attempts == POISON_AFTER
+    assert notifier.told == [(request.request_id, "countersign_error")]
+    current = await env.store.get_request(request.request_id)
+    assert current is not None and current.delivery == "undeliverable"
+    assert current.status == "pending"  # still decidable from /approvals and the API
+    letters: Any = await redis.xrange(K.Keys(request.request_id).shard.deadletter)
+    assert [fields[b"request_id"].decode() for _, fields in letters] == [request.request_id]
+    assert letters[0][1][b"error"] == b"countersign_error"
+    audit = [e for e in await env.store.audit(run_id) if e["event"] == "undeliverable"]
+    assert [e["error"] for e in audit] == ["countersign_error"]
+    assert await pending_entries(redis) == 0  # acknowledged: not retried again
+
+
+async def test_slack_saying_not_now_is_retried_as_long_as_it_lasts(redis: Redis) -> None:
+    env = make_env(redis)
+    run_id = await env.start("refund-agent", "refund order 123")
+    [request] = await env.requests(run_id)
+    notifier = FailingNotifier(RetryLater("Slack unreachable"), failing=POISON_AFTER + 2)
+    outbox = Outbox(env.store, notifier, "patient", idle_ms=100)
+
+    async def posted() -> bool | None:
+        current = await env.store.get_request(request.request_id)
+        return True if current is not None and current.message_ts else None
+
+    await deliver_until(redis, outbox, posted)
+
+    assert notifier.attempts == POISON_AFTER + 3 and notifier.told == []
+    current = await env.store.get_request(request.request_id)
+    assert current is not None and current.delivery != "undeliverable"
