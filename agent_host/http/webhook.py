@@ -39,7 +39,8 @@ async def approval_webhook(request: web.Request) -> web.Response:
     if isinstance(body, web.Response):
         return body
     request_id, verdict = body.get("requestId"), body.get("decision")
-    feedback = body.get("feedback") or ""
+    feedback = body.get("feedback")
+    feedback = "" if feedback is None else feedback
     if not isinstance(request_id, str) or verdict not in WEBHOOK_DECISIONS:
         return error(
             400, 'expected {"requestId": str, "decision": "approved"|"rejected"|"request_changes"}'

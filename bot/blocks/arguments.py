@@ -54,11 +54,18 @@ def mask_secrets(value: Any) -> Any:
     return value
 
 
+# Characters that change how the text around them looks without showing themselves:
+# bidirectional controls (which can make `/srv/prod` read as something else), zero-width
+# ones, and line separators a one-line summary would drop. Shown as their JSON escapes.
+_INVISIBLE = re.compile("[\u0085\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
+
+
 def _json(value: Any, *, indent: int | None = 2) -> str:
     try:
-        return json.dumps(value, indent=indent, ensure_ascii=False, default=str)
+        text = json.dumps(value, indent=indent, ensure_ascii=False, default=str)
     except (TypeError, ValueError):  # circular references and the like
-        return repr(value)
+        text = repr(value)
+    return _INVISIBLE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 # What is shown of arguments nested too deeply to render (only stored before such

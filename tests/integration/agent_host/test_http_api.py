@@ -321,9 +321,12 @@ async def test_webhook_rejects_bad_signatures_and_ids(api: Api) -> None:
     await assert_error(await api.webhook({"requestId": "../../etc", "decision": "approved"}), 404)
     await assert_error(await api.webhook({"requestId": rid, "decision": "maybe"}), 400)
     await assert_error(await api.webhook({"requestId": 5, "decision": "approved"}), 400)
-    await assert_error(
-        await api.webhook({"requestId": rid, "decision": "rejected", "feedback": ["x"]}), 400
-    )
+    for feedback in (["x"], 0, False, []):  # not text, however empty it looks
+        await assert_error(
+            await api.webhook({"requestId": rid, "decision": "rejected", "feedback": feedback}),
+            400,
+            "feedback must be a string",
+        )
     await assert_error(await api.webhook(b"[1]"), 400, "object")
     await assert_error(await api.webhook(b"{oops"), 400, "JSON")
 

@@ -778,3 +778,19 @@ def test_arguments_nested_too_deeply_to_show_are_never_offered_for_approval() ->
     assert [e["action_id"] for e in actions["elements"]] == [B.REJECT]
     assert not B.shown_in_full(request) and not B.shown_in_full(request, in_home=True)
     assert isinstance(B.whole_call_modal(request), str)
+
+
+def test_characters_that_hide_or_reorder_text_are_shown_as_escapes() -> None:
+    """A right-to-left override can make `/srv/prod-data` read as something else, and a
+    zero-width space hides between letters: the reviewer sees each as its JSON escape,
+    in the message, its one-line summary and the form showing a call whole."""
+    path = "/tmp/\u202eatad-dorp/vrs\u202c/x\u200by\u2028z"
+    request = make_request(arguments={"path": path, "note": "héllo 日本"})
+    _, body = B.approval_message(request)
+    shown = json.dumps(body, ensure_ascii=False)
+    for invisible in ("\u202e", "\u202c", "\u200b", "\u2028"):
+        assert invisible not in shown
+        assert json.dumps(invisible)[1:-1] in shown  # as the six characters of its escape
+    assert "héllo 日本" in shown  # other text as it is
+    view = B.whole_call_modal(request)
+    assert isinstance(view, dict) and "\u202e" not in json.dumps(view, ensure_ascii=False)
