@@ -32,6 +32,7 @@ from slack_sdk.errors import SlackApiError
 from agent_host.approvals import ApprovalRequest, EscalatedCopy
 from agent_host.approvals.bulk import Bulk
 from agent_host.approvals.notifier import MessageRef, RunSummary
+from agent_host.approvals.requester import same_person
 from agent_host.durable.outbox import RetryLater
 from agent_host.durable.slots import set_aside
 from agent_host.errors import DeliveryFailed
@@ -209,7 +210,9 @@ class SlackNotifier:
         if members is None:
             raise RetryLater(f"could not list the members of user group {target}")
         people = sorted(
-            m for m in members if m != request.requested_by or request.route.allow_self_approval
+            m
+            for m in members
+            if not same_person(m, request.requested_by) or request.route.allow_self_approval
         )
         if not people:
             raise DeliveryFailed("no_members", target, "the user group has nobody to tell")

@@ -21,7 +21,7 @@ from agent_host.runtime.agents import canonical_json
 from agent_host.runtime.checkpoint import call_hash
 from agent_host.runtime.decisions import Answer, Approve, Reject, RequestChanges
 from agent_host.runtime.policy import Severity
-from agent_host.runtime.strict_json import MAX_DEPTH, non_finite_path, too_deep_path
+from agent_host.runtime.strict_json import non_finite_path, too_deep_path, too_deep_text
 
 __all__ = [
     "EXTERNAL",
@@ -104,10 +104,7 @@ def parse_external_request(
     if (where := non_finite_path(arguments)) is not None:
         raise InvalidExternalRequest(f"arguments hold a non-finite number at {where}")
     if (deep := too_deep_path(arguments)) is not None:  # no reviewer could read them
-        raise InvalidExternalRequest(
-            f"arguments nest objects and arrays more than {MAX_DEPTH} levels deep (at "
-            f"{deep[:120]}); send flatter arguments"
-        )
+        raise InvalidExternalRequest(f"arguments {too_deep_text(deep)}")
     if len(canonical_json(arguments).encode()) > MAX_ARGUMENTS_BYTES:
         raise InvalidExternalRequest(f"arguments are larger than {MAX_ARGUMENTS_BYTES} bytes")
     severity = body.get("severity", Severity.MEDIUM.value)

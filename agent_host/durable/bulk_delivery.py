@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 
 from agent_host.approvals import ApprovalRequest
 from agent_host.approvals.notifier import Notifier
+from agent_host.durable import keys as K
 from agent_host.durable.bulks import BulkBook
 from agent_host.durable.store import RunStore
 from agent_host.errors import DeliveryFailed, RetryLater
@@ -101,6 +102,23 @@ class BulkDelivery:
             await self.post_one(
                 self.store.open_context(request), entry | single | {"bulk_id": bulk_id}
             )
+
+    async def post_apart(self, bulk_id: str) -> None:
+        """The bulk's message given up (it kept failing with an error of ours): each call
+        still waiting is queued to be posted on its own, and is then delivered, or given
+        up and its administrators told, by itself."""
+        bulk = await self.book.get(bulk_id)
+        if bulk is None:
+            return
+        await self.book.record_fallback(bulk)
+        requests = await self.book.requests(bulk)
+        async with self.store.redis.pipeline(transaction=False) as pipe:
+            for request in requests:
+                if not (request.decided or request.message_ts):
+                    single = {"type": "request_posted", "request_id": request.request_id}
+                    entry = single | {"bulk_id": bulk_id}
+                    pipe.xadd(K.Keys(bulk_id).shard.outbox, entry)  # type: ignore[arg-type]
+            await pipe.execute()
 
     async def refresh(self, bulk_id: str) -> None:
         """Show the bulk's calls as they are now in its message."""

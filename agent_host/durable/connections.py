@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import Sentinel
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from agent_host.durable.connection_pool import WaitingConnectionPool, WaitingSentinelConnectionPool
 from agent_host.durable.data_dir import private_dir
@@ -139,7 +139,7 @@ def _translated(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitabl
     async def call(*args: Any, **kwargs: Any) -> Any:
         try:
             return await method(*args, **kwargs)
-        except (RedisError, OSError) as exc:
+        except (RedisError, RedisClusterException, OSError) as exc:
             raise StoreUnavailable(
                 f"Redis could not be used ({type(exc).__name__}: {exc}); nothing may have "
                 "changed, try again shortly"

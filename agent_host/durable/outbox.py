@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from agent_host.approvals import ApprovalRequest
 from agent_host.approvals.notifier import Notifier, RunSummary
@@ -57,7 +57,7 @@ IN_FLIGHT = 256
 POISON_AFTER = 5
 _FAILURES_KEPT = 10_000  # entries whose failures are counted at once (then counted afresh)
 # Errors that pass: Slack's "not now", and Redis or the network away.
-_TRANSIENT = (RetryLater, StoreError, RedisError, OSError)
+_TRANSIENT = (RetryLater, StoreError, RedisError, RedisClusterException, OSError)
 
 
 class Outbox:
@@ -134,6 +134,15 @@ class Outbox:
         if not about:
             return
         failure = DeliveryFailed("countersign_error", detail=f"{type(exc).__name__}: {exc}"[:300])
+        if kind == BULK_POSTED:  # its calls are then posted (or given up) one by one
+            await self.store.record_delivery_failure(about, failure, kind)
+            try:
+                await self.bulks.post_apart(about)
+            except _TRANSIENT:
+                raise  # Redis away: the entry is given up again once it is back
+            except Exception:  # the same error again: the log and the audit say so
+                log.exception("posting the calls of bulk %s one by one failed", about)
+            return
         if kind != "request_posted":
             await self.store.record_delivery_failure(about, failure, kind)
             return
@@ -144,6 +153,8 @@ class Outbox:
             request = await self.store.get_request(about)
             if request is not None:
                 await self.notifier.request_undeliverable(request, failure, None)
+        except _TRANSIENT:
+            raise  # given up again, and told, once Redis or Slack is back
         except Exception:  # they are told by the log, the audit and /metrics then
             log.exception("telling the administrators of request %s failed", about)
 

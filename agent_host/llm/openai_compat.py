@@ -14,7 +14,7 @@ import aiohttp
 from agent_host.errors import ConfigurationError, ModelError
 from agent_host.runtime.messages import Message, ModelResponse, ToolCall, ToolSpec
 from agent_host.runtime.models.base import check_allow_model_requests
-from agent_host.runtime.strict_json import non_finite_path
+from agent_host.runtime.strict_json import non_finite_path, too_deep_path
 from agent_host.settings import ModelSettings
 
 __all__ = ["DEFAULT_BASE_URL", "OpenAIChatModel", "model_from_settings"]
@@ -102,11 +102,17 @@ def _parse_reply(text: str) -> ModelResponse:
             raise malformed("a tool call lacks a string id or name")
         if not isinstance(arguments, str | dict):
             raise malformed("tool call arguments are neither a string nor an object")
-        if isinstance(arguments, dict) and non_finite_path(arguments) is not None:
-            # Bare NaN/Infinity in the reply: kept as the text the model sent, which the
-            # tool's validation refuses (an `invalid` call the model is told about), and
-            # which goes back in the transcript as a JSON string, not as invalid JSON.
-            arguments = json.dumps(arguments)
+        if isinstance(arguments, dict) and (
+            non_finite_path(arguments) is not None or too_deep_path(arguments) is not None
+        ):
+            # Bare NaN/Infinity, or nesting no reviewer could read, in the reply: kept as
+            # the text the model sent, which the tool's validation refuses (an `invalid`
+            # call the model is told about), and which goes back in the transcript as a
+            # JSON string, not as invalid JSON.
+            try:
+                arguments = json.dumps(arguments)
+            except RecursionError:
+                raise malformed("tool call arguments are nested too deeply") from None
         calls.append(ToolCall(id=call_id, name=name, arguments=arguments))
     return ModelResponse(text=content or "", tool_calls=calls)
 

@@ -36,7 +36,7 @@ from agent_host.runtime.policy import (
     describe_permission,
     to_verdict,
 )
-from agent_host.runtime.strict_json import MAX_DEPTH, non_finite_path, too_deep_path
+from agent_host.runtime.strict_json import non_finite_path, too_deep_path, too_deep_text
 
 __all__ = [
     "NOT_SEEN",
@@ -140,7 +140,7 @@ class HostedTool:
         if (where := non_finite_path(dict(raw))) is not None:
             raise InvalidArguments(f"{where} is NaN or Infinity, which is not a JSON number")
         if (deep := too_deep_path(dict(raw))) is not None:
-            raise InvalidArguments(f"nested more than {MAX_DEPTH} levels deep at {deep[:120]}")
+            raise InvalidArguments(f"arguments {too_deep_text(deep)}")
         valid = self.validator(dict(raw))
         if (where := non_finite_path(valid)) is not None:
             raise InvalidArguments(f"{where} is NaN or Infinity, which is not a JSON number")
@@ -343,9 +343,9 @@ def parse_arguments(raw: str | Mapping[str, Any] | None) -> dict[str, Any] | str
         return {}
     if isinstance(raw, Mapping):
         return dict(raw)
-    try:
+    try:  # (NaN and Infinity parse: the planning refuses them, saying where they are)
         value = json.loads(raw or "{}")
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past reading: as text
         return raw
     return value if isinstance(value, dict) else raw
 

@@ -31,7 +31,7 @@ from agent_host.runtime.ledger import ExecutionLedger
 from agent_host.runtime.messages import Message
 from agent_host.runtime.outcomes import Failed, Paused, RunOutcome, Succeeded
 from agent_host.runtime.policy import Permission, Severity, Verdict
-from agent_host.runtime.strict_json import MAX_DEPTH, non_finite_path, too_deep_path
+from agent_host.runtime.strict_json import non_finite_path, too_deep_path, too_deep_text
 
 __all__ = ["HostedRunner"]
 
@@ -42,11 +42,7 @@ NON_FINITE = (
     "Tool {tool} was not run: {where} is NaN or Infinity, which is not a JSON number. "
     "Call it again with a finite number."
 )
-TOO_DEEP = (
-    "Tool {tool} was not run: its arguments nest more than "
-    + str(MAX_DEPTH)
-    + " levels deep (at {where}). Call it again with flatter arguments."
-)
+TOO_DEEP = "Tool {tool} was not run: its arguments are {problem}."
 POLICY = "policy"  # who decided a call the policy let through or refused
 _NOT_RUN: dict[str, Outcome] = {"deny": "denied", "invalid": "invalid"}  # refused, by gate
 
@@ -169,7 +165,8 @@ def _plan(
         record.gate, record.result = "invalid", NON_FINITE.format(tool=call.tool, where=where)
         return record
     if (deep := too_deep_path(call.arguments)) is not None:  # no reviewer could read it
-        record.gate, record.result = "invalid", TOO_DEEP.format(tool=call.tool, where=deep[:120])
+        problem = too_deep_text(deep)
+        record.gate, record.result = "invalid", TOO_DEEP.format(tool=call.tool, problem=problem)
         return record
     try:
         verdict = agent.judge(call, context)

@@ -26,6 +26,7 @@ __all__ = [
     "loads",
     "non_finite_path",
     "too_deep_path",
+    "too_deep_text",
 ]
 
 MAX_DEPTH = 32  # levels of objects and arrays within one another
@@ -55,25 +56,80 @@ def loads(text: str | bytes) -> Any:
     except RecursionError:
         raise TooDeep(f"JSON nested too deeply: send at most {MAX_DEPTH} levels") from None
     raw = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
-    if _SURROGATE.search(raw) and (where := _not_text_path(value)) is not None:
+    if _SURROGATE.search(raw) and (where := _first(value, _not_text)) is not None:
         raise NotText(f"{where} holds a lone UTF-16 surrogate, which is not text")
     return value
 
 
-def _not_text_path(value: Any) -> str | None:
-    stack: list[tuple[str, Any]] = [("", value)]
+def non_finite_path(value: Any) -> str | None:
+    """Where a float NaN or ±Infinity sits in parsed JSON (`amount`, `items[2].price`,
+    `(value)` for the value itself), or None when there is none."""
+    return _first(value, lambda item, key, depth: _non_finite(item))
+
+
+def too_deep_path(value: Any, limit: int = MAX_DEPTH) -> str | None:
+    """Where parsed JSON nests objects and arrays more than `limit` levels deep (the path of
+    the first value past it), or None when it does not."""
+    return _first(value, lambda item, key, depth: depth >= limit and _container(item))
+
+
+def too_deep_text(where: str) -> str:
+    """The end of a refusal of arguments nested too deeply, saying where."""
+    return f"nested more than {MAX_DEPTH} levels deep (at {where[:120]}); send flatter ones"
+
+
+# A value's place in a walk: the place of its container and its key there (a linked list,
+# so that a path is spelt out only for the value it is asked for).
+_Place = tuple["_Place", Any] | None
+
+
+def _first(value: Any, problem: Any) -> str | None:
+    """The path of the first value for which `problem(value, its key, its depth)` holds,
+    depth first; containers within the first bad one are not walked."""
+    stack: list[tuple[Any, _Place, int]] = [(value, None, 0)]
     while stack:
-        path, item = stack.pop()
-        if isinstance(item, str) and not _is_text(item):
-            return path or "(value)"
+        item, place, depth = stack.pop()
+        if problem(item, None if place is None else place[1], depth):
+            return _path(place)
         if isinstance(item, dict):
-            for key, inner in item.items():
-                if not _is_text(key):
-                    return f"a key of {path or 'the object'}"
-                stack.append((f"{path}.{key}" if path else key, inner))
-        elif isinstance(item, list):
-            stack += [(f"{path}[{n}]", v) for n, v in enumerate(item)]
+            stack += [(v, (place, k), depth + 1) for k, v in item.items()]
+        elif isinstance(item, list | tuple):
+            stack += [(v, (place, n), depth + 1) for n, v in enumerate(item)]
     return None
+
+
+def _path(place: _Place) -> str:
+    keys: list[Any] = []
+    while place is not None:
+        place, key = place
+        keys.append(key)
+    path = ""
+    for key in reversed(keys):
+        if isinstance(key, int):
+            path += f"[{key}]"
+        else:
+            path += f".{_shown(key)}" if path else _shown(key)
+    return path or "(value)"
+
+
+def _shown(key: Any) -> str:
+    """A key as a path shows it (a lone surrogate as its escape, so the path is text)."""
+    return str(key).encode("utf-8", "backslashreplace").decode()
+
+
+def _container(item: Any) -> bool:
+    return isinstance(item, dict | list | tuple)
+
+
+def _non_finite(item: Any) -> bool:
+    return isinstance(item, float) and not math.isfinite(item)
+
+
+def _not_text(item: Any, key: Any, depth: int) -> bool:
+    """A string, or a key, that holds a lone surrogate."""
+    if isinstance(key, str) and not _is_text(key):
+        return True
+    return isinstance(item, str) and not _is_text(item)
 
 
 def _is_text(text: str) -> bool:
@@ -82,38 +138,6 @@ def _is_text(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def non_finite_path(value: Any) -> str | None:
-    """Where a float NaN or ±Infinity sits in parsed JSON (`amount`, `items[2].price`,
-    `(value)` for the value itself), or None when there is none."""
-    stack: list[tuple[str, Any]] = [("", value)]
-    while stack:
-        path, item = stack.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            return path or "(value)"
-        if isinstance(item, dict):
-            stack += [(f"{path}.{key}" if path else str(key), v) for key, v in item.items()]
-        elif isinstance(item, list | tuple):
-            stack += [(f"{path}[{n}]", v) for n, v in enumerate(item)]
-    return None
-
-
-def too_deep_path(value: Any, limit: int = MAX_DEPTH) -> str | None:
-    """Where parsed JSON nests objects and arrays more than `limit` levels deep (the path of
-    the first value past it), or None when it does not."""
-    stack: list[tuple[str, Any, int]] = [("", value, 0)]
-    while stack:
-        path, item, depth = stack.pop()
-        if not isinstance(item, dict | list | tuple):
-            continue
-        if depth >= limit:
-            return path or "(value)"
-        if isinstance(item, dict):
-            stack += [(f"{path}.{k}" if path else str(k), v, depth + 1) for k, v in item.items()]
-        else:
-            stack += [(f"{path}[{n}]", v, depth + 1) for n, v in enumerate(item)]
-    return None
 
 
 def _refuse_constant(name: str) -> Any:

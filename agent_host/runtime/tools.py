@@ -84,10 +84,10 @@ class Tool:
         if isinstance(raw, str):
             try:
                 raw = strict_json.loads(raw or "{}")
-            except (strict_json.NonFiniteNumber, strict_json.TooDeep) as exc:
-                raise InvalidArguments(f"arguments are not valid JSON: {exc}") from exc
             except json.JSONDecodeError as exc:
                 raise InvalidArguments(f"arguments are not valid JSON: {exc.msg}") from exc
+            except ValueError as exc:  # NaN, too deep, not text, an integer too long...
+                raise InvalidArguments(f"arguments are not valid JSON: {exc}") from exc
         if not isinstance(raw, Mapping):
             raise InvalidArguments("arguments must be a JSON object")
         _refuse_unfit(self.name, raw)  # parsed elsewhere: a model's reply, Python code
@@ -144,8 +144,7 @@ def _refuse_unfit(tool_name: str, arguments: Mapping[str, Any]) -> None:
     MAX_DEPTH levels of nesting, arguments cannot be shown to a reviewer."""
     if (deep := strict_json.too_deep_path(dict(arguments))) is not None:
         raise InvalidArguments(
-            f"invalid arguments for {tool_name}: nested more than {strict_json.MAX_DEPTH} "
-            f"levels deep (at {deep[:120]}); send flatter arguments",
+            f"invalid arguments for {tool_name}: {strict_json.too_deep_text(deep)}",
             {deep.split(".", 1)[0].split("[", 1)[0]: "nested too deeply"},
         )
     if (where := strict_json.non_finite_path(dict(arguments))) is not None:

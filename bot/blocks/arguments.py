@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from typing import Any
 
 from bot.blocks.elements import Block, section
@@ -18,6 +19,7 @@ __all__ = [
     "arguments_summary",
     "is_secret_key",
     "mask_secrets",
+    "shown_json",
     "summary_in_full",
 ]
 
@@ -54,10 +56,32 @@ def mask_secrets(value: Any) -> Any:
     return value
 
 
-# Characters that change how the text around them looks without showing themselves:
-# bidirectional controls (which can make `/srv/prod` read as something else), zero-width
-# ones, and line separators a one-line summary would drop. Shown as their JSON escapes.
-_INVISIBLE = re.compile("[\u0085\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
+# Characters that change how the text around them looks without showing themselves: format
+# characters (bidirectional controls, which can make `/srv/prod` read as something else,
+# zero-width ones, tags that smuggle hidden text), controls, line separators a one-line
+# summary would drop, unassigned and private-use code points, and fillers and selectors
+# that show as nothing. Shown as their JSON escapes.
+_HIDING = frozenset({"Cc", "Cf", "Cn", "Co", "Cs", "Zl", "Zp"})
+_BLANK = frozenset("\u034f\u115f\u1160\u3164\uffa0")
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+def _hides(char: str) -> bool:
+    point = ord(char)
+    return (
+        unicodedata.category(char) in _HIDING
+        or char in _BLANK
+        or 0xFE00 <= point <= 0xFE0F  # variation selectors
+        or 0xE0100 <= point <= 0xE01EF
+    )
+
+
+def _visible(text: str) -> str:
+    if text.isascii():
+        return text
+    return _NON_ASCII.sub(
+        lambda m: json.dumps(m.group())[1:-1] if _hides(m.group()) else m.group(), text
+    )
 
 
 def _json(value: Any, *, indent: int | None = 2) -> str:
@@ -65,7 +89,7 @@ def _json(value: Any, *, indent: int | None = 2) -> str:
         text = json.dumps(value, indent=indent, ensure_ascii=False, default=str)
     except (TypeError, ValueError):  # circular references and the like
         text = repr(value)
-    return _INVISIBLE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return _visible(text)
 
 
 # What is shown of arguments nested too deeply to render (only stored before such
@@ -73,36 +97,36 @@ def _json(value: Any, *, indent: int | None = 2) -> str:
 TOO_DEEP = "[arguments nested too deeply to show]"
 
 
-def _masked(arguments: Any, *, indent: int | None = 2) -> str | None:
-    """The (masked) arguments as JSON, or None when they nest too deeply to render."""
+def shown_json(arguments: Any, *, indent: int | None = 2) -> str | None:
+    """The (masked) arguments as JSON as they are shown, characters that hide escaped; None
+    when they nest too deeply to render."""
     try:
         return _json(mask_secrets(arguments), indent=indent)
     except RecursionError:
         return None
 
 
-def _pretty(arguments: Any) -> str:
-    return _masked(arguments) or TOO_DEEP
+def _in_one_section(arguments: Any) -> tuple[str, bool]:
+    """The text of `arguments_block`, and whether it holds the arguments whole."""
+    raw = shown_json(arguments)
+    prefix, suffix = _TITLED
+    text = prefix + code_block_text(raw or TOO_DEEP) + suffix
+    if units(text) <= SECTION_TEXT_MAX:
+        return text, raw is not None
+    note = truncation_note(len(raw or ""))
+    budget = SECTION_TEXT_MAX - units(prefix) - units(suffix) - units(note)
+    body, cut = fit(raw or "", code_block_text, budget)
+    return prefix + body + suffix + truncation_note(cut), False
 
 
 def arguments_block(arguments: Any) -> Block:
     """The (masked) arguments as pretty JSON in a code block, cut to one section."""
-    raw = _pretty(arguments)
-    prefix, suffix = _TITLED
-    text = prefix + code_block_text(raw) + suffix
-    if units(text) > SECTION_TEXT_MAX:
-        note = truncation_note(len(raw))
-        budget = SECTION_TEXT_MAX - units(prefix) - units(suffix) - units(note)
-        body, cut = fit(raw, code_block_text, budget)
-        text = prefix + body + suffix + truncation_note(cut)
-    return section(text)
+    return section(_in_one_section(arguments)[0])
 
 
 def arguments_in_full(arguments: Any) -> bool:
     """Whether `arguments_block` shows the arguments whole."""
-    prefix, suffix = _TITLED
-    raw = _masked(arguments)
-    return raw is not None and units(prefix + code_block_text(raw) + suffix) <= SECTION_TEXT_MAX
+    return _in_one_section(arguments)[1]
 
 
 def arguments_sections(arguments: Any) -> list[Block] | None:
@@ -110,7 +134,7 @@ def arguments_sections(arguments: Any) -> list[Block] | None:
     None when that is more than WHOLE_SECTIONS_MAX."""
     prefix, suffix = _FENCED
     budget = SECTION_TEXT_MAX - units(prefix) - units(suffix)
-    whole = _masked(arguments)
+    whole = shown_json(arguments)
     if whole is None:
         return None
     rest, sections = whole, list[Block]()
@@ -128,11 +152,14 @@ def arguments_sections(arguments: Any) -> list[Block] | None:
 
 def arguments_summary(arguments: Any, limit: int) -> str:
     """One line of (masked) arguments in plain text, cut to `limit`."""
-    return plain_within(one_line(_masked(arguments, indent=None) or TOO_DEEP), limit)
+    return plain_within(one_line(shown_json(arguments, indent=None) or TOO_DEEP), limit)
 
 
 def summary_in_full(arguments: Any, limit: int) -> bool:
-    """Whether `arguments_summary` shows the arguments whole and as they are (neither cut nor
-    with runs of whitespace in a value made one)."""
-    flat = _masked(arguments, indent=None)
-    return flat is not None and one_line(flat) == flat and units(flat) <= limit
+    """Whether `arguments_summary`, shown as inline code, shows the arguments whole and as
+    they are: not cut, no run of whitespace in a value made one, no backtick (which would
+    end the code and let the rest be read as formatting)."""
+    flat = shown_json(arguments, indent=None)
+    if flat is None or "`" in flat:
+        return False
+    return one_line(flat) == flat and units(flat) <= limit

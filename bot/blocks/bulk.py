@@ -106,7 +106,7 @@ def row(number: int, request: ApprovalRequest) -> str:
     summary = arguments_summary(request.arguments, ARGUMENTS_MAX)
     return (
         f"`{number}.` {inline_code(one_line(request.tool), TOOL_MAX)} "
-        f"{short(summary, ARGUMENTS_MAX * 5)} · {_severity(request.severity)} · "
+        f"{inline_code(summary, ARGUMENTS_MAX)} · {_severity(request.severity)} · "
         f"hash {inline_code(request.call_hash[:8])} · {_status(request)}"
     )
 

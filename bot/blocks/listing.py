@@ -61,6 +61,7 @@ def request_line(request: ApprovalRequest, now: float, url: str = "") -> str:
     )
     detail = link(request, url)
     if request.kind != "question":
-        summary = short(arguments_summary(request.arguments, ARGUMENTS_MAX), ARGUMENTS_MAX * 5)
+        # As code: nothing in the arguments is read as formatting (`*bold*`, `:emoji:`).
+        summary = inline_code(arguments_summary(request.arguments, ARGUMENTS_MAX), ARGUMENTS_MAX)
         detail = f"{summary} · {detail}"
     return f"{head}\n      {detail}"

@@ -169,7 +169,9 @@ def whole_call_modal(request: ApprovalRequest) -> Block | str:
     blocks = [
         section(
             f"Approve this call of {inline_code(request.tool)} from *{short(request.agent)}* "
-            "exactly as shown here? These are its arguments, whole:"
+            "exactly as shown here? Its arguments were longer than where you clicked could "
+            "show; here they are whole. This approves this one call, as it is (no edits, "
+            "nothing later in the run):"
         ),
         *sections,
         comment_input(optional=True),

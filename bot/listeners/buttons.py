@@ -51,17 +51,23 @@ ACTIONS = (
     blocks.EDIT,
 )
 _APPROVING = (blocks.APPROVE, blocks.APPROVE_ALWAYS, blocks.APPROVE_COMMENT, blocks.EDIT)
-_SEE_WHOLE = "see the call whole first"  # what an approving click on a cut call opens
-_FORMS: dict[str, Callable[[ApprovalRequest], Any]] = {
+_FORMS = {
     blocks.REJECT: blocks.reject_modal,
     blocks.ANSWER: blocks.answer_modal,
     blocks.APPROVE_COMMENT: blocks.comment_modal,
-    _SEE_WHOLE: blocks.whole_call_modal,
 }
 
 
-def _form(action_id: str, request: ApprovalRequest, approvals: ApprovalService) -> Any:
+def _opens_form(action_id: str, seen_whole: bool) -> bool:
+    return action_id in _FORMS or action_id == blocks.EDIT or not seen_whole
+
+
+def _form(
+    action_id: str, request: ApprovalRequest, approvals: ApprovalService, seen_whole: bool
+) -> Any:
     """The view the button opens (a dict), why it cannot open (a str), or None (no form)."""
+    if not seen_whole:  # approved only as seen whole, never as the cut version clicked
+        return blocks.whole_call_modal(request)
     if action_id == blocks.EDIT:
         if approvals.editor is None:
             return "Editing arguments is not available here."
@@ -136,14 +142,14 @@ async def _on_click(
     assert request is not None
     if outside := await _outside_channel(click, request, home):
         return f":no_entry: Not allowed: {outside}. Nothing was changed."
-    action = click.action_id
-    if action in _APPROVING and not blocks.shown_in_full(request, in_home=click.from_home):
-        action = _SEE_WHOLE  # approved only as seen whole, never as the cut version
-    if action in _FORMS or action == blocks.EDIT:
+    seen_whole = click.action_id not in _APPROVING or blocks.shown_in_full(
+        request, in_home=click.from_home
+    )
+    if _opens_form(click.action_id, seen_whole):
         eligibility = await approvals.may_decide(click.user, request)
         if not eligibility.allowed:
             return f":no_entry: Not allowed: {eligibility.reason}."
-        view = _form(action, request, approvals)
+        view = _form(click.action_id, request, approvals, seen_whole)
         if isinstance(view, str):
             return view
         replies.open_form(click.trigger_id, view, click.channel, click.user)

@@ -35,12 +35,13 @@ EMPTY_COMMENT = "Write a comment, or close this and click Approve."
 
 Listener = Callable[[AsyncAck, dict[str, Any], dict[str, Any]], Awaitable[None]]
 Errors = dict[str, str]  # problems by block id; empty: the form was accepted
+Submit = Callable[[ApprovalService, Submission], Awaitable[Errors]]
 
 
 @dataclass(frozen=True)
 class _Form:
     block: str  # where a problem of the form as a whole is shown
-    submit: Callable[[ApprovalService, Submission], Awaitable[Errors]]
+    submit: Submit
 
 
 async def _decide(
@@ -73,18 +74,18 @@ async def _answer(approvals: ApprovalService, submission: Submission) -> Errors:
     return await _decide(approvals, submission, decision, blocks.ANSWER_BLOCK)
 
 
-async def _comment(approvals: ApprovalService, submission: Submission) -> Errors:
-    comment = _typed(submission, blocks.COMMENT_BLOCK, blocks.COMMENT_INPUT).strip()
-    if not comment:
-        return {blocks.COMMENT_BLOCK: EMPTY_COMMENT}
-    decision = Approve(decided_by=submission.user, comment=comment)
-    return await _decide(approvals, submission, decision, blocks.COMMENT_BLOCK)
+def _approve(*, comment_required: bool) -> Submit:
+    """An approval with the form's comment (Approve with comment: required; a call seen
+    whole: optional)."""
 
+    async def submit(approvals: ApprovalService, submission: Submission) -> Errors:
+        comment = _typed(submission, blocks.COMMENT_BLOCK, blocks.COMMENT_INPUT).strip()
+        if comment_required and not comment:
+            return {blocks.COMMENT_BLOCK: EMPTY_COMMENT}
+        decision = Approve(decided_by=submission.user, comment=comment)
+        return await _decide(approvals, submission, decision, blocks.COMMENT_BLOCK)
 
-async def _approve_whole(approvals: ApprovalService, submission: Submission) -> Errors:
-    comment = _typed(submission, blocks.COMMENT_BLOCK, blocks.COMMENT_INPUT).strip()
-    decision = Approve(decided_by=submission.user, comment=comment)
-    return await _decide(approvals, submission, decision, blocks.COMMENT_BLOCK)
+    return submit
 
 
 async def _edit(approvals: ApprovalService, submission: Submission) -> Errors:
@@ -124,9 +125,9 @@ async def _edit(approvals: ApprovalService, submission: Submission) -> Errors:
 _SPECS = {
     blocks.REJECT_MODAL: _Form(blocks.REASON_BLOCK, _reject),
     blocks.ANSWER_MODAL: _Form(blocks.ANSWER_BLOCK, _answer),
-    blocks.COMMENT_MODAL: _Form(blocks.COMMENT_BLOCK, _comment),
+    blocks.COMMENT_MODAL: _Form(blocks.COMMENT_BLOCK, _approve(comment_required=True)),
     blocks.EDIT_MODAL: _Form(blocks.COMMENT_BLOCK, _edit),
-    blocks.WHOLE_CALL_MODAL: _Form(blocks.COMMENT_BLOCK, _approve_whole),
+    blocks.WHOLE_CALL_MODAL: _Form(blocks.COMMENT_BLOCK, _approve(comment_required=False)),
 }
 FORMS = tuple(_SPECS)
 

@@ -160,7 +160,9 @@ async def test_arguments_nested_past_what_a_reviewer_could_read_are_refused(
         assert await stack.host.store.run_requests(run_id) == []
         assert effects(stack, "refund", agent) == []
         told = effects(stack, "model_request", agent)[-1]["results"][1]
-        assert told.startswith("Tool issue_refund was not run: its arguments nest more than 32")
+        assert told.startswith(
+            "Tool issue_refund was not run: its arguments are nested more than 32 levels deep"
+        )
 
 
 async def test_a_limit_that_cannot_judge_the_arguments_asks_a_person(

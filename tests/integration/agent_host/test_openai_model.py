@@ -475,3 +475,50 @@ async def test_nan_or_infinity_arguments_are_invalid_never_gated_or_run(
     assert len(sent) == 2
     told = strict_json.loads(sent[1])
     assert any(m.get("content") == record.result for m in told["messages"])
+
+
+# Arguments no reviewer could be shown, or no parser could take: nested past MAX_DEPTH (as a
+# text, or bare in the reply, even past what Python could save), a lone surrogate, or an
+# integer longer than Python reads. Each is an invalid call the model is told about.
+UNREADABLE_REPLIES = {
+    "deep-in-arguments-text": ('"{\\"amount\\": ' + "[" * 40 + "]" * 40 + '}"', "nested"),
+    "deep-bare-in-reply": ('{"amount": ' + "[" * 300 + "]" * 300 + "}", "nested"),
+    "lone-surrogate-in-arguments-text": ('"{\\"amount\\": \\"\\\\ud800\\"}"', "surrogate"),
+    "huge-integer-in-arguments-text": ('"{\\"amount\\": ' + "9" * 5000 + '}"', "digits"),
+}
+
+
+@pytest.mark.parametrize(
+    ("arguments", "says"), list(UNREADABLE_REPLIES.values()), ids=list(UNREADABLE_REPLIES)
+)
+async def test_arguments_no_one_could_read_are_invalid_never_gated_or_run(
+    endpoint: tuple[FakeEndpoint, str],
+    make_model: Callable[..., OpenAIChatModel],
+    arguments: str,
+    says: str,
+) -> None:
+    fake, url = endpoint
+    refunds: list[Any] = []
+
+    def refund(amount: Any) -> str:
+        """Refund an amount."""
+        refunds.append(amount)
+        return "refunded"
+
+    async def handler(request: web.Request, attempt: int) -> web.StreamResponse:
+        if attempt > 1:
+            return await _ok(text_reply("gave up"))
+        call = '{"id": "c1", "type": "function", "function": {"name": "refund", "arguments": %s}}'
+        body = '{"choices": [{"message": {"role": "assistant", "tool_calls": [%s]}}]}'
+        return web.Response(text=body % (call % arguments), content_type="application/json")
+
+    fake.handler = handler
+    registry = registry_of("payer", [tool(permission=Permission.ASK)(refund)], make_model(url))
+    with allow_model_requests(True):
+        outcome = await Runner(registry).run("payer", "refund order 123")
+
+    assert isinstance(outcome, Succeeded), outcome  # never paused for a reviewer
+    (record,) = outcome.state.calls
+    assert (record.gate, record.outcome) == ("invalid", "invalid")
+    assert record.result is not None and says in record.result, record.result
+    assert refunds == []

@@ -8,9 +8,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from redis.asyncio import Redis
+from redis.exceptions import SlotNotCoveredError
 
 from agent_host.approvals import ApprovalRequest
+from agent_host.approvals.bulk import Bulk
 from agent_host.approvals.notifier import LoggingNotifier, MessageRef
 from agent_host.durable import keys as K
 from agent_host.durable.outbox import POISON_AFTER, Outbox
@@ -93,11 +96,53 @@ async def test_a_post_failing_with_our_own_error_is_given_up_and_the_admins_told
     assert await pending_entries(redis) == 0  # acknowledged: not retried again
 
 
-async def test_slack_saying_not_now_is_retried_as_long_as_it_lasts(redis: Redis) -> None:
+class FailingBulkNotifier(FailingNotifier):
+    """A bulk's message fails with an error of ours every time; single posts go."""
+
+    def __init__(self) -> None:
+        super().__init__(ValueError("a bug rendering the bulk"), failing=0)
+        self.bulk_attempts = 0
+
+    async def bulk_posted(self, bulk: Bulk, requests: list[ApprovalRequest]) -> MessageRef | None:
+        self.bulk_attempts += 1
+        raise self.error
+
+
+async def test_a_bulk_message_given_up_posts_each_of_its_calls_on_its_own(redis: Redis) -> None:
+    env = make_env(redis)
+    env.store.bulk_threshold = 2
+    run_id = await env.start("cleanup-agent", "delete /tmp/a /tmp/b /tmp/c")
+    requests = await env.requests(run_id)
+    assert len(requests) == 3 and len({r.bulk_id for r in requests}) == 1
+    notifier = FailingBulkNotifier()
+    outbox = Outbox(env.store, notifier, "bulk-poisoned", idle_ms=100)
+
+    async def each_posted() -> bool | None:
+        current = await env.store.run_requests(run_id)
+        return True if all(r.message_ts for r in current) else None
+
+    await deliver_until(redis, outbox, each_posted)
+
+    assert notifier.bulk_attempts == POISON_AFTER and notifier.attempts == 3
+    failed = [e for e in await env.store.audit(run_id) if e["event"] == "delivery_failed"]
+    assert [(e["notification"], e["error"]) for e in failed] == [
+        ("requests_posted_bulk", "countersign_error")
+    ]
+    assert await pending_entries(redis) == 0
+
+
+@pytest.mark.parametrize(
+    "not_now",
+    [RetryLater("Slack unreachable"), SlotNotCoveredError("a cluster slot is moving")],
+    ids=["slack", "redis-cluster"],
+)
+async def test_slack_or_redis_saying_not_now_is_retried_as_long_as_it_lasts(
+    redis: Redis, not_now: Exception
+) -> None:
     env = make_env(redis)
     run_id = await env.start("refund-agent", "refund order 123")
     [request] = await env.requests(run_id)
-    notifier = FailingNotifier(RetryLater("Slack unreachable"), failing=POISON_AFTER + 2)
+    notifier = FailingNotifier(not_now, failing=POISON_AFTER + 2)
     outbox = Outbox(env.store, notifier, "patient", idle_ms=100)
 
     async def posted() -> bool | None:

@@ -17,6 +17,7 @@ from agent_host.approvals.notifier import RunSummary
 from agent_host.runtime.decisions import Reject, decision_adapter
 from bot import blocks as B
 from bot import mrkdwn
+from bot.blocks.arguments import shown_json
 from slack_sandbox.blockkit import check_blocks, check_view
 
 NOW = 1_700_000_000.0
@@ -617,16 +618,6 @@ json_values = st.recursive(scalars, containers, max_leaves=12)
 arguments = st.dictionaries(keys, json_values, max_size=6) | json_values
 
 
-def strip_zwsp(value: Any) -> Any:
-    if isinstance(value, str):
-        return value.replace("\u200b", "")
-    if isinstance(value, dict):
-        return {strip_zwsp(k): strip_zwsp(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [strip_zwsp(v) for v in value]
-    return value
-
-
 PROPERTY = settings(
     max_examples=60,
     deadline=None,
@@ -660,12 +651,14 @@ def test_any_arguments_respect_limits(
 
     text = arguments_text(pending[1])
     assert text.startswith("*Arguments*\n```\n")
-    full = json.dumps(B.mask_secrets(args), indent=2, ensure_ascii=False)
+    # As shown: characters that hide themselves are escapes, so the JSON reads back whole.
+    full = shown_json(args)
+    assert full is not None
     match = re.search(r"\n```\n… \(truncated, (\d+) more characters\)$", text)
     if match is None:
         inner = text.removeprefix("*Arguments*\n```\n").removesuffix("\n```")
         parsed = json.loads(unescape(inner).replace("\u200b", ""))
-        assert parsed == strip_zwsp(json.loads(full))
+        assert parsed == json.loads(json.dumps(B.mask_secrets(args)))
     else:
         inner = text[: match.start()].removeprefix("*Arguments*\n```\n")
         kept = unescape(inner).replace("\u200b", "")
@@ -794,3 +787,13 @@ def test_characters_that_hide_or_reorder_text_are_shown_as_escapes() -> None:
     assert "héllo 日本" in shown  # other text as it is
     view = B.whole_call_modal(request)
     assert isinstance(view, dict) and "\u202e" not in json.dumps(view, ensure_ascii=False)
+
+
+def test_a_list_line_shows_arguments_as_code_and_only_then_counts_as_whole() -> None:
+    from bot.blocks.listing import request_line
+
+    request = make_request(arguments={"cmd": "rm -rf *tmp* :x:"})
+    assert '`{"cmd": "rm -rf *tmp* :x:"}`' in request_line(request, NOW)
+    assert B.shown_in_full(request, in_home=True)
+    ticked = make_request(arguments={"cmd": "echo `id`"})
+    assert not B.shown_in_full(ticked, in_home=True)

@@ -230,3 +230,18 @@ def test_a_call_shown_only_in_its_bulk_has_no_button_on_that_message() -> None:
     assert refusal(posted_alone, click(message_ts="1.3")) == ""
     block = "actions:req_abc123_0002"
     assert refusal(request, click(message_block_ids=frozenset({block}))) == ""
+
+
+def test_rows_show_arguments_as_code_so_nothing_in_them_is_formatting() -> None:
+    """`*tmp*` would show as bold `tmp`, `:x:` as an emoji: as inline code, each is shown
+    as written; a backtick, which would end the code, makes a row not whole."""
+    bulk, requests = calls(6, tool="run_shell")
+    formatted = {"cmd": "rm -rf *tmp* ~/old~ :x: _all_"}
+    shown = [replace(r, arguments=formatted) for r in requests]
+    _, body = B.bulk_message(bulk, shown)
+    row = '`{"cmd": "rm -rf *tmp* ~/old~ :x: _all_"}`'
+    assert all(row in t for t in mrkdwn_texts(body) if "run_shell" in t and "hash" in t)
+    assert B.lists_every_call_whole(shown)
+    ticked = [replace(r, arguments={"cmd": "echo `id`"}) for r in requests]
+    assert not B.lists_every_call_whole(ticked)
+    assert B.BULK_APPROVE not in buttons(B.bulk_message(bulk, ticked)[1])
