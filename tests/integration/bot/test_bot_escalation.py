@@ -209,6 +209,25 @@ async def test_an_escalation_to_a_user_group_messages_each_member_and_any_copy_d
         assert stack.effects.count("refund") == 0
 
 
+async def test_an_escalation_to_a_group_skips_the_requester_however_their_id_is_written(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The requester may not decide their own request: a copy in their direct messages
+    would only be refused, so they get none, even when the run named them in lower case."""
+    async with running_stack(redis_url, tmp_path) as stack:
+        await _route(
+            stack,
+            f"escalate_after=1s escalate_to=<!subteam^{GROUP}|@reviewers>",
+            f"<!subteam^{GROUP}>",
+        )
+        run_id = await stack.start_run("refund-agent", "refund order 123", REVIEWER2.lower())
+        [request] = await stack.pending_requests(run_id)
+        escalated = await _escalated(stack, request.request_id)
+        await _settled(stack)
+        current = await stack.host.store.get_request(escalated.request_id)
+        assert current is not None and [c.to for c in current.escalations] == [REVIEWER]
+
+
 async def test_a_decided_request_leaves_the_ladder_and_gets_no_reminder(
     redis_url: str, tmp_path: Path
 ) -> None:
