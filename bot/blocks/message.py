@@ -88,15 +88,17 @@ def shown_in_full(request: ApprovalRequest, *, in_home: bool = False) -> bool:
     return arguments_in_full(request.arguments)
 
 
-def _actions(request: ApprovalRequest, *, in_full: bool) -> Block:
+def _actions(request: ApprovalRequest, *, in_full: bool, whole_fits: bool = True) -> Block:
+    """The buttons; where the surface cut the arguments (`in_full` False), Approve opens them
+    whole, if they fit a form (`whole_fits`), and is the only way to approve."""
     rid = request.request_id
     if request.kind == "question":
         elements = [
             button("Answer", ANSWER, rid, "primary"),
             button("Reject", REJECT, rid, "danger"),
         ]
-    elif not in_full:  # Approve opens the arguments whole: it is the only way to approve
-        elements = [button("Approve", APPROVE, rid, "primary")] if _whole_fits(request) else []
+    elif not in_full:
+        elements = [button("Approve", APPROVE, rid, "primary")] if whole_fits else []
         elements.append(button("Reject", REJECT, rid, "danger"))
     else:
         needs_confirm = request.severity.lower() in CONFIRM_SEVERITIES
@@ -131,9 +133,10 @@ def approval_message(request: ApprovalRequest) -> tuple[str, list[Block]]:
     if request.route.quorum > 1:
         blocks.append(context(f":busts_in_silhouette: {quorum_line(request)}"))
     in_full = shown_in_full(request)
+    whole_fits = in_full or _whole_fits(request)  # (the sections are worked out once)
     if not in_full:
-        blocks.append(context(_not_whole_here(request)))
-    blocks.append(_actions(request, in_full=in_full))
+        blocks.append(context(_not_whole_here(whole_fits)))
+    blocks.append(_actions(request, in_full=in_full, whole_fits=whole_fits))
     if request.kind == "question":
         fallback = f"Question from {request.agent}: {one_line(question_text(request))}"
     else:
@@ -144,8 +147,8 @@ def approval_message(request: ApprovalRequest) -> tuple[str, list[Block]]:
     return short(fallback, FALLBACK_TEXT_MAX), blocks[:MESSAGE_BLOCKS_MAX]
 
 
-def _not_whole_here(request: ApprovalRequest) -> str:
-    if _whole_fits(request):
+def _not_whole_here(whole_fits: bool) -> str:
+    if whole_fits:
         return (
             ":mag: The arguments are longer than this message shows: *Approve* opens them "
             "whole first."
@@ -160,4 +163,5 @@ def buttons_block(request: ApprovalRequest) -> Block:
     """The request's buttons for its line in the App Home tab: the same action ids, values
     and block id as its message, so the same listener decides; Approve opens the arguments
     whole first where the line cuts them."""
-    return _actions(request, in_full=shown_in_full(request, in_home=True))
+    in_full = shown_in_full(request, in_home=True)
+    return _actions(request, in_full=in_full, whole_fits=in_full or _whole_fits(request))
