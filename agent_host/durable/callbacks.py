@@ -12,7 +12,8 @@ A 2xx answer delivers it. Anything else is retried with exponential backoff: the
 re-queued with its next attempt and the time before which it waits, in one MULTI with the
 acknowledgement of the old one. After `attempts` failures, or when the host is no longer
 on COUNTERSIGN_CALLBACK_HOSTS, the delivery goes to the shard's dead-letter stream
-(`GET /api/v1/callbacks/dead`, `countersign_callbacks_total` in /metrics).
+(`GET /api/v1/callbacks/dead`, `countersign_callbacks_total` in /metrics). So does one
+whose entry failed `poison.POISON_AFTER` times with an error of countersign's own.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from agent_host.approvals.callback_hosts import callback_refusal, parse_callback
 from agent_host.approvals.external import external_view
 from agent_host.durable import keys as K
 from agent_host.durable.connections import as_text
+from agent_host.durable.poison import POISON_AFTER
 from agent_host.durable.store import RunStore
 from agent_host.durable.streams import RetryLater, ShardedConsumer, StreamConsumer
 from agent_host.settings import Settings
@@ -118,6 +120,7 @@ class CallbackDelivery:
                     concurrent=True,  # one slow receiver must not hold up the others, nor
                     # those whose decisions come after (it finishes behind the poll)
                     in_flight=in_flight,
+                    give_up=self._give_up,
                 )
                 for shard in K.shards()
             ]
@@ -173,6 +176,16 @@ class CallbackDelivery:
             pipe.xack(shard.callbacks, K.CALLBACK_GROUP, entry_id)
             pipe.hincrby(metrics, "callbacks:retried", 1)
             await pipe.execute()
+
+    async def _give_up(self, entry_id: str, fields: dict[str, str], exc: Exception) -> None:
+        """The entry failed POISON_AFTER times with an error of countersign's own."""
+        attempt = fields.get("attempt", "")
+        error = (
+            f"not sent: failed {POISON_AFTER} times with an error of countersign's own "
+            f"({type(exc).__name__}: {exc})"
+        )
+        delivery_id = fields.get("delivery_id") or f"dlv_{entry_id}"
+        await self._dead(fields, delivery_id, int(attempt) if attempt.isdecimal() else 0, error)
 
     async def _dead(
         self, fields: dict[str, str], delivery_id: str, attempts: int, error: str

@@ -10,18 +10,15 @@ steps (a reminder, an escalation) are delivered by `escalations.LadderDelivery`,
 messages of many calls at once (bulks) by `bulk_delivery.BulkDelivery`.
 
 The notifier says "not now" (`RetryLater`) or "never" (`DeliveryFailed`); Redis being away
-is retried too. Any other error is countersign's own, and the same entry would meet it
-again and again: after POISON_AFTER attempts the entry is given up (recorded like a
-refusal, a request marked undeliverable and dead-lettered, the administrators told) rather
-than retried for ever.
+is retried too. An entry failing with an error of countersign's own is given up after
+`poison.POISON_AFTER` attempts (recorded like a refusal, a request marked undeliverable and
+dead-lettered, the administrators told) rather than retried for ever.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-
-from redis.exceptions import RedisClusterException, RedisError
 
 from agent_host.approvals import ApprovalRequest
 from agent_host.approvals.notifier import Notifier, RunSummary
@@ -32,6 +29,7 @@ from agent_host.durable.crashpoints import NEVER, CrashPoints
 from agent_host.durable.escalations import LadderDelivery
 from agent_host.durable.foreground import Foreground
 from agent_host.durable.ladder import ESCALATED, REMINDED, Ladder
+from agent_host.durable.poison import POISON_AFTER, TRANSIENT
 from agent_host.durable.store import RunStore
 from agent_host.durable.streams import (
     RetryLater,
@@ -40,7 +38,7 @@ from agent_host.durable.streams import (
     WithAck,
     send_now,
 )
-from agent_host.errors import DeliveryFailed, StoreError
+from agent_host.errors import DeliveryFailed
 
 __all__ = ["IN_FLIGHT", "POISON_AFTER", "Outbox", "RetryLater"]
 
@@ -52,12 +50,6 @@ log = logging.getLogger(__name__)
 # fail for want of one. Deliveries mostly wait on chat's pace, so this is not what limits
 # how fast a backlog drains: chat's one post per second per channel is.
 IN_FLIGHT = 256
-
-# Attempts of one entry failing with an error of countersign's own before it is given up.
-POISON_AFTER = 5
-_FAILURES_KEPT = 10_000  # entries whose failures are counted at once (then counted afresh)
-# Errors that pass: Slack's "not now", and Redis or the network away.
-_TRANSIENT = (RetryLater, StoreError, RedisError, RedisClusterException, OSError)
 
 
 class Outbox:
@@ -72,7 +64,6 @@ class Outbox:
         foreground: Foreground | None = None,
     ) -> None:
         self.store, self.notifier, self.crash = store, notifier, crash
-        self._failures: dict[str, int] = {}  # entry id -> attempts failed by a bug of ours
         self.book = BulkBook(store)
         self.ladder = LadderDelivery(store, notifier, Ladder(store.redis), self.book)
         self.bulks = BulkDelivery(store, notifier, self.book, self._post)
@@ -90,6 +81,7 @@ class Outbox:
                     concurrent=True,
                     foreground=foreground,
                     in_flight=in_flight,
+                    give_up=self._give_up,
                 )
                 for shard in K.shards()
             ]
@@ -100,26 +92,6 @@ class Outbox:
         is not acknowledged)."""
         await send_now(self.store.redis, await self.handle_entry(entry_id, fields))
 
-    async def handle_entry(self, entry_id: str, fields: dict[str, str]) -> WithAck | None:
-        """`handle`, but the delivery's counter is handed back to be sent with the entry's
-        acknowledgement, in one round trip."""
-        try:
-            delivered = await self._deliver(entry_id, fields)
-        except _TRANSIENT:
-            raise
-        except Exception as exc:
-            failed = self._failures.get(entry_id, 0) + 1
-            if failed < POISON_AFTER:
-                if len(self._failures) >= _FAILURES_KEPT:
-                    self._failures.clear()
-                self._failures[entry_id] = failed
-                raise
-            self._failures.pop(entry_id, None)
-            await self._give_up(entry_id, fields, exc)
-            return None
-        self._failures.pop(entry_id, None)
-        return delivered
-
     async def _give_up(self, entry_id: str, fields: dict[str, str], exc: Exception) -> None:
         """An entry that failed POISON_AFTER times with an error of ours: recorded like a
         refusal (a post also marks its request undeliverable, dead-letters the entry and
@@ -127,10 +99,6 @@ class Outbox:
         too), then acknowledged."""
         kind = fields.get("type", "")
         about = fields.get("request_id") or fields.get("run_id") or fields.get("bulk_id", "")
-        log.error(
-            "outbox entry %s (%s of %s) failed %d times; given up: %r",
-            entry_id, kind, about or "nothing", POISON_AFTER, exc,
-        )  # fmt: skip
         if not about:
             return
         failure = DeliveryFailed("countersign_error", detail=f"{type(exc).__name__}: {exc}"[:300])
@@ -138,7 +106,7 @@ class Outbox:
             await self.store.record_delivery_failure(about, failure, kind)
             try:
                 await self.bulks.post_apart(about)
-            except _TRANSIENT:
+            except TRANSIENT:
                 raise  # Redis away: the entry is given up again once it is back
             except Exception:  # the same error again: the log and the audit say so
                 log.exception("posting the calls of bulk %s one by one failed", about)
@@ -153,12 +121,14 @@ class Outbox:
             request = await self.store.get_request(about)
             if request is not None:
                 await self.notifier.request_undeliverable(request, failure, None)
-        except _TRANSIENT:
+        except TRANSIENT:
             raise  # given up again, and told, once Redis or Slack is back
         except Exception:  # they are told by the log, the audit and /metrics then
             log.exception("telling the administrators of request %s failed", about)
 
-    async def _deliver(self, entry_id: str, fields: dict[str, str]) -> WithAck | None:
+    async def handle_entry(self, entry_id: str, fields: dict[str, str]) -> WithAck | None:
+        """`handle`, but the delivery's counter is handed back to be sent with the entry's
+        acknowledgement, in one round trip."""
         kind = fields.get("type", "")
         if kind == "run_finished":
             return await self._run_finished(fields["run_id"], fields.get("request_ids"))

@@ -20,6 +20,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from agent_host.durable.connections import as_text
 from agent_host.durable.foreground import Foreground
+from agent_host.durable.poison import POISON_AFTER, TRANSIENT, Failures, GiveUp
 from agent_host.durable.slots import holding
 from agent_host.errors import RetryLater
 
@@ -92,9 +93,14 @@ class StreamConsumer:
         batch_wait: float = BATCH_WAIT,
         foreground: Foreground | None = None,
         in_flight: asyncio.Semaphore | None = None,
+        give_up: GiveUp | None = None,
     ) -> None:
         self.redis, self.stream, self.group, self.consumer = redis, stream, group, consumer
         self.handler = handler
+        # What to do with an entry that failed POISON_AFTER times with an error of
+        # countersign's own (see `poison`); None: it is retried for as long as it fails.
+        self.give_up = give_up
+        self._failures = Failures()
         self.idle_ms, self.block_ms, self.count = idle_ms, block_ms, count
         self._group_ready = False
         self.concurrent = concurrent  # handle a batch at once (the outbox: one slow channel
@@ -308,7 +314,7 @@ class StreamConsumer:
             async with holding(self.in_flight):
                 if self.foreground is not None:
                     await self.foreground.wait_turn()
-                with_ack = await self.handler(entry_id, fields)
+                with_ack = await self._handle_or_give_up(entry_id, fields)
         except RetryLater as exc:
             log.info("%s entry %s deferred: %s", self.stream, entry_id, exc)
             return False
@@ -328,6 +334,25 @@ class StreamConsumer:
             self._release(entry_id)
         self._handled.append((entry_id, with_ack))
         return True
+
+    async def _handle_or_give_up(self, entry_id: str, fields: dict[str, str]) -> WithAck | None:
+        """The handler's writes; or, for an entry that failed POISON_AFTER times with an
+        error of countersign's own, none once `give_up` has dealt with it."""
+        try:
+            with_ack = await self.handler(entry_id, fields)
+        except TRANSIENT:
+            raise
+        except Exception as exc:
+            if self.give_up is None or not self._failures.failed(entry_id):
+                raise
+            log.error(
+                "%s entry %s failed %d times with an error of countersign's own; given up: %r",
+                self.stream, entry_id, POISON_AFTER, exc,
+            )  # fmt: skip
+            await self.give_up(entry_id, fields, exc)
+            with_ack = None
+        self._failures.forget(entry_id)
+        return with_ack
 
     # -- the heartbeat: a slow but healthy consumer is not mistaken for a dead one --------
     # Every third of `idle_ms` while it holds entries, the consumer resets the idle time of

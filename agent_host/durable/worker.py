@@ -8,6 +8,10 @@ Every model response is saved (as the run's progress, bound to the pause being r
 before any of its calls runs. A redelivered or reclaimed entry whose run has progress
 continues from it and never asks the model that turn again: a model asked twice may
 answer with other calls or fresh call ids, which the ledger could not tell apart.
+
+An entry whose resume fails POISON_AFTER times with an error of countersign's own fails
+its run, saying so (the requester reads it in the thread), instead of leaving the run
+"resuming" for ever; Redis being away is waited out however long it lasts.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from agent_host.approvals import RunRecord, RunStatus
 from agent_host.durable import keys as K
 from agent_host.durable.crashpoints import NEVER, CrashPoints
 from agent_host.durable.foreground import Foreground
+from agent_host.durable.poison import POISON_AFTER
 from agent_host.durable.progress import ProgressStore, RedisTurnJournal
 from agent_host.durable.store import ResumeReads, RunStore, pause_decisions
 from agent_host.durable.streams import (
@@ -74,6 +79,7 @@ class ResumeWorker:
                     # the stream for another worker, instead of waiting behind a slow tool.
                     count=1,
                     foreground=foreground,
+                    give_up=self._give_up,
                 )
                 for shard in K.shards()
             ]
@@ -177,6 +183,17 @@ class ResumeWorker:
         decisions = pause_decisions(pause_id, reads.requests)
         # The state was just read for this resume: nobody else holds it, so no copy.
         return await self.runner.resume(state, decisions, journal=journal, copy=False)
+
+    async def _give_up(self, entry_id: str, fields: dict[str, str], exc: Exception) -> None:
+        """The entry failed POISON_AFTER times with an error of countersign's own: its run
+        fails, saying so (a run that moved on meanwhile is left as it is)."""
+        error = f"{type(exc).__name__}: {exc}"[:300]
+        reason = (
+            f"resuming the run failed {POISON_AFTER} times with an error of countersign's own "
+            f"({error}), so it was stopped rather than retried for ever; nothing more of it "
+            f"runs. The worker's log has the details; start the run again once it is fixed"
+        )
+        await self._fail(fields.get("run_id", ""), fields.get("pause_id", ""), reason)
 
     async def _fail(self, run_id: str, pause_id: str, reason: str) -> None:
         await self.store.finish(run_id, pause_id, "failed", "", reason, "worker")  # and the

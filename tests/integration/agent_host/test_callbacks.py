@@ -18,9 +18,16 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from agent_host.approvals.external import ExternalRequestSpec
 from agent_host.durable import keys as K
+from agent_host.durable.callbacks import CallbackDelivery, dead_callbacks
+from agent_host.durable.external_store import ExternalRequests
+from agent_host.durable.poison import POISON_AFTER
 from agent_host.durable.sweeper import Sweeper
+from agent_host.runtime.decisions import Approve
+from agent_host.settings import load_settings
 from bot import blocks
+from tests.support.host_env import make_env
 from tests.support.stack import API_TOKEN, REVIEWER, Stack, running_stack, serve_app
 from tests.support.waiting import eventually
 
@@ -177,6 +184,55 @@ async def test_callbacks_need_the_webhook_secret_to_sign_them(
     ) as stack:
         answer = await create(stack, receiver.url, status=400)
         assert "COUNTERSIGN_WEBHOOK_SECRET" in answer["error"]
+
+
+class BrokenSender:
+    """A sender with a bug of countersign's own: every send raises it."""
+
+    def __init__(self) -> None:
+        self.attempts = 0
+
+    async def send(self, url: str, body: bytes, headers: dict[str, str]) -> int:
+        self.attempts += 1
+        raise ValueError("a bug in the sender")
+
+
+async def test_a_callback_failing_with_our_own_error_is_dead_lettered_not_retried_for_ever(
+    redis: Any, redis_url: str
+) -> None:
+    env = make_env(redis)
+    spec = ExternalRequestSpec(
+        agent="billing-bot",
+        tool="issue_refund",
+        arguments={"order_id": 7},
+        callback_url="https://hooks.example.com/countersign",
+    )
+    created = await ExternalRequests(env.store).create(spec)
+    await env.store.decide(created.request_id, Approve(decided_by="bob"))
+    settings = load_settings(
+        {
+            "REDIS_URL": redis_url,
+            "COUNTERSIGN_WEBHOOK_SECRET": SECRET,
+            "COUNTERSIGN_CALLBACK_HOSTS": "hooks.example.com",
+        }
+    )
+    sender = BrokenSender()
+    delivery = CallbackDelivery(env.store, settings, sender, "poisoned", idle_ms=30)
+    await delivery.consumer.ensure_groups()
+
+    async def dead() -> list[dict[str, str]] | None:
+        await delivery.consumer.poll(block_ms=1)
+        return await dead_callbacks(redis) or None
+
+    [letter] = await eventually(dead, within=10)
+    assert letter["request_id"] == created.request_id
+    assert f"failed {POISON_AFTER} times" in letter["error"]
+    assert "a bug in the sender" in letter["error"]
+    assert sender.attempts == POISON_AFTER
+    pending: Any = await redis.xpending(
+        K.Keys(created.request_id).shard.callbacks, K.CALLBACK_GROUP
+    )
+    assert pending["pending"] == 0  # acknowledged: not retried again
 
 
 async def _some(items: list[dict[str, Any]]) -> list[dict[str, Any]] | None:

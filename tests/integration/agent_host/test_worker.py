@@ -11,6 +11,7 @@ import pytest
 from redis.asyncio import Redis
 
 from agent_host.durable import keys as K
+from agent_host.durable.poison import POISON_AFTER
 from agent_host.runtime.agents import Agent, AgentRegistry
 from agent_host.runtime.decisions import Approve
 from agent_host.runtime.messages import ModelResponse
@@ -217,6 +218,76 @@ async def test_failed_handler_leaves_the_entry_pending_and_it_is_retried(redis: 
     await eventually(done, within=5)
     assert calls == 2 and env.effects.count("refund") == 1
     assert await pending_count(redis) == 0
+
+
+async def polled_until(worker: Any, done: Any) -> None:
+    """The worker's consumer polled (reclaiming after its idle_ms) until `done()` holds."""
+
+    async def polled() -> bool:
+        await worker.consumer.poll(block_ms=1)
+        return bool(await done())
+
+    await eventually(polled, within=10)
+
+
+async def test_a_resume_failing_with_our_own_error_fails_the_run_saying_why(
+    redis: Redis,
+) -> None:
+    env = make_env(redis)
+    run_id = await approved_refund(env)
+    worker = env.worker("poisoned", idle_ms=30)
+    attempts = 0
+
+    def broken_reads(rows: Any) -> Any:
+        nonlocal attempts
+        attempts += 1
+        raise ValueError("a bug reading the pause")
+
+    env.store.resume_reads_from = broken_reads  # type: ignore[method-assign]
+
+    async def ended() -> bool:
+        return await env.status(run_id) != "resuming"
+
+    await polled_until(worker, ended)
+
+    assert attempts == POISON_AFTER
+    info = await env.store.run_info(run_id)
+    assert info is not None and info.status == "failed"
+    assert f"failed {POISON_AFTER} times" in info.error and "a bug reading the pause" in info.error
+    assert env.effects.count("refund") == 0  # nothing of it ran
+    assert await pending_count(redis) == 0  # acknowledged: not retried again
+    finished = [
+        fields
+        for shard in K.shards()
+        for _, fields in await redis.xrange(shard.outbox)
+        if fields[b"type"] == b"run_finished"
+    ]
+    assert [f[b"run_id"].decode() for f in finished] == [run_id]  # the thread hears of it
+
+
+async def test_redis_away_is_waited_out_however_many_resumes_it_fails(redis: Redis) -> None:
+    env = make_env(redis)
+    run_id = await approved_refund(env)
+    worker = env.worker("patient", idle_ms=30)
+    real_reads = env.store.resume_reads_from
+    attempts = 0
+
+    def unavailable_for_a_while(rows: Any) -> Any:
+        nonlocal attempts
+        attempts += 1
+        if attempts <= 2 * POISON_AFTER:
+            raise ConnectionError("redis went away")
+        return real_reads(rows)
+
+    env.store.resume_reads_from = unavailable_for_a_while  # type: ignore[method-assign]
+
+    async def ended() -> bool:
+        return await env.status(run_id) != "resuming"
+
+    await polled_until(worker, ended)
+
+    assert await env.status(run_id) == "succeeded"
+    assert attempts == 2 * POISON_AFTER + 1 and env.effects.count("refund") == 1
 
 
 def slow_registry(entered: asyncio.Event, release: asyncio.Event, runs: list[str]) -> AgentRegistry:
