@@ -32,6 +32,7 @@ from bot.listeners.commands import COMMAND, command_listener
 from bot.listeners.events import HOME_OPENED, home_opened_listener, once_per_event
 from bot.listeners.forms import FORMS, form_listener
 from bot.listeners.pages import pages_listener
+from bot.member_channels import MemberChannels
 from bot.middleware import installed_workspace_only
 from bot.slack_notifier import SlackNotifier
 from bot.slash_commands import SlashCommands
@@ -90,7 +91,8 @@ def build_bolt_app(
     on_button = button_listener(approvals, replies, home)
     for action_id in ACTIONS:
         app.action(action_id)(on_button)
-    on_submit = form_listener(approvals)
+    channels = home.channels if home is not None else MemberChannels(client)
+    on_submit = form_listener(approvals, channels)
     for callback_id in FORMS:
         app.view(callback_id)(on_submit)
     if bulks is not None:  # messages of many calls: Approve all, Reject all, one by one

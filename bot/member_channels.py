@@ -5,6 +5,11 @@ one person may decide, shown outside that channel, must therefore know their cha
 otherwise it would offer a private channel's requests to someone who cannot see them.
 Answers are kept briefly; a member whose channels cannot be listed in time (or has more
 than the pages read) is shown none of those requests (fail closed).
+
+The same holds for deciding: a click on the message proves its clicker is in the channel,
+but a click in App Home does not, nor does a form submitted after its clicker left the
+channel. `outside` says why someone may not decide such a request, or "": it asks Slack
+afresh each time, since a decision must not rest on what someone's channels were.
 """
 
 from __future__ import annotations
@@ -15,10 +20,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["MemberChannels"]
+from agent_host.approvals import ApprovalRequest
+from bot.mrkdwn import channel_link
+
+__all__ = ["UNCHECKED", "MemberChannels"]
 
 log = logging.getLogger(__name__)
 
+UNCHECKED = "countersign could not check your channels right now; try again in a moment"
 PAGE = 1000  # users.conversations' largest page
 MAX_PAGES = 10
 
@@ -34,10 +43,13 @@ class MemberChannels:
         self.client, self.cache_seconds, self.clock = client, cache_seconds, clock
         self._channels: dict[str, tuple[float, frozenset[str]]] = {}
 
-    async def of(self, user_id: str, within: float) -> frozenset[str] | None:
+    async def of(
+        self, user_id: str, within: float, *, fresh: bool = False
+    ) -> frozenset[str] | None:
         """The public and private channels `user_id` is in (private ones: those the bot is
-        in too, which are the only ones it posts to); None when Slack could not say."""
-        cached = self._channels.get(user_id)
+        in too, which are the only ones it posts to); None when Slack could not say.
+        `fresh`: asked of Slack now, not answered from what was kept."""
+        cached = None if fresh else self._channels.get(user_id)
         if cached and self.clock() - cached[0] < self.cache_seconds:
             return cached[1]
         try:
@@ -48,6 +60,21 @@ class MemberChannels:
         if found is not None:
             self._channels[user_id] = (self.clock(), found)
         return found
+
+    async def outside(self, user_id: str, request: ApprovalRequest) -> str:
+        """For a route without named reviewers (decided by the people in its channels): why
+        `user_id` is not one of them, or "" (they are, or the route names its reviewers)."""
+        if request.route.reviewers:
+            return ""
+        channels = await self.of(user_id, 1.0, fresh=True)  # as they are now: a decision
+        if channels is None:
+            return UNCHECKED
+        where = request.channels()
+        if channels.isdisjoint(where):
+            return (
+                f"this request is for the people in {channel_link(where[0])}, and you are not there"
+            )
+        return ""
 
     async def _list(self, user_id: str) -> frozenset[str] | None:
         channels: set[str] = set()

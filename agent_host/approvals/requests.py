@@ -222,6 +222,12 @@ class ApprovalRequest:
         """Shown only in its bulk message (which has no buttons of its own for it)."""
         return bool(self.bulk_ts) and self.message_ts == self.bulk_ts
 
+    def channels(self) -> list[str]:
+        """The channels its messages are in: the original's (its route's destination
+        while that is not recorded yet), then those of its escalated copies."""
+        first = self.message_channel or self.route.destination
+        return list(dict.fromkeys([first, *(copy.channel for copy in self.escalations)]))
+
     def posted_in(self, channel: str) -> bool:
         """Whether a message of this request (the original, or an escalated copy) is in
         `channel`; True while the original's channel is not recorded yet."""

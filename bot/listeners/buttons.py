@@ -35,7 +35,8 @@ from bot.listeners.replies import (
     already_decided,
     result_text,
 )
-from bot.mrkdwn import channel_link, escape
+from bot.member_channels import UNCHECKED
+from bot.mrkdwn import escape
 from bot.parsing import Click, parse_click
 
 __all__ = ["ACTIONS", "button_listener", "refusal"]
@@ -116,16 +117,11 @@ class _Progress:
 
 async def _outside_channel(click: Click, request: ApprovalRequest, home: HomeTab | None) -> str:
     """From the App Home tab, a route without named reviewers is for the people in its
-    channel (a click on the message proves that by itself): why this clicker is not, or ""."""
+    channels (a click on the message proves that by itself): why this clicker is not, or
+    ""."""
     if not click.from_home or request.route.reviewers:
         return ""
-    where = request.message_channel or request.route.destination
-    channels = await home.channels.of(click.user, 1.0) if home is not None else None
-    if channels is None:
-        return "countersign could not check your channels right now; click again in a moment"
-    if where not in channels:
-        return f"this request is for the people in {channel_link(where)}, and you are not there"
-    return ""
+    return await home.channels.outside(click.user, request) if home is not None else UNCHECKED
 
 
 async def _on_click(

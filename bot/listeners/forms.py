@@ -4,8 +4,10 @@ approval service, or errors shown in the form.
 
 A form carries the request and the pause it was opened in (its private_metadata); the
 decision is checked against what the reviewer saw then, so a form left open across a step
-of the run is refused as stale. Errors are shown under the form's inputs, and the form stays
-open; an accepted form closes with the ack. The edit form is read back with the tool's
+of the run is refused as stale. Who submits is checked then too: on a route without named
+reviewers, a reviewer who left its channel since the form opened may no longer decide.
+Errors are shown under the form's inputs, and the form stays open; an accepted form closes
+with the ack. The edit form is read back with the tool's
 schema as it was built (`bot.blocks.edit`); the approval service then validates the edited
 arguments with the tool and judges them again, and its problems are shown under each input.
 """
@@ -19,12 +21,13 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncAck
 
-from agent_host.approvals import ApprovalService, DecideResult
+from agent_host.approvals import ApprovalRequest, ApprovalService, DecideResult
 from agent_host.errors import StoreUnavailable
 from agent_host.runtime.decisions import Answer, Approve, Decision, Reject
 from bot import blocks
 from bot.listeners.budget import LISTENER_BUDGET
 from bot.listeners.replies import NOT_FOUND, UNAVAILABLE, form_error, result_text
+from bot.member_channels import MemberChannels
 from bot.parsing import Submission, input_value, parse_submission
 
 __all__ = ["FORMS", "form_listener"]
@@ -35,7 +38,8 @@ EMPTY_COMMENT = "Write a comment, or close this and click Approve."
 
 Listener = Callable[[AsyncAck, dict[str, Any], dict[str, Any]], Awaitable[None]]
 Errors = dict[str, str]  # problems by block id; empty: the form was accepted
-Submit = Callable[[ApprovalService, Submission], Awaitable[Errors]]
+# Given the request as loaded when the form was submitted (None: there is none).
+Submit = Callable[[ApprovalService, Submission, ApprovalRequest | None], Awaitable[Errors]]
 
 
 @dataclass(frozen=True)
@@ -45,9 +49,12 @@ class _Form:
 
 
 async def _decide(
-    approvals: ApprovalService, submission: Submission, decision: Decision, block: str
+    approvals: ApprovalService,
+    submission: Submission,
+    request: ApprovalRequest | None,
+    decision: Decision,
+    block: str,
 ) -> Errors:
-    request = await approvals.load(submission.request_id)
     if request is not None:  # what the reviewer saw when the form opened
         decision = decision.model_copy(update={"call_hash": request.call_hash})
     result = await approvals.decide(
@@ -60,37 +67,44 @@ def _typed(submission: Submission, block: str, action: str) -> str:
     return input_value(submission.values, block, action)
 
 
-async def _reject(approvals: ApprovalService, submission: Submission) -> Errors:
+async def _reject(
+    approvals: ApprovalService, submission: Submission, request: ApprovalRequest | None
+) -> Errors:
     reason = _typed(submission, blocks.REASON_BLOCK, blocks.REASON_INPUT)
     decision = Reject(message=reason, decided_by=submission.user)
-    return await _decide(approvals, submission, decision, blocks.REASON_BLOCK)
+    return await _decide(approvals, submission, request, decision, blocks.REASON_BLOCK)
 
 
-async def _answer(approvals: ApprovalService, submission: Submission) -> Errors:
+async def _answer(
+    approvals: ApprovalService, submission: Submission, request: ApprovalRequest | None
+) -> Errors:
     text = _typed(submission, blocks.ANSWER_BLOCK, blocks.ANSWER_INPUT)
     if not text.strip():
         return {blocks.ANSWER_BLOCK: EMPTY_ANSWER}
     decision = Answer(text=text, decided_by=submission.user)
-    return await _decide(approvals, submission, decision, blocks.ANSWER_BLOCK)
+    return await _decide(approvals, submission, request, decision, blocks.ANSWER_BLOCK)
 
 
 def _approve(*, comment_required: bool) -> Submit:
     """An approval with the form's comment (Approve with comment: required; a call seen
     whole: optional)."""
 
-    async def submit(approvals: ApprovalService, submission: Submission) -> Errors:
+    async def submit(
+        approvals: ApprovalService, submission: Submission, request: ApprovalRequest | None
+    ) -> Errors:
         comment = _typed(submission, blocks.COMMENT_BLOCK, blocks.COMMENT_INPUT).strip()
         if comment_required and not comment:
             return {blocks.COMMENT_BLOCK: EMPTY_COMMENT}
         decision = Approve(decided_by=submission.user, comment=comment)
-        return await _decide(approvals, submission, decision, blocks.COMMENT_BLOCK)
+        return await _decide(approvals, submission, request, decision, blocks.COMMENT_BLOCK)
 
     return submit
 
 
-async def _edit(approvals: ApprovalService, submission: Submission) -> Errors:
+async def _edit(
+    approvals: ApprovalService, submission: Submission, request: ApprovalRequest | None
+) -> Errors:
     general = blocks.COMMENT_BLOCK
-    request = await approvals.load(submission.request_id)
     if request is None:
         return {general: form_error(NOT_FOUND)}
     if request.pause_id != submission.pause_id:  # said before any problem of the inputs
@@ -132,8 +146,23 @@ _SPECS = {
 FORMS = tuple(_SPECS)
 
 
-def form_listener(approvals: ApprovalService) -> Listener:
-    """The listener for every form in FORMS."""
+async def _submitted(
+    form: _Form,
+    approvals: ApprovalService,
+    channels: MemberChannels,
+    submission: Submission,
+) -> Errors:
+    """The form's decision made, unless its submitter is not in the channels of a request
+    decided by the people in them (the approval service checks named reviewers)."""
+    request = await approvals.load(submission.request_id)
+    if request is not None and (outside := await channels.outside(submission.user, request)):
+        return {form.block: form_error(f"Not allowed: {outside}. Nothing was changed.")}
+    return await form.submit(approvals, submission, request)
+
+
+def form_listener(approvals: ApprovalService, channels: MemberChannels) -> Listener:
+    """The listener for every form in FORMS; `channels` says which channels a submitter
+    is in."""
 
     async def on_submit(ack: AsyncAck, body: dict[str, Any], view: dict[str, Any]) -> None:
         callback = view.get("callback_id") if isinstance(view, dict) else None
@@ -146,7 +175,7 @@ def form_listener(approvals: ApprovalService) -> Listener:
             return
         try:
             async with asyncio.timeout(LISTENER_BUDGET):
-                errors = await form.submit(approvals, submission)
+                errors = await _submitted(form, approvals, channels, submission)
         except TimeoutError:
             errors = {form.block: form_error(result_text(DecideResult("unknown")))}
         except StoreUnavailable:

@@ -302,6 +302,33 @@ async def test_a_forged_home_click_on_a_request_they_may_not_decide_changes_noth
         assert still is not None and not still.decided
 
 
+async def test_a_form_submitted_after_its_reviewer_left_the_channel_changes_nothing(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async with running_stack(redis_url, tmp_path) as stack:
+        add_private_channel(stack)
+        await approvals(stack, ADMIN, f"route add agent=cleanup-agent channel={PRIVATE}")
+        run = await stack.start_run("cleanup-agent", "delete /srv/private.txt")
+        [request] = await stack.pending_requests(run)  # no reviewers: the channel's people
+        await stack.click(REVIEWER, request, blocks.APPROVE_COMMENT)  # a member, on the message
+        form = await stack.opened_view(REVIEWER, blocks.COMMENT_MODAL)
+        channel = stack.standin.workspace.channel(PRIVATE)
+        assert channel is not None
+        channel.members.remove(REVIEWER)  # ... who leaves the channel with the form open
+
+        comment = {blocks.COMMENT_BLOCK: {blocks.COMMENT_INPUT: "fine to delete"}}
+        refused = await stack.standin.submit_view(REVIEWER, form["id"], comment)
+        error = refused.json()["errors"][blocks.COMMENT_BLOCK]
+        assert "Not allowed" in error and "you are not there" in error
+        still = await stack.host.store.get_request(request.request_id)
+        assert still is not None and not still.decided
+
+        channel.members.append(REVIEWER)  # back in the channel, the same form decides
+        accepted = await stack.standin.submit_view(REVIEWER, form["id"], comment)
+        assert accepted.status == 200 and accepted.json() is None  # closes with the ack
+        await stack.run_status(run, "succeeded")
+
+
 # -- deciding refreshes the tab -------------------------------------------------------------
 async def test_deciding_from_the_tab_decides_once_and_refreshes_it(
     redis_url: str, tmp_path: Path

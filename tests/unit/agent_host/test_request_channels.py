@@ -1,0 +1,43 @@
+"""The channels a request's messages are in: whose people may decide it when its route
+names no reviewers (checked against Slack's `users.conversations` at each decision)."""
+
+from __future__ import annotations
+
+from agent_host.approvals import ApprovalRequest, Route
+from agent_host.approvals.requests import EscalatedCopy
+
+
+def _request(**changes: object) -> ApprovalRequest:
+    base: dict[str, object] = {
+        "request_id": "req_1",
+        "run_id": "run_1",
+        "call_id": "call_1_1",
+        "agent": "cleanup",
+        "tool": "delete_file",
+        "arguments": {"path": "/tmp/a"},
+        "call_hash": "h1",
+        "kind": "approval",
+        "reason": "",
+        "severity": "high",
+        "requested_by": "U1",
+        "created_at": 1.0,
+        "expires_at": 2.0,
+        "route": Route(destination="C1"),
+    }
+    return ApprovalRequest(**{**base, **changes})  # type: ignore[arg-type]
+
+
+def test_the_route_destination_until_the_message_is_posted() -> None:
+    assert _request().channels() == ["C1"]
+
+
+def test_the_original_message_first_then_each_escalated_copy_once() -> None:
+    copies = [
+        EscalatedCopy(to="C2", channel="C2", ts="2.0", link=""),
+        EscalatedCopy(to="C0FALLBACK", channel="C0FALLBACK", ts="3.0", link=""),  # again
+        EscalatedCopy(to="U9", channel="D9", ts="4.0", link=""),  # a direct message
+        EscalatedCopy(to="C2", channel="C2", ts="5.0", link=""),  # escalated there twice
+    ]
+    request = _request(message_channel="C0FALLBACK", message_ts="1.0", escalations=copies)
+    assert request.channels() == ["C0FALLBACK", "C2", "D9"]
+    assert all(request.posted_in(channel) for channel in request.channels())
