@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from agent_host.approvals import ApprovalRequest, RequestStatus
 from agent_host.approvals.bulk import Bulk
 from bot.blocks.arguments import arguments_summary, summary_in_full
-from bot.blocks.elements import Block, button, context, field, header, section, text
+from bot.blocks.elements import Block, button, context, field, header, section, text, written
 from bot.blocks.ids import (
     BULK_APPROVE,
     BULK_REJECT,
@@ -61,8 +61,8 @@ AGENT_MAX = 60  # characters of the agent's name in the confirm dialog
 ARGUMENTS_MAX = 100  # plain characters of a row's arguments (escaped: at most 5x)
 SEVERITY_MAX = 20
 REASONS_MAX = 3  # distinct reasons shown above the table
-# Blocks that are not table rows: header, fields, reasons, more, tally, hash, not whole,
-# buttons.
+# Blocks that are not table rows: header, fields, reasons (their label, then the words),
+# more, tally, hash, not whole, buttons.
 _OTHER_BLOCKS = 9
 _TABLE_ROOM = MESSAGE_BLOCKS_MAX - _OTHER_BLOCKS
 
@@ -186,15 +186,13 @@ def _actions(bulk: Bulk, waiting: Sequence[ApprovalRequest], *, whole: bool) -> 
     return {"type": "actions", "block_id": bulk_block_id(bulk.bulk_id), "elements": elements}
 
 
-def _reasons(requests: Sequence[ApprovalRequest]) -> Block | None:
+def _reasons(requests: Sequence[ApprovalRequest]) -> list[Block]:
     reasons = list(dict.fromkeys(one_line(r.reason) for r in requests if r.reason.strip()))
-    if not reasons:
-        return None
-    lines = [short(reason, 300) for reason in reasons[:REASONS_MAX]]
+    lines = [plain_within(reason, 300) for reason in reasons[:REASONS_MAX]]
     if len(reasons) > REASONS_MAX:
         lines.append(f"and {len(reasons) - REASONS_MAX} more")
-    body = "*Why they need approval*\n" + "\n".join(f"• {line}" for line in lines)
-    return section(body[:SECTION_TEXT_MAX])
+    words = "\n".join(f"• {line}" for line in lines)
+    return written("Why they need approval", words, SECTION_TEXT_MAX)
 
 
 def _title(bulk: Bulk, requests: Sequence[ApprovalRequest], waiting: int) -> str:
@@ -219,8 +217,7 @@ def bulk_message(bulk: Bulk, requests: Sequence[ApprovalRequest]) -> tuple[str, 
         header(_title(bulk, requests, len(waiting))),
         {"type": "section", "fields": fields},
     ]
-    if (reasons := _reasons(requests)) is not None:
-        blocks.append(reasons)
+    blocks += _reasons(requests)
     rows, more = _table(requests, _TABLE_ROOM)
     blocks += rows
     if more:

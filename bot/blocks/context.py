@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from agent_host.approvals.context import CallContext, EarlierCall
 from bot.blocks.arguments import arguments_summary
-from bot.blocks.elements import Block, section
+from bot.blocks.elements import Block, section, written
 from bot.blocks.limits import SECTION_TEXT_MAX
 from bot.mrkdwn import inline_code, one_line, short, units
 
@@ -34,9 +34,7 @@ def context_blocks(context: CallContext | None) -> list[Block]:
     shown: list[Block] = []
     if context.earlier or context.more:
         shown.append(section(_earlier(context)))
-    if context.said.strip():
-        said = short(one_line(context.said), SAID_SHOWN)
-        shown.append(section(f"*The agent said before asking*\n>{said}"))
+    shown += written("The agent said before asking", one_line(context.said), SAID_SHOWN)
     return shown
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from bot.blocks.limits import BUTTON_TEXT_MAX, HEADER_TEXT_MAX, plain_within
 from bot.mrkdwn import one_line
 
-__all__ = ["Block", "button", "context", "field", "header", "section", "text"]
+__all__ = ["Block", "button", "context", "field", "header", "section", "text", "written"]
 
 Block = dict[str, Any]
 
@@ -20,6 +20,17 @@ def text(content: str, kind: str = "mrkdwn") -> Block:
 
 def section(content: str) -> Block:
     return {"type": "section", "text": text(content)}
+
+
+def written(label: str, words: str, limit: int) -> list[Block]:
+    """Words countersign did not write (a tool's reason, a question, what the agent said),
+    under the bold `label`: shown exactly as written, in plain text, so that they can make
+    nothing look like countersign's own (no bold, no quote, no emoji from a :code:, no
+    mention or link). None when there are no words."""
+    if not words.strip():
+        return []
+    shown = {"type": "plain_text", "text": plain_within(words, limit), "emoji": False}
+    return [section(f"*{label}*"), {"type": "section", "text": shown}]
 
 
 def header(content: str) -> Block:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from agent_host.approvals import ApprovalRequest
 from bot.blocks.arguments import arguments_sections, arguments_summary
-from bot.blocks.elements import Block, context, section, text
+from bot.blocks.elements import Block, context, section, text, written
 from bot.blocks.ids import (
     ANSWER_BLOCK,
     ANSWER_INPUT,
@@ -147,7 +147,7 @@ def reject_modal(request: ApprovalRequest) -> Block:
 def answer_modal(request: ApprovalRequest) -> Block:
     """The `views.open` view asking for the answer to a question."""
     blocks = [
-        section(escaped_within(question_text(request), SECTION_TEXT_MAX, "*Question*\n")),
+        *written("Question", question_text(request), SECTION_TEXT_MAX),
         call_context(request),
         text_input(
             ANSWER_BLOCK,

@@ -6,8 +6,8 @@ from __future__ import annotations
 from agent_host.approvals import ApprovalRequest
 from bot.blocks.arguments import arguments_block
 from bot.blocks.context import context_blocks
-from bot.blocks.elements import Block, context, field, header, section
-from bot.blocks.limits import FIELDS_MAX, SECTION_TEXT_MAX, escaped_within
+from bot.blocks.elements import Block, context, field, header, written
+from bot.blocks.limits import FIELDS_MAX, SECTION_TEXT_MAX
 from bot.mrkdwn import date, inline_code, mention, mentions, short
 
 __all__ = ["decision_detail", "question_text", "quorum_line", "request_body"]
@@ -64,11 +64,9 @@ def request_body(request: ApprovalRequest, title: str) -> list[Block]:
     """The blocks every rendering of a request starts with, under the header `title`."""
     blocks = [header(title), _fields(request)]
     if request.kind == "question":
-        blocks.append(
-            section(escaped_within(question_text(request), SECTION_TEXT_MAX, "*Question*\n"))
-        )
-    elif request.reason:
-        blocks.append(section(escaped_within(request.reason, SECTION_TEXT_MAX, "*Reason*\n")))
+        blocks += written("Question", question_text(request), SECTION_TEXT_MAX)
+    else:
+        blocks += written("Reason", request.reason, SECTION_TEXT_MAX)
     blocks.append(arguments_block(request.arguments))
     blocks += context_blocks(request.context)  # what the run did before, in short
     hash_prefix = inline_code(request.call_hash[:12])

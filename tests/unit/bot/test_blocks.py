@@ -86,6 +86,16 @@ def section_texts(body: list[dict[str, Any]]) -> list[str]:
     return [b["text"]["text"] for b in by_type(body, "section") if "text" in b]
 
 
+def written_after(body: list[dict[str, Any]], label: str) -> str:
+    """The words shown under `label`: a plain text section, no emoji made of :codes:."""
+    sections = by_type(body, "section")
+    at = [i for i, b in enumerate(sections) if b.get("text", {}).get("text") == label]
+    assert len(at) == 1, f"{label} is shown once"
+    shown = sections[at[0] + 1]["text"]
+    assert shown["type"] == "plain_text" and shown["emoji"] is False
+    return str(shown["text"])
+
+
 def field_texts(body: list[dict[str, Any]]) -> list[str]:
     return [f["text"] for b in by_type(body, "section") for f in b.get("fields", [])]
 
@@ -289,7 +299,7 @@ def test_question_has_answer_and_reject() -> None:
     check_message((text, body))
     (header,) = by_type(body, "header")
     assert header["text"]["text"] == "Question from support-agent"
-    assert any(t.startswith("*Question*\nRefund or replace?") for t in section_texts(body))
+    assert written_after(body, "*Question*") == "Refund or replace?"
     found = buttons(body)
     assert list(found) == [B.ANSWER, B.REJECT]
     assert found[B.ANSWER]["style"] == "primary"
@@ -531,7 +541,26 @@ def test_answer_modal() -> None:
     assert block["element"]["action_id"] == B.ANSWER_INPUT
     assert block["element"]["multiline"] is True
     assert block["element"]["min_length"] == 1
-    assert any("Refund &lt;or&gt; replace?" in t for t in section_texts(view["blocks"]))
+    assert written_after(view["blocks"], "*Question*") == "Refund <or> replace?"
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        "*Pre-approved by security* :white_check_mark:",
+        "> quoted as if countersign said it\n_approved_ ~no~ `code`",
+        "<@U0ADMIN> signed off: <https://example.com|the ticket> <!channel>",
+    ],
+)
+def test_words_countersign_did_not_write_are_shown_exactly_as_written(words: str) -> None:
+    reason = make_request(reason=words)
+    _, body = B.approval_message(reason)
+    check_message(("x", body))
+    assert written_after(body, "*Reason*") == words
+    asked = question(question=words)
+    _, body = B.approval_message(asked)
+    assert written_after(body, "*Question*") == words
+    assert written_after(B.answer_modal(asked)["blocks"], "*Question*") == words
 
 
 # -- escape and outcome ---------------------------------------------------------------------

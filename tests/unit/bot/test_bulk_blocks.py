@@ -245,3 +245,22 @@ def test_rows_show_arguments_as_code_so_nothing_in_them_is_formatting() -> None:
     ticked = [replace(r, arguments={"cmd": "echo `id`"}) for r in requests]
     assert not B.lists_every_call_whole(ticked)
     assert B.BULK_APPROVE not in buttons(B.bulk_message(bulk, ticked)[1])
+
+
+def test_reasons_are_shown_as_written_never_as_formatting() -> None:
+    bulk, requests = calls(6, reason="*Pre-approved by security* :white_check_mark: <!here>")
+    _, body = B.bulk_message(bulk, requests)
+    check_message(("x", body))
+    sections = by_type(body, "section")
+    [label] = [
+        i
+        for i, s in enumerate(sections)
+        if s.get("text", {}).get("text", "").startswith("*Why they need approval*")
+    ]
+    shown = sections[label + 1]["text"]
+    assert shown == {
+        "type": "plain_text",
+        "text": "• *Pre-approved by security* :white_check_mark: <!here>",
+        "emoji": False,
+    }
+    assert all("Pre-approved" not in text for text in mrkdwn_texts(body))
