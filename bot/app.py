@@ -99,7 +99,8 @@ def build_bolt_app(
         on_bulk = bulk_button_listener(approvals, bulks, replies)
         for action_id in BULK_ACTIONS:
             app.action(action_id)(on_bulk)
-        app.view(blocks.BULK_REJECT_MODAL)(bulk_form_listener(approvals, bulks, replies))
+        on_bulk_form = bulk_form_listener(approvals, bulks, replies, channels)
+        app.view(blocks.BULK_REJECT_MODAL)(on_bulk_form)
     app.command(COMMAND)(command_listener(commands))
     app.action(blocks.PENDING_NEXT)(pages_listener(commands, tasks))
     if home is not None:

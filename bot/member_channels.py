@@ -1,15 +1,18 @@
-"""The channels a member is in (`users.conversations`), for the App Home tab.
+"""The channels a member is in (`users.conversations`), and who counts as one of a
+request's people.
 
-A route that names no reviewers may be decided by anyone in its channel. A list of what
-one person may decide, shown outside that channel, must therefore know their channels:
-otherwise it would offer a private channel's requests to someone who cannot see them.
-Answers are kept briefly; a member whose channels cannot be listed in time (or has more
-than the pages read) is shown none of those requests (fail closed).
+A route that names no reviewers may be decided by the people of its request's channels:
+anyone who can click there (every member of the workspace, in a public channel), and
+whoever it was escalated to. A list of what one person may decide, shown outside those
+channels (the App Home tab), must therefore know their channels: otherwise it would offer
+a private channel's requests to someone who cannot see them. Answers are kept briefly; a
+member whose channels cannot be listed in time (or has more than the pages read) is shown
+none of those requests (fail closed).
 
-The same holds for deciding: a click on the message proves its clicker is in the channel,
-but a click in App Home does not, nor does a form submitted after its clicker left the
-channel. `outside` says why someone may not decide such a request, or "": it asks Slack
-afresh each time, since a decision must not rest on what someone's channels were.
+The same holds for deciding: a click on the message proves its clicker can click there,
+but a click in App Home does not, nor does a form submitted after its clicker left a
+private channel. `outside` says why someone may not decide such a request, or "", from
+channels listed at most DECISION_MAX_AGE seconds before.
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ from typing import Any
 from agent_host.approvals import ApprovalRequest
 from bot.mrkdwn import channel_link
 
-__all__ = ["UNCHECKED", "MemberChannels"]
+__all__ = ["UNCHECKED", "MemberChannels", "among_its_people"]
 
 log = logging.getLogger(__name__)
 
 UNCHECKED = "countersign could not check your channels right now; try again in a moment"
+DECISION_MAX_AGE = 5.0  # seconds: how old the channels a decision rests on may be
+LOOKUP_SECONDS = 1.0  # for Slack to say
 PAGE = 1000  # users.conversations' largest page
 MAX_PAGES = 10
 
@@ -42,15 +47,17 @@ class MemberChannels:
     ) -> None:
         self.client, self.cache_seconds, self.clock = client, cache_seconds, clock
         self._channels: dict[str, tuple[float, frozenset[str]]] = {}
+        self._public: dict[str, tuple[float, bool]] = {}  # channel -> (when, is public)
 
     async def of(
-        self, user_id: str, within: float, *, fresh: bool = False
+        self, user_id: str, within: float, *, max_age: float | None = None
     ) -> frozenset[str] | None:
         """The public and private channels `user_id` is in (private ones: those the bot is
-        in too, which are the only ones it posts to); None when Slack could not say.
-        `fresh`: asked of Slack now, not answered from what was kept."""
-        cached = None if fresh else self._channels.get(user_id)
-        if cached and self.clock() - cached[0] < self.cache_seconds:
+        in too, which are the only ones it posts to), as listed at most `max_age` seconds
+        ago (default: `cache_seconds`); None when Slack could not say."""
+        cached = self._channels.get(user_id)
+        age = self.cache_seconds if max_age is None else max_age
+        if cached and self.clock() - cached[0] < age:
             return cached[1]
         try:
             found = await asyncio.wait_for(self._list(user_id), max(within, 0.0))
@@ -62,19 +69,49 @@ class MemberChannels:
         return found
 
     async def outside(self, user_id: str, request: ApprovalRequest) -> str:
-        """For a route without named reviewers (decided by the people in its channels): why
+        """For a route without named reviewers (decided by the people of its channels): why
         `user_id` is not one of them, or "" (they are, or the route names its reviewers)."""
         if request.route.reviewers:
             return ""
-        channels = await self.of(user_id, 1.0, fresh=True)  # as they are now: a decision
+        channels = await self.of(user_id, LOOKUP_SECONDS, max_age=DECISION_MAX_AGE)
+        if channels is not None and not among_its_people(user_id, request, channels):
+            channels = await self.of(user_id, LOOKUP_SECONDS, max_age=0)  # a refusal rests
+            # on their channels as they are now (they may have just joined)
         if channels is None:
             return UNCHECKED
-        where = request.channels()
-        if channels.isdisjoint(where):
-            return (
-                f"this request is for the people in {channel_link(where[0])}, and you are not there"
-            )
-        return ""
+        if among_its_people(user_id, request, channels):
+            return ""
+        public = await self._any_public(request.channels())
+        if public is None:
+            return UNCHECKED
+        if public:  # anyone in the workspace can click there
+            return ""
+        where = channel_link(request.channels()[0])
+        return f"this request is for the people in {where}, and you are not there"
+
+    async def _any_public(self, channels: list[str]) -> bool | None:
+        """Whether any of `channels` is a public channel (`conversations.info`); None when
+        Slack could not say. Kept like a member's channels."""
+        for channel in channels:
+            if channel.startswith("D"):  # a direct message: never public
+                continue
+            cached = self._public.get(channel)
+            if cached and self.clock() - cached[0] < self.cache_seconds:
+                public = cached[1]
+            else:
+                try:
+                    reply = await asyncio.wait_for(
+                        self.client.conversations_info(channel=channel), LOOKUP_SECONDS
+                    )
+                except Exception as exc:  # fail closed
+                    log.warning("conversations.info for %s failed: %s", channel, exc)
+                    return None
+                found = reply.get("channel") or {}
+                public = not (found.get("is_private") or found.get("is_im") or found.get("is_mpim"))
+                self._public[channel] = (self.clock(), public)
+            if public:
+                return True
+        return False
 
     async def _list(self, user_id: str) -> frozenset[str] | None:
         channels: set[str] = set()
@@ -97,3 +134,11 @@ class MemberChannels:
             PAGE * MAX_PAGES,
         )
         return None
+
+
+def among_its_people(user_id: str, request: ApprovalRequest, channels: frozenset[str]) -> bool:
+    """Whether `user_id`, in `channels`, is one of the people of `request`: escalated to
+    them (a copy in their direct messages), or in one of the channels its messages are in."""
+    if any(copy.to == user_id for copy in request.escalations):
+        return True
+    return not channels.isdisjoint(request.channels())

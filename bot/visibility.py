@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from agent_host.approvals import ApprovalRequest
 from agent_host.durable.store import PendingPage, RunStore
+from bot.member_channels import among_its_people
 from bot.reviewers import SlackReviewerDirectory, judge
 
 __all__ = ["Viewer", "Visibility"]
@@ -93,11 +94,10 @@ class Viewer:
                     self.unsure = True
                 continue
             if not request.route.reviewers:
-                where = request.message_channel or request.route.destination
                 if channels is None:
                     self.unsure = True
                     continue
-                if where not in channels:
+                if not among_its_people(self.user_id, request, channels):
                     continue
             mine.append(request)
         return mine

@@ -8,7 +8,8 @@ bulk's own message. Then:
   outlast Slack's 3 s), through the approval service, each with the hash the message showed:
   calls the clicker may not decide stay waiting, and the clicker is told which and why.
 - **Reject all** opens a form for one reason (if the clicker may decide any of the calls);
-  its submission rejects each call still waiting the same way.
+  its submission rejects each call still waiting the same way, once the submitter is found
+  to be one of the channel's people still (for calls whose route names no reviewers).
 - **Review one by one** posts each call still waiting in the message's thread, with its own
   buttons (once; the bulk message then keeps only its table and tally).
 
@@ -33,6 +34,7 @@ from bot import blocks
 from bot.listeners.after_ack import Replies
 from bot.listeners.budget import LISTENER_BUDGET
 from bot.listeners.replies import UNAVAILABLE, form_error
+from bot.member_channels import MemberChannels
 from bot.mrkdwn import inline_code, mention
 from bot.parsing import Click, input_value, parse_click, parse_submission
 
@@ -239,8 +241,18 @@ def bulk_button_listener(
     return on_button
 
 
+async def _outside(channels: MemberChannels, book: BulkBook, bulk: Bulk, user: str) -> str:
+    """Why `user` is not one of the people of the bulk's calls decided by their channel's
+    people, or "" (the bulk's calls share its channel: the first such call says it)."""
+    for request in await book.requests(bulk):
+        if not request.route.reviewers and not request.decided:
+            outside = await channels.outside(user, request)
+            return f"Not allowed: {outside}. Nothing was changed." if outside else ""
+    return ""
+
+
 def bulk_form_listener(
-    approvals: ApprovalService, book: BulkBook, replies: Replies
+    approvals: ApprovalService, book: BulkBook, replies: Replies, channels: MemberChannels
 ) -> Callable[[AsyncAck, dict[str, Any], dict[str, Any]], Awaitable[None]]:
     """The Reject all form: one reason for every call still waiting. The form closes once
     the bulk is found unchanged; the calls are rejected after the ack, and the decider is
@@ -255,10 +267,12 @@ def bulk_form_listener(
         try:
             async with asyncio.timeout(LISTENER_BUDGET):
                 bulk, refusal = await _load(book, value)
+                if bulk is not None and bulk.split_by:
+                    refusal = split_notice(bulk)
+                elif bulk is not None:
+                    refusal = await _outside(channels, book, bulk, submission.user)
         except (TimeoutError, StoreUnavailable):
             bulk, refusal = None, UNAVAILABLE
-        if bulk is not None and bulk.split_by:
-            refusal = split_notice(bulk)
         if bulk is None or refusal:
             errors = {blocks.REASON_BLOCK: form_error(refusal)}
             await ack(response_action="errors", errors=errors)

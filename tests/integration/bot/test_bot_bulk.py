@@ -26,6 +26,8 @@ from agent_host.runtime.tools import ToolContext, tool
 from agent_host.settings import Settings
 from bot import blocks
 from slack_sandbox.payloads import block_actions_payload, button_action, payload_body
+from slack_sandbox.seed import BOT_USER_ID
+from slack_sandbox.workspace import Channel
 from tests.support.host_env import resume_entries
 from tests.support.keyspace import pass_deadline
 from tests.support.signing import slack_headers
@@ -430,6 +432,32 @@ async def test_reject_all_rejects_every_call_with_one_reason(
         info = await stack.host.store.run_info(run_id)
         assert info is not None and reason in info.output
         await tally_shows(stack, requests[0], "All 7 calls decided", "7 rejected")
+
+
+async def test_reject_all_submitted_after_its_reviewer_left_the_channel_changes_nothing(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async with running_stack(redis_url, tmp_path) as stack:
+        private = "C0PRIVATE"
+        members = [REVIEWER, REQUESTER, ADMIN, BOT_USER_ID]
+        stack.standin.workspace.channels.append(
+            Channel(private, "private-ops", 0, members, is_private=True)
+        )
+        # No named reviewers: the people of the private channel decide.
+        run_id, requests = await seven_on_route(stack, f"agent=cleanup-agent channel={private}")
+        await click_bulk(stack, REVIEWER, requests[0], blocks.BULK_REJECT)
+        view = await stack.opened_view(REVIEWER, blocks.BULK_REJECT_MODAL)
+        members.remove(REVIEWER)  # ... who leaves the channel with the form open
+
+        values = {blocks.REASON_BLOCK: {blocks.REASON_INPUT: "not now"}}
+        refused = await stack.standin.submit_view(REVIEWER, view["id"], values)
+        error = refused.json()["errors"][blocks.REASON_BLOCK]
+        assert "Not allowed" in error and "you are not there" in error
+        for request in requests:
+            current = await stack.host.store.get_request(request.request_id)
+            assert current is not None and not current.decided
+        info = await stack.host.store.run_info(run_id)
+        assert info is not None and info.status == "waiting"
 
 
 async def test_review_one_by_one_posts_each_call_in_the_thread_and_the_tally_follows(

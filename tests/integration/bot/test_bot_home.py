@@ -329,6 +329,52 @@ async def test_a_form_submitted_after_its_reviewer_left_the_channel_changes_noth
         await stack.run_status(run, "succeeded")
 
 
+async def reject_by_form(stack: Stack, user: str, channel: str, ts: str) -> Any:
+    """`user` clicks Reject on the message `ts` in `channel` and submits the form."""
+    await stack.standin.click(user, channel, ts, blocks.REJECT)
+    form = await stack.opened_view(user, blocks.REJECT_MODAL)
+    reason = {blocks.REASON_BLOCK: {blocks.REASON_INPUT: "not this one"}}
+    return await stack.standin.submit_view(user, form["id"], reason)
+
+
+async def test_in_a_public_channel_anyone_may_decide_even_one_not_in_it(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async with running_stack(redis_url, tmp_path) as stack:
+        await approvals(stack, ADMIN, f"route add agent=cleanup-agent channel={CHANNEL}")
+        channel = stack.standin.workspace.channel(CHANNEL)
+        assert channel is not None and not channel.is_private
+        channel.members.remove(OUTSIDER)  # ... who can still see and click there
+        run = await stack.start_run("cleanup-agent", "delete /tmp/old.txt")
+        [request] = await stack.pending_requests(run)
+        reply = await reject_by_form(stack, OUTSIDER, CHANNEL, request.message_ts)
+        assert reply.status == 200 and reply.json() is None, reply.body  # closes with the ack
+        decided = await stack.decided(request.request_id)
+        assert decided.status == "rejected" and decided.decided_by == OUTSIDER
+
+
+async def test_whoever_a_request_was_escalated_to_may_decide_it_outside_its_channel(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async with running_stack(redis_url, tmp_path) as stack:
+        add_private_channel(stack)  # the outsider is not in it
+        ladder = f"escalate_after=1s escalate_to=<@{OUTSIDER}>"
+        await approvals(stack, ADMIN, f"route add agent=cleanup-agent channel={PRIVATE} {ladder}")
+        run = await stack.start_run("cleanup-agent", "delete /srv/private.txt")
+        [request] = await stack.pending_requests(run)
+
+        async def escalated() -> ApprovalRequest | None:
+            current = await stack.host.store.get_request(request.request_id)
+            return current if current is not None and current.escalations else None
+
+        [copy] = (await eventually(escalated, what="the escalated copy")).escalations
+        assert copy.to == OUTSIDER and copy.channel.startswith("D")
+        reply = await reject_by_form(stack, OUTSIDER, copy.channel, copy.ts)
+        assert reply.status == 200 and reply.json() is None, reply.body
+        decided = await stack.decided(request.request_id)
+        assert decided.status == "rejected" and decided.decided_by == OUTSIDER
+
+
 # -- deciding refreshes the tab -------------------------------------------------------------
 async def test_deciding_from_the_tab_decides_once_and_refreshes_it(
     redis_url: str, tmp_path: Path
