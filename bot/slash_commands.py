@@ -31,7 +31,7 @@ from agent_host.errors import CheckpointError
 from bot.blocks import PENDING_NEXT, mask_secrets
 from bot.blocks.limits import FALLBACK_TEXT_MAX, SECTION_TEXT_MAX, plain_within
 from bot.blocks.listing import request_line
-from bot.mrkdwn import channel_link, date, escape, inline_code, mention
+from bot.mrkdwn import channel_link, date, escape, inline_code, mention, one_line
 from bot.permalinks import Permalinks
 from bot.reviewers import SlackReviewerDirectory
 from bot.visibility import Viewer, Visibility
@@ -41,6 +41,7 @@ __all__ = ["CommandReply", "SlashCommands", "help_text"]
 PAGE = 10
 LINKS_BUDGET = 0.6  # seconds for the page's chat.getPermalink calls (the reply is due in 3 s)
 ARGUMENTS_MAX = 1500  # characters of a request's arguments shown by `show`
+REASON_MAX = 500  # characters of its reason (as code: the words are never formatting)
 # A `next:` marker is sealed to its user: a page may end on a request they may not see, and
 # a readable marker would name it. The run and request ids of the AEAD's associated data are
 # this fixed label and the user, so a marker is no checkpoint and works for no one else.
@@ -192,7 +193,8 @@ class SlashCommands:
         lines = [
             f"*{escape(request.tool)}* requested by {mention(request.requested_by)} "
             f"for agent {inline_code(request.agent)} — *{request.status}*",
-            f"Reason: {escape(request.reason)}  •  severity {escape(request.severity)}",
+            f"Reason: {inline_code(one_line(request.reason), REASON_MAX)}  •  "
+            f"severity {escape(request.severity)}",
             f"Arguments: {inline_code(arguments, ARGUMENTS_MAX)}",
             f"Run {inline_code(request.run_id)}  •  hash {inline_code(request.call_hash[:12])}  •  "
             f"expires {date(request.expires_at)}",

@@ -49,11 +49,14 @@ def link(request: ApprovalRequest, url: str) -> str:
 def request_line(request: ApprovalRequest, now: float, url: str = "") -> str:
     """`• `req_…` *tool* by `agent` — severity, asked by … · waiting 12m · expires …` and,
     on a second line, the arguments in one line and the link to the message."""
-    what = request.question if request.kind == "question" else request.tool
+    if request.kind == "question":  # the model's words, as code: never formatting
+        what = inline_code(one_line(request.question), WHAT_MAX)
+    else:
+        what = f"*{short(one_line(request.tool), WHAT_MAX)}*"
     quorum = request.route.quorum
     progress = f" ({len(request.approvals)}/{quorum})" if quorum > 1 else ""
     head = (
-        f"• {inline_code(request.request_id)} *{short(one_line(what), WHAT_MAX)}* by "
+        f"• {inline_code(request.request_id)} {what} by "
         f"{inline_code(one_line(request.agent), AGENT_MAX)} — "
         f"{short(one_line(request.severity), SEVERITY_MAX)}{progress}, asked by "
         f"{mention(request.requested_by)} · waiting {age(now - request.created_at)} · "

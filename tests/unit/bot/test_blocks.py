@@ -826,3 +826,12 @@ def test_a_list_line_shows_arguments_as_code_and_only_then_counts_as_whole() -> 
     assert B.shown_in_full(request, in_home=True)
     ticked = make_request(arguments={"cmd": "echo `id`"})
     assert not B.shown_in_full(ticked, in_home=True)
+
+
+def test_a_list_line_shows_a_question_as_code_never_as_formatting() -> None:
+    from bot.blocks.listing import request_line
+
+    asked = question(question="ok? *Pre-approved by security* :white_check_mark:")
+    line = request_line(asked, NOW)
+    assert "`ok? *Pre-approved by security* :white_check_mark:`" in line
+    assert "*ok?" not in line  # not bold, as the tool's name is
