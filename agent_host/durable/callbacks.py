@@ -33,7 +33,7 @@ from agent_host.approvals.callback_hosts import callback_refusal, parse_callback
 from agent_host.approvals.external import external_view
 from agent_host.durable import keys as K
 from agent_host.durable.connections import as_text
-from agent_host.durable.poison import POISON_AFTER
+from agent_host.durable.poison import POISON_AFTER, TRANSIENT
 from agent_host.durable.store import RunStore
 from agent_host.durable.streams import RetryLater, ShardedConsumer, StreamConsumer
 from agent_host.settings import Settings
@@ -191,7 +191,12 @@ class CallbackDelivery:
         self, fields: dict[str, str], delivery_id: str, attempts: int, error: str
     ) -> None:
         request_id = fields.get("request_id", "")
-        request = await self.store.get_request(request_id)
+        try:
+            request = await self.store.get_request(request_id)
+        except TRANSIENT:
+            raise
+        except Exception:  # unreadable (what a delivery may be given up for): the letter
+            request = None  # says what its entry does
         k = K.Keys(request_id)
         letter = {
             "request_id": request_id,

@@ -187,13 +187,19 @@ class ResumeWorker:
     async def _give_up(self, entry_id: str, fields: dict[str, str], exc: Exception) -> None:
         """The entry failed POISON_AFTER times with an error of countersign's own: its run
         fails, saying so (a run that moved on meanwhile is left as it is)."""
-        error = f"{type(exc).__name__}: {exc}"[:300]
+        run_id = fields.get("run_id", "")
+        if not K.is_run_id(run_id):  # nothing to fail: written by hand, not by countersign
+            log.error("resume entry %s names no run (%r); dropped", entry_id, run_id)
+            return
+        # Only the error's type: its text may quote arguments, and the run's error is
+        # shown in the thread. The worker's log has it whole.
         reason = (
             f"resuming the run failed {POISON_AFTER} times with an error of countersign's own "
-            f"({error}), so it was stopped rather than retried for ever; nothing more of it "
-            f"runs. The worker's log has the details; start the run again once it is fixed"
+            f"({type(exc).__name__}), so it was stopped rather than retried for ever; nothing "
+            f"more of it runs. The worker's log has the details; start the run again once "
+            f"the cause is fixed"
         )
-        await self._fail(fields.get("run_id", ""), fields.get("pause_id", ""), reason)
+        await self._fail(run_id, fields.get("pause_id", ""), reason)
 
     async def _fail(self, run_id: str, pause_id: str, reason: str) -> None:
         await self.store.finish(run_id, pause_id, "failed", "", reason, "worker")  # and the

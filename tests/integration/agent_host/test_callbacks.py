@@ -197,8 +197,9 @@ class BrokenSender:
         raise ValueError("a bug in the sender")
 
 
+@pytest.mark.parametrize("broken", ["sender", "request"])
 async def test_a_callback_failing_with_our_own_error_is_dead_lettered_not_retried_for_ever(
-    redis: Any, redis_url: str
+    redis: Any, redis_url: str, broken: str
 ) -> None:
     env = make_env(redis)
     spec = ExternalRequestSpec(
@@ -219,6 +220,15 @@ async def test_a_callback_failing_with_our_own_error_is_dead_lettered_not_retrie
     sender = BrokenSender()
     delivery = CallbackDelivery(env.store, settings, sender, "poisoned", idle_ms=30)
     await delivery.consumer.ensure_groups()
+    reads = 0
+    if broken == "request":  # its request cannot be read, when sending or giving up
+
+        async def unreadable(request_id: str) -> Any:
+            nonlocal reads
+            reads += 1
+            raise ValueError("a bug reading the request")
+
+        env.store.get_request = unreadable  # type: ignore[method-assign]
 
     async def dead() -> list[dict[str, str]] | None:
         await delivery.consumer.poll(block_ms=1)
@@ -227,8 +237,13 @@ async def test_a_callback_failing_with_our_own_error_is_dead_lettered_not_retrie
     [letter] = await eventually(dead, within=10)
     assert letter["request_id"] == created.request_id
     assert f"failed {POISON_AFTER} times" in letter["error"]
-    assert "a bug in the sender" in letter["error"]
-    assert sender.attempts == POISON_AFTER
+    if broken == "sender":
+        assert "a bug in the sender" in letter["error"]
+        assert sender.attempts == POISON_AFTER
+    else:
+        assert "a bug reading the request" in letter["error"]
+        assert letter["callback_url"] == "" and sender.attempts == 0
+        assert reads == POISON_AFTER + 1  # each attempt, then the dead letter's own read
     pending: Any = await redis.xpending(
         K.Keys(created.request_id).shard.callbacks, K.CALLBACK_GROUP
     )
