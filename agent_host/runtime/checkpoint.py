@@ -60,6 +60,7 @@ Outcome = Literal[
     "error",  # the tool ran and raised
     "invalid",  # the model's arguments were invalid or the tool unknown; it never ran
     "unknown_outcome",  # a worker died mid-call; not run again (the tool is not idempotent)
+    "deferred",  # let through, the tool asked for a person itself: asked as a later call
 ]
 
 

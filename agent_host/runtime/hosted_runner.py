@@ -38,6 +38,7 @@ __all__ = ["HostedRunner"]
 log = logging.getLogger(__name__)
 
 NOT_RUN_BY_FRAMEWORK = "Approved, but the framework did not run this call."
+ASKED_ITSELF = "The tool asked for a person's approval itself: asked about as {call_id}."
 NON_FINITE = (
     "Tool {tool} was not run: {where} is NaN or Infinity, which is not a JSON number. "
     "Call it again with a finite number."
@@ -115,9 +116,12 @@ class HostedRunner:
         asked_itself = _asked_itself(guard)
         for index, call in enumerate(step.calls):
             record = _plan(state, agent, call, index, context)
-            if record.gate == "allow" and (call.framework_id, call.tool) in asked_itself:
+            let_through = asked_itself.get((call.framework_id, call.tool))
+            if record.gate == "allow" and let_through is not None:
                 record.gate, record.severity = "ask", max(record.severity, "medium", key=_rank)
                 record.reason = "the tool itself asked for a person's approval"
+                let_through.outcome = "deferred"
+                let_through.result = ASKED_ITSELF.format(call_id=record.call_id)
             state.calls.append(record)
         if pending := state.pending:
             state.status = "paused"
@@ -126,11 +130,12 @@ class HostedRunner:
         return None
 
 
-def _asked_itself(guard: CallGuard) -> set[tuple[str, str]]:
-    """Calls the policy let through that stopped again instead of running: the tool asked
-    for approval itself (e.g. Pydantic AI's ApprovalRequired), so a person must decide."""
+def _asked_itself(guard: CallGuard) -> dict[tuple[str, str], CallRecord]:
+    """Calls the policy let through that did not run, by (framework id, tool): stopping
+    again on one of them means the tool asked for approval itself (e.g. Pydantic AI's
+    ApprovalRequired), so a person must decide."""
     return {
-        (r.model_call_id, r.tool)
+        (r.model_call_id, r.tool): r
         for r in guard.decided
         if r.gate == "allow" and r.call_id not in guard.results
     }

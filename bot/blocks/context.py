@@ -24,6 +24,7 @@ _OUTCOME = {
     "error": "failed",
     "invalid": "invalid call",
     "unknown_outcome": "outcome unknown",
+    "deferred": "asked for approval itself",
 }
 
 

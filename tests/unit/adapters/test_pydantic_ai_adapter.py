@@ -257,6 +257,13 @@ async def test_a_tool_let_through_that_asks_for_approval_itself_waits_for_a_pers
     assert effects == []
     [pending] = outcome.pending
     assert pending.reason == "the tool itself asked for a person's approval"
+    # The call let through is recorded as what it was: deferred by the tool, asked anew.
+    [let_through] = [c for c in outcome.state.calls if c.gate == "allow"]
+    assert let_through.outcome == "deferred"
+    assert (
+        let_through.result
+        == f"The tool asked for a person's approval itself: asked about as {pending.call_id}."
+    )
     done = await runner.resume(
         outcome.state, {pending.call_id: Approve(decided_by="U_LEAD", call_hash=pending.call_hash)}
     )
