@@ -6,11 +6,15 @@
     GET  /api/v1/callbacks/dead        decision callbacks that kept failing
 
 The request is routed, posted, decided and audited like one of countersign's own runs
-(`agent_host.approvals.external`); these handlers only read, check and answer.
+(`agent_host.approvals.external`); these handlers only read, check and answer. A long poll
+whose client hangs up stops waiting (within HUNG_UP_CHECK), so clients that time out and
+poll again do not pile up waits nobody will read.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 
 from aiohttp import web
@@ -34,6 +38,7 @@ __all__ = [
 ]
 
 MAX_WAIT_SECONDS = 60
+HUNG_UP_CHECK = 0.5  # seconds between looks at a long-polling client's connection
 
 
 async def create_approval(request: web.Request) -> web.Response:
@@ -105,7 +110,18 @@ async def _detail(request: web.Request, request_id: str) -> web.Response:
         wait = -1.0
     if not math.isfinite(wait) or not 0 <= wait <= MAX_WAIT_SECONDS:
         return error(400, f"wait must be a number of seconds from 0 to {MAX_WAIT_SECONDS}")
-    found = await request.app[HOST_KEY].external.wait(request_id, wait)
+    waiting = asyncio.ensure_future(request.app[HOST_KEY].external.wait(request_id, wait))
+    try:
+        while not waiting.done():
+            if request.transport is None or request.transport.is_closing():
+                return web.Response(status=499, text="the client hung up")  # read by nobody
+            await asyncio.wait({waiting}, timeout=HUNG_UP_CHECK)
+    finally:  # hung up, or the server stopping: no longer waited on
+        if not waiting.done():
+            waiting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await waiting
+    found = waiting.result()
     if found is None:
         return error(404, f"no approval request {request_id!r}")
     return web.json_response(external_view(found))

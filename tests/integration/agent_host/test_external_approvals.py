@@ -92,6 +92,33 @@ async def test_a_request_from_elsewhere_is_posted_clicked_and_read(
         assert events == ["requested", "approved"]
 
 
+async def test_a_long_poll_whose_client_hung_up_stops_waiting(
+    redis_url: str, tmp_path: Path, http: aiohttp.ClientSession
+) -> None:
+    async with running_stack(redis_url, tmp_path) as stack:
+        created = await create(http, stack, REFUND)
+        request_id = created["request_id"]
+        url = f"{stack.url}/api/v1/approvals/{request_id}?wait=60"
+        watch = stack.host.external.watch
+
+        async def hangs_up() -> None:  # a client that gives up after a second
+            with pytest.raises(TimeoutError):
+                async with http.get(url, headers=AUTH, timeout=aiohttp.ClientTimeout(total=1)):
+                    pass
+
+        client = asyncio.create_task(hangs_up())
+        await eventually(lambda: watch.waiting(request_id) or None)  # waited on meanwhile
+        await client
+        # ... and not for the rest of its 60 s once the client left.
+        await eventually(lambda: watch.waiting(request_id) == 0 or None, within=5)
+        # A client that stays still gets its answer when the decision comes.
+        waiting = asyncio.create_task(read(http, stack, request_id, wait=30))
+        await eventually(lambda: watch.waiting(request_id) or None)
+        request = await stack.posted(request_id)
+        await stack.click(REVIEWER, request, blocks.APPROVE)
+        assert (await waiting)["verdict"] == "approved"
+
+
 async def test_a_flood_of_long_polls_leaves_clicks_and_new_requests_working(
     redis_url: str, tmp_path: Path
 ) -> None:
