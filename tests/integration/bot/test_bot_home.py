@@ -329,12 +329,16 @@ async def test_a_form_submitted_after_its_reviewer_left_the_channel_changes_noth
         await stack.run_status(run, "succeeded")
 
 
-async def reject_by_form(stack: Stack, user: str, channel: str, ts: str) -> Any:
-    """`user` clicks Reject on the message `ts` in `channel` and submits the form."""
+async def rejects_by_form(stack: Stack, user: str, request_id: str, channel: str, ts: str) -> None:
+    """`user` clicks Reject on the message `ts` in `channel`, submits the form, and so
+    rejects the request."""
     await stack.standin.click(user, channel, ts, blocks.REJECT)
     form = await stack.opened_view(user, blocks.REJECT_MODAL)
     reason = {blocks.REASON_BLOCK: {blocks.REASON_INPUT: "not this one"}}
-    return await stack.standin.submit_view(user, form["id"], reason)
+    reply = await stack.standin.submit_view(user, form["id"], reason)
+    assert reply.status == 200 and reply.json() is None, reply.body  # closes with the ack
+    decided = await stack.decided(request_id)
+    assert decided.status == "rejected" and decided.decided_by == user
 
 
 async def test_in_a_public_channel_anyone_may_decide_even_one_not_in_it(
@@ -347,10 +351,7 @@ async def test_in_a_public_channel_anyone_may_decide_even_one_not_in_it(
         channel.members.remove(OUTSIDER)  # ... who can still see and click there
         run = await stack.start_run("cleanup-agent", "delete /tmp/old.txt")
         [request] = await stack.pending_requests(run)
-        reply = await reject_by_form(stack, OUTSIDER, CHANNEL, request.message_ts)
-        assert reply.status == 200 and reply.json() is None, reply.body  # closes with the ack
-        decided = await stack.decided(request.request_id)
-        assert decided.status == "rejected" and decided.decided_by == OUTSIDER
+        await rejects_by_form(stack, OUTSIDER, request.request_id, CHANNEL, request.message_ts)
 
 
 async def test_whoever_a_request_was_escalated_to_may_decide_it_outside_its_channel(
@@ -369,10 +370,7 @@ async def test_whoever_a_request_was_escalated_to_may_decide_it_outside_its_chan
 
         [copy] = (await eventually(escalated, what="the escalated copy")).escalations
         assert copy.to == OUTSIDER and copy.channel.startswith("D")
-        reply = await reject_by_form(stack, OUTSIDER, copy.channel, copy.ts)
-        assert reply.status == 200 and reply.json() is None, reply.body
-        decided = await stack.decided(request.request_id)
-        assert decided.status == "rejected" and decided.decided_by == OUTSIDER
+        await rejects_by_form(stack, OUTSIDER, request.request_id, copy.channel, copy.ts)
 
 
 # -- deciding refreshes the tab -------------------------------------------------------------

@@ -3,28 +3,9 @@ names no reviewers (checked against Slack's `users.conversations` at each decisi
 
 from __future__ import annotations
 
-from agent_host.approvals import ApprovalRequest, Route
 from agent_host.approvals.requests import EscalatedCopy
 
-
-def _request(**changes: object) -> ApprovalRequest:
-    base: dict[str, object] = {
-        "request_id": "req_1",
-        "run_id": "run_1",
-        "call_id": "call_1_1",
-        "agent": "cleanup",
-        "tool": "delete_file",
-        "arguments": {"path": "/tmp/a"},
-        "call_hash": "h1",
-        "kind": "approval",
-        "reason": "",
-        "severity": "high",
-        "requested_by": "U1",
-        "created_at": 1.0,
-        "expires_at": 2.0,
-        "route": Route(destination="C1"),
-    }
-    return ApprovalRequest(**{**base, **changes})  # type: ignore[arg-type]
+from .test_request_hash import _request
 
 
 def test_the_route_destination_until_the_message_is_posted() -> None:
