@@ -98,6 +98,17 @@ async def click_home(stack: Stack, user: str, request: ApprovalRequest, action: 
     assert reply.status == 200, reply.body
 
 
+async def private_request(stack: Stack, ladder: str = "") -> ApprovalRequest:
+    """A request routed to the private channel (the outsider is not in it), with no
+    reviewers named: the people of the channel decide it."""
+    add_private_channel(stack)
+    route = f"route add agent=cleanup-agent channel={PRIVATE} {ladder}".strip()
+    await approvals(stack, ADMIN, route)
+    run = await stack.start_run("cleanup-agent", "delete /srv/private.txt")
+    [request] = await stack.pending_requests(run)
+    return request
+
+
 def add_private_channel(stack: Stack) -> None:
     members = [REVIEWER, REQUESTER, ADMIN, BOT_USER_ID]
     stack.standin.workspace.channels.append(
@@ -250,10 +261,7 @@ async def test_a_forged_home_click_on_a_request_they_may_not_decide_changes_noth
     redis_url: str, tmp_path: Path
 ) -> None:
     async with running_stack(redis_url, tmp_path) as stack:
-        add_private_channel(stack)
-        await approvals(stack, ADMIN, f"route add agent=cleanup-agent channel={PRIVATE}")
-        run = await stack.start_run("cleanup-agent", "delete /srv/private.txt")
-        [private] = await stack.pending_requests(run)
+        private = await private_request(stack)
         view = await open_home(stack, OUTSIDER)
         assert waiting_ids(view) == []
 
@@ -306,10 +314,7 @@ async def test_a_form_submitted_after_its_reviewer_left_the_channel_changes_noth
     redis_url: str, tmp_path: Path
 ) -> None:
     async with running_stack(redis_url, tmp_path) as stack:
-        add_private_channel(stack)
-        await approvals(stack, ADMIN, f"route add agent=cleanup-agent channel={PRIVATE}")
-        run = await stack.start_run("cleanup-agent", "delete /srv/private.txt")
-        [request] = await stack.pending_requests(run)  # no reviewers: the channel's people
+        request = await private_request(stack)
         await stack.click(REVIEWER, request, blocks.APPROVE_COMMENT)  # a member, on the message
         form = await stack.opened_view(REVIEWER, blocks.COMMENT_MODAL)
         channel = stack.standin.workspace.channel(PRIVATE)
@@ -326,7 +331,7 @@ async def test_a_form_submitted_after_its_reviewer_left_the_channel_changes_noth
         channel.members.append(REVIEWER)  # back in the channel, the same form decides
         accepted = await stack.standin.submit_view(REVIEWER, form["id"], comment)
         assert accepted.status == 200 and accepted.json() is None  # closes with the ack
-        await stack.run_status(run, "succeeded")
+        await stack.run_status(request.run_id, "succeeded")
 
 
 async def rejects_by_form(stack: Stack, user: str, request_id: str, channel: str, ts: str) -> None:
@@ -358,11 +363,7 @@ async def test_whoever_a_request_was_escalated_to_may_decide_it_outside_its_chan
     redis_url: str, tmp_path: Path
 ) -> None:
     async with running_stack(redis_url, tmp_path) as stack:
-        add_private_channel(stack)  # the outsider is not in it
-        ladder = f"escalate_after=1s escalate_to=<@{OUTSIDER}>"
-        await approvals(stack, ADMIN, f"route add agent=cleanup-agent channel={PRIVATE} {ladder}")
-        run = await stack.start_run("cleanup-agent", "delete /srv/private.txt")
-        [request] = await stack.pending_requests(run)
+        request = await private_request(stack, f"escalate_after=1s escalate_to=<@{OUTSIDER}>")
 
         async def escalated() -> ApprovalRequest | None:
             current = await stack.host.store.get_request(request.request_id)
