@@ -22,9 +22,10 @@ from typing import Any, Literal
 
 from agent_host.approvals.requests import ApprovalRequest, Router
 from agent_host.errors import CountersignError, InvalidArguments
-from agent_host.runtime.agents import Agent, canonical_json
+from agent_host.runtime.agents import Agent
 from agent_host.runtime.checkpoint import call_hash
 from agent_host.runtime.editing import EditableAgent, EditableTool
+from agent_host.runtime.fingerprint import canonical_json
 from agent_host.runtime.hosted import HostedAgent
 from agent_host.runtime.policy import Permission, Severity
 

@@ -17,9 +17,9 @@ from typing import Any
 from agent_host.approvals.callback_hosts import callback_refusal
 from agent_host.approvals.requester import requester_problem
 from agent_host.approvals.requests import ApprovalRequest
-from agent_host.runtime.agents import canonical_json
 from agent_host.runtime.checkpoint import call_hash
 from agent_host.runtime.decisions import Answer, Approve, Reject, RequestChanges
+from agent_host.runtime.fingerprint import canonical_json
 from agent_host.runtime.policy import Severity
 from agent_host.runtime.strict_json import non_finite_path, too_deep_path, too_deep_text
 

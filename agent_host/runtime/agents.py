@@ -7,13 +7,12 @@ depends on: the tools, their schemas and their policy.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agent_host.errors import UnknownAgentError
+from agent_host.runtime.fingerprint import describe_changes, fingerprint_of
 from agent_host.runtime.messages import ToolSpec
 from agent_host.runtime.models.base import Model
 from agent_host.runtime.policy import Permission, RuleSet, Verdict
@@ -22,11 +21,7 @@ from agent_host.runtime.tools import Tool
 if TYPE_CHECKING:
     from agent_host.runtime.hosted import HostedAgent
 
-__all__ = ["Agent", "AgentRegistry", "canonical_json", "describe_changes"]
-
-
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+__all__ = ["Agent", "AgentRegistry"]
 
 
 @dataclass
@@ -83,27 +78,11 @@ class Agent:
         }
 
     def fingerprint(self) -> str:
-        return hashlib.sha256(canonical_json(self.fingerprint_parts()).encode()).hexdigest()
+        return fingerprint_of(self.fingerprint_parts())
 
     def describe_changes(self, parts: Mapping[str, Any]) -> str:
         """What differs between these fingerprint parts and this agent's, in words."""
         return describe_changes(parts, self.fingerprint_parts())
-
-
-def describe_changes(old: Mapping[str, Any], now: Mapping[str, Any]) -> str:
-    """What differs between two agents' fingerprint parts, in words."""
-    old_tools, new_tools = old.get("tools", {}), now.get("tools", {})
-    changes = [f"tool {n} removed" for n in sorted(set(old_tools) - set(new_tools))]
-    changes += [f"tool {n} added" for n in sorted(set(new_tools) - set(old_tools))]
-    for name in sorted(set(old_tools) & set(new_tools)):
-        for aspect in ("schema", "policy", "severity"):
-            if old_tools[name].get(aspect) != new_tools[name].get(aspect):
-                changes.append(f"{aspect} of tool {name} changed")
-    if old.get("rules") != now.get("rules"):
-        changes.append("operator policy rules changed")
-    if old.get("framework") != now.get("framework"):
-        changes.append("the agent's framework changed")
-    return ", ".join(changes) or "the agent definition changed"
 
 
 AgentFactory = Callable[[], "Agent | HostedAgent"]

@@ -26,8 +26,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from agent_host.errors import CheckpointError, UnsupportedCheckpointVersion
-from agent_host.runtime.agents import canonical_json
 from agent_host.runtime.decisions import Approve, Decision
+from agent_host.runtime.fingerprint import canonical_json
 from agent_host.runtime.messages import Message
 
 __all__ = [

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from agent_host.runtime.agents import canonical_json
 from agent_host.runtime.decisions import Approve
+from agent_host.runtime.fingerprint import canonical_json
 from agent_host.runtime.policy import Verdict
 
 __all__ = [

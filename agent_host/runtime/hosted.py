@@ -14,7 +14,6 @@ This module is pure: the adapters bring the frameworks, the runner brings the le
 
 from __future__ import annotations
 
-import hashlib
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -22,10 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from agent_host.errors import InvalidArguments
-from agent_host.runtime.agents import canonical_json, describe_changes
 from agent_host.runtime.checkpoint import CallRecord, call_hash
 from agent_host.runtime.decisions import Approve, Decision
 from agent_host.runtime.editing import with_reviewer_note
+from agent_host.runtime.fingerprint import describe_changes, fingerprint_of
 from agent_host.runtime.ledger import ExecutionLedger
 from agent_host.runtime.policy import (
     Permission,
@@ -240,7 +239,7 @@ class HostedAgent(ABC):
         return parts
 
     def fingerprint(self) -> str:
-        return hashlib.sha256(canonical_json(self.fingerprint_parts()).encode()).hexdigest()
+        return fingerprint_of(self.fingerprint_parts())
 
     def describe_changes(self, parts: Mapping[str, Any]) -> str:
         return describe_changes(parts, self.fingerprint_parts())

@@ -33,10 +33,11 @@ from agent_host.errors import (
     MissingDecisionError,
     ModelError,
 )
-from agent_host.runtime.agents import Agent, AgentRegistry, canonical_json
+from agent_host.runtime.agents import Agent, AgentRegistry
 from agent_host.runtime.checkpoint import CallRecord, RunState, call_hash
 from agent_host.runtime.decisions import Answer, Approve, Decision, Expired, Reject, RequestChanges
 from agent_host.runtime.editing import with_reviewer_note
+from agent_host.runtime.fingerprint import canonical_json
 from agent_host.runtime.hosted import HostedAgent, as_text
 from agent_host.runtime.hosted_runner import HostedRunner
 from agent_host.runtime.journal import NO_JOURNAL, TurnJournal

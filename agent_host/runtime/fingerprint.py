@@ -1,0 +1,42 @@
+"""What an approval binds to, in text: canonical JSON, an agent's fingerprint, and what
+differs between two agents' fingerprint parts.
+
+The fingerprint hashes what a reviewer's approval depends on: the tools, their schemas and
+their policy (a native `Agent`'s or a hosted agent's `fingerprint_parts`). A run whose
+agent's fingerprint changed while it waited is refused at resume with `describe_changes`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["canonical_json", "describe_changes", "fingerprint_of"]
+
+
+def canonical_json(value: Any) -> str:
+    """`value` as JSON with sorted keys and no spaces: the same text for the same value."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def fingerprint_of(parts: Mapping[str, Any]) -> str:
+    """sha256 of an agent's fingerprint parts, as canonical JSON."""
+    return hashlib.sha256(canonical_json(parts).encode()).hexdigest()
+
+
+def describe_changes(old: Mapping[str, Any], now: Mapping[str, Any]) -> str:
+    """What differs between two agents' fingerprint parts, in words."""
+    old_tools, new_tools = old.get("tools", {}), now.get("tools", {})
+    changes = [f"tool {n} removed" for n in sorted(set(old_tools) - set(new_tools))]
+    changes += [f"tool {n} added" for n in sorted(set(new_tools) - set(old_tools))]
+    for name in sorted(set(old_tools) & set(new_tools)):
+        for aspect in ("schema", "policy", "severity"):
+            if old_tools[name].get(aspect) != new_tools[name].get(aspect):
+                changes.append(f"{aspect} of tool {name} changed")
+    if old.get("rules") != now.get("rules"):
+        changes.append("operator policy rules changed")
+    if old.get("framework") != now.get("framework"):
+        changes.append("the agent's framework changed")
+    return ", ".join(changes) or "the agent definition changed"
