@@ -34,7 +34,7 @@ from agent_host.durable.redis_server import free_port
 from agent_host.durable.store import RunStore
 from agent_host.runtime.runner import Paused
 from bot import blocks
-from slack_sandbox import SlackStandIn, Workspace
+from slack_sandbox import SlackStandIn, Workspace, seed_workspace
 from slack_sandbox.blockkit import find_element
 from slack_sandbox.methods_chat import post_message
 from slack_sandbox.payloads import block_actions_payload, button_action, payload_body
@@ -83,7 +83,7 @@ STOP_TIMEOUT = 20.0
 # -- Slack ------------------------------------------------------------------------------
 def sandbox_workspace(extra_channels: Iterable[str] = ()) -> Workspace:
     """The default sandbox seed, in memory, plus public channels the bot is a member of."""
-    workspace = Workspace.default()
+    workspace = seed_workspace()
     members = [u.id for u in workspace.users] + [workspace.bot.user_id]
     for channel_id in extra_channels:
         workspace.channels.append(

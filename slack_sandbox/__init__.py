@@ -9,6 +9,8 @@ by POSTing signed requests to the bot's request URL.
 from __future__ import annotations
 
 from slack_sandbox.app_client import AppReply, AppUnreachable
+from slack_sandbox.persistence import open_workspace, workspace_to_dict
+from slack_sandbox.seed import seed_workspace
 from slack_sandbox.signing import compute_signature, sign_request
 from slack_sandbox.slack_api import SlackStandIn, create_slack_api
 from slack_sandbox.workspace import Workspace
@@ -20,5 +22,8 @@ __all__ = [
     "Workspace",
     "compute_signature",
     "create_slack_api",
+    "open_workspace",
+    "seed_workspace",
     "sign_request",
+    "workspace_to_dict",
 ]

@@ -21,7 +21,8 @@ from agent_host.durable.data_dir import private_dir
 from bot.composition import build_service
 from bot.server import stop_on_signals
 from bot.slack_settings import ServiceSettings
-from slack_sandbox import SlackStandIn, Workspace
+from slack_sandbox import SlackStandIn
+from slack_sandbox.persistence import open_workspace
 
 __all__ = ["DEMO_ROUTES", "demo_secrets", "run_demo"]
 
@@ -65,7 +66,7 @@ async def run_demo(settings: ServiceSettings, port: int, *, host_name: str = "12
     data_dir = Path(settings.data_dir)  # made absolute by the CLI
     made = demo_secrets(data_dir)
     standin = SlackStandIn(
-        Workspace.load_or_create(data_dir / "sandbox"),
+        open_workspace(data_dir / "sandbox"),
         token=made["SLACK_BOT_TOKEN"],
         signing_secret=made["SLACK_SIGNING_SECRET"],
         api_token=made["COUNTERSIGN_API_TOKEN"],

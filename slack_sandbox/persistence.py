@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -15,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from slack_sandbox.seed import seed_workspace
 from slack_sandbox.workspace import (
     BotUser,
     Channel,
@@ -84,12 +86,15 @@ def save_workspace(ws: Workspace, directory: Path) -> None:
         raise
 
 
-def load_or_create(directory: Path) -> Workspace:
+def open_workspace(directory: Path | str) -> Workspace:
+    """The workspace saved in `directory`, or a new one from the default seed saved there;
+    either way, saved there after each change."""
+    directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / STATE_FILE
     if not path.exists():
-        ws = Workspace.default(directory)
-        save_workspace(ws, directory)
+        ws = _saved_in(seed_workspace(), directory)
+        ws.save()
         logger.info("seeded a new sandbox workspace at %s", path)
         return ws
     try:
@@ -99,6 +104,11 @@ def load_or_create(directory: Path) -> Workspace:
             f"sandbox workspace file {path} is unreadable ({exc}); "
             "delete it to start again from the default seed"
         ) from exc
-    ws.directory = directory
     logger.info("loaded sandbox workspace from %s (%d messages)", path, len(ws.messages))
+    return _saved_in(ws, directory)
+
+
+def _saved_in(ws: Workspace, directory: Path) -> Workspace:
+    ws.directory = directory
+    ws.persist = functools.partial(save_workspace, directory=directory)
     return ws

@@ -37,6 +37,7 @@ from slack_sandbox.faults import Fault
 from slack_sandbox.methods import METHODS, NO_AUTH_METHODS
 from slack_sandbox.page import add_page_routes
 from slack_sandbox.params import ParamsError, as_str, read_params
+from slack_sandbox.persistence import workspace_to_dict
 from slack_sandbox.responses import apply_response_url
 from slack_sandbox.shapes import api_error
 from slack_sandbox.socket_mode import SOCKET_KEY, SocketHub, add_socket_mode_routes
@@ -136,7 +137,7 @@ async def _faults(request: web.Request) -> web.Response:
 
 
 async def _state(request: web.Request) -> web.Response:
-    return web.json_response(request.app[CORE_KEY].workspace.to_dict())
+    return web.json_response(workspace_to_dict(request.app[CORE_KEY].workspace))
 
 
 def create_slack_api(

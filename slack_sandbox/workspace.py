@@ -11,6 +11,7 @@ messages and views
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -130,36 +131,15 @@ class Workspace:
     homes: list[View] = field(default_factory=list)  # each user's App Home tab (views.publish)
     last_ts_us: int = 0
     directory: Path | None = None  # where it is persisted; None keeps it in memory only
+    # How a change is saved there (`persistence.open_workspace` sets it); None: not saved.
+    persist: Callable[[Workspace], None] | None = field(default=None, repr=False, compare=False)
 
     # ----------------------------------------------------------------- persistence
 
-    @classmethod
-    def default(cls, directory: Path | None = None) -> Workspace:
-        """A fresh workspace holding the default seed (see :mod:`slack_sandbox.seed`)."""
-        from slack_sandbox.seed import seed_workspace
-
-        workspace = seed_workspace()
-        workspace.directory = directory
-        return workspace
-
-    @classmethod
-    def load_or_create(cls, directory: Path | str) -> Workspace:
-        """Load the workspace saved in ``directory``, or seed and save a new one there."""
-        from slack_sandbox.persistence import load_or_create
-
-        return load_or_create(Path(directory))
-
     def save(self) -> None:
-        """Write the state atomically (temp file + ``os.replace``); no-op when in memory."""
-        if self.directory is not None:
-            from slack_sandbox.persistence import save_workspace
-
-            save_workspace(self, self.directory)
-
-    def to_dict(self) -> JsonDict:
-        from slack_sandbox.persistence import workspace_to_dict
-
-        return workspace_to_dict(self)
+        """Save the state (`persist`, set by `persistence.open_workspace`); a no-op in memory."""
+        if self.persist is not None:
+            self.persist(self)
 
     # ----------------------------------------------------------------- ids and lookups
 

@@ -20,7 +20,7 @@ from bot.composition import build_service
 from bot.slack_settings import ServiceSettings as Settings
 from bot.slack_settings import load_settings
 from bot.wiring import SlackBot
-from slack_sandbox import SlackStandIn, Workspace
+from slack_sandbox import SlackStandIn, open_workspace, workspace_to_dict
 from tests.support.waiting import eventually
 
 T = TypeVar("T")
@@ -63,14 +63,14 @@ class Stack:
         return await eventually(reached)
 
     def message(self, channel: str, ts: str) -> dict[str, Any]:
-        state = self.standin.workspace.to_dict()
+        state = workspace_to_dict(self.standin.workspace)
         for message in state["messages"]:
             if message["channel"] == channel and message["ts"] == ts:
                 return dict(message)
         raise AssertionError(f"no message {channel}/{ts}")
 
     def thread(self, channel: str, ts: str) -> list[dict[str, Any]]:
-        state = self.standin.workspace.to_dict()
+        state = workspace_to_dict(self.standin.workspace)
         return [
             m
             for m in state["messages"]
@@ -78,7 +78,7 @@ class Stack:
         ]
 
     def ephemerals(self, user: str) -> list[str]:
-        state = self.standin.workspace.to_dict()
+        state = workspace_to_dict(self.standin.workspace)
         return [e.get("text", "") for e in state.get("ephemerals", []) if e.get("user") == user]
 
     async def click(self, user: str, request: ApprovalRequest, action_id: str) -> Any:
@@ -92,7 +92,7 @@ class Stack:
         async def opened() -> dict[str, Any] | None:
             views = [
                 v
-                for v in self.standin.workspace.to_dict()["views"]
+                for v in workspace_to_dict(self.standin.workspace)["views"]
                 if v["user"] == user and v["view"].get("callback_id") == callback_id
             ]
             return views[seen] if len(views) > seen else None
@@ -100,7 +100,7 @@ class Stack:
         return await eventually(opened)
 
     def view_state(self, view_id: str) -> dict[str, Any]:
-        for view in self.standin.workspace.to_dict()["views"]:
+        for view in workspace_to_dict(self.standin.workspace)["views"]:
             if view["id"] == view_id:
                 return dict(view)
         raise AssertionError(f"no view {view_id}")
@@ -150,7 +150,7 @@ class Stack:
 
     def channel_messages(self, channel: str) -> list[dict[str, Any]]:
         """Top-level messages (no thread replies) in `channel`, oldest first."""
-        state = self.standin.workspace.to_dict()
+        state = workspace_to_dict(self.standin.workspace)
         return [
             m
             for m in state["messages"]
@@ -206,7 +206,7 @@ async def running_stack(
 ) -> AsyncIterator[Stack]:
     """The whole stack, Slack's requests over HTTP (`/slack/events`), one worker in process."""
     standin = SlackStandIn(
-        Workspace.load_or_create(tmp_path / "slack"),
+        open_workspace(tmp_path / "slack"),
         token=TOKEN,
         signing_secret=SECRET,
         rate_limit_per_channel=rate_limit,

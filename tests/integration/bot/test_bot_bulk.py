@@ -25,6 +25,7 @@ from agent_host.runtime.policy import Permission
 from agent_host.runtime.tools import ToolContext, tool
 from agent_host.settings import Settings
 from bot import blocks
+from slack_sandbox import workspace_to_dict
 from slack_sandbox.payloads import block_actions_payload, button_action, payload_body
 from slack_sandbox.seed import BOT_USER_ID
 from slack_sandbox.workspace import Channel
@@ -413,7 +414,7 @@ async def test_reject_all_rejects_every_call_with_one_reason(
         await click_bulk(stack, REQUESTER, requests[0], blocks.BULK_REJECT)
         [refused] = await stack.wait_ephemerals(REQUESTER)
         assert "Not allowed" in refused and "you started this run" in refused
-        assert stack.standin.workspace.to_dict()["views"] == []  # no form for them
+        assert workspace_to_dict(stack.standin.workspace)["views"] == []  # no form for them
 
         await click_bulk(stack, REVIEWER, requests[0], blocks.BULK_REJECT)
         view = await stack.opened_view(REVIEWER, blocks.BULK_REJECT_MODAL)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bot import blocks
+from slack_sandbox import workspace_to_dict
 from tests.support.stack import CHANNEL, REVIEWER, REVIEWER2, running_stack
 from tests.support.waiting import eventually
 
@@ -182,7 +183,7 @@ async def test_modal_that_cannot_be_opened_tells_the_reviewer_and_decides_nothin
         assert reply.status == 200
         [text] = await stack.wait_ephemerals(REVIEWER)
         assert "Could not open the form" in text
-        assert stack.standin.workspace.to_dict()["views"] == []
+        assert workspace_to_dict(stack.standin.workspace)["views"] == []
         current = await stack.host.store.get_request(request.request_id)
         assert current is not None and current.status == "pending"
 

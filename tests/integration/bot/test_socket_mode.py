@@ -25,7 +25,7 @@ from bot.cli import _serve
 from bot.composition import build_service
 from bot.slack_settings import ServiceSettings as Settings
 from bot.slash_commands import help_text
-from slack_sandbox import AppUnreachable, SlackStandIn, Workspace
+from slack_sandbox import AppUnreachable, SlackStandIn, open_workspace, workspace_to_dict
 from tests.support.stack import (
     CHANNEL,
     REVIEWER,
@@ -42,7 +42,7 @@ APP_TOKEN = "xapp-1-A0SANDBOX-1-socket-mode-test"
 
 def _standin(tmp_path: Path, **options: Any) -> SlackStandIn:
     return SlackStandIn(
-        Workspace.load_or_create(tmp_path / "slack"),
+        open_workspace(tmp_path / "slack"),
         token=TOKEN,
         signing_secret=SECRET,
         app_token=APP_TOKEN,
@@ -262,7 +262,8 @@ async def test_standin_envelopes_acks_timeouts_and_http_fallback(tmp_path: Path)
             await ws.send_json({"envelope_id": envelope["envelope_id"], "payload": answer})
             reply = await asked
             assert reply.status == 200 and reply.json() == answer
-            assert standin.workspace.to_dict()["ephemerals"][-1]["text"] == "over the socket"
+            ephemerals = workspace_to_dict(standin.workspace)["ephemerals"]
+            assert ephemerals[-1]["text"] == "over the socket"
 
             # No ack within the app timeout: the app could not be reached, as over HTTP.
             unanswered = asyncio.create_task(standin.slash(REVIEWER, CHANNEL, "/approvals", "y"))

@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 from slack_sdk.web.async_client import AsyncWebClient
 
-from slack_sandbox import SlackStandIn, Workspace
+from slack_sandbox import SlackStandIn, open_workspace
 from slack_sandbox import page as page_module
 from slack_sandbox.page_runs import RUNS_FILE
 from tests.support.stack import serve_app
@@ -59,7 +59,7 @@ MODAL: dict[str, Any] = {
 
 @pytest.fixture
 async def standin(tmp_path: Path) -> AsyncIterator[SlackStandIn]:
-    stand_in = SlackStandIn(Workspace.load_or_create(tmp_path), token=TOKEN, signing_secret=SECRET)
+    stand_in = SlackStandIn(open_workspace(tmp_path), token=TOKEN, signing_secret=SECRET)
     await stand_in.start()
     yield stand_in
     await stand_in.stop()
@@ -320,7 +320,7 @@ async def test_runs_are_forwarded_remembered_and_listed_newest_first(
 
     async def started(use: Callable[[str], Awaitable[None]]) -> None:
         stand_in = SlackStandIn(
-            Workspace.load_or_create(directory), token=TOKEN, api_url=api_url, api_token=API_TOKEN
+            open_workspace(directory), token=TOKEN, api_url=api_url, api_token=API_TOKEN
         )
         await stand_in.start()
         try:

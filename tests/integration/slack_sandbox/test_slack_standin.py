@@ -21,7 +21,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
-from slack_sandbox import SlackStandIn, Workspace, sign_request
+from slack_sandbox import SlackStandIn, open_workspace, seed_workspace, sign_request
 from slack_sandbox.persistence import STATE_FILE
 
 TOKEN = "xoxb-sandbox-test-token"
@@ -83,7 +83,7 @@ def clock() -> FakeClock:
 @pytest.fixture
 async def standin(tmp_path: Path, clock: FakeClock) -> AsyncIterator[SlackStandIn]:
     stand_in = SlackStandIn(
-        Workspace.load_or_create(tmp_path), token=TOKEN, signing_secret=SECRET, clock=clock
+        open_workspace(tmp_path), token=TOKEN, signing_secret=SECRET, clock=clock
     )
     await stand_in.start()
     yield stand_in
@@ -354,7 +354,7 @@ def _file_names(directory: Path) -> list[str]:
 
 
 async def test_restart_keeps_messages_and_views(tmp_path: Path) -> None:
-    first = SlackStandIn(Workspace.load_or_create(tmp_path), token=TOKEN)
+    first = SlackStandIn(open_workspace(tmp_path), token=TOKEN)
     await first.start()
     client = AsyncWebClient(token=TOKEN, base_url=first.url)
     posted = await client.chat_postMessage(channel="C0APPROVALS", text="survives restarts")
@@ -362,7 +362,7 @@ async def test_restart_keeps_messages_and_views(tmp_path: Path) -> None:
     await first.stop()
     assert _file_names(tmp_path) == [STATE_FILE]  # saved, and no temp files left behind
 
-    second = SlackStandIn(Workspace.load_or_create(tmp_path), token=TOKEN)
+    second = SlackStandIn(open_workspace(tmp_path), token=TOKEN)
     await second.start()
     try:
         stored = second.workspace.message("C0APPROVALS", posted["ts"])
@@ -382,7 +382,7 @@ async def test_restart_keeps_messages_and_views(tmp_path: Path) -> None:
 
 
 async def test_rate_limit_per_channel(tmp_path: Path) -> None:
-    stand_in = SlackStandIn(Workspace.default(), token=TOKEN, rate_limit_per_channel=1.0)
+    stand_in = SlackStandIn(seed_workspace(), token=TOKEN, rate_limit_per_channel=1.0)
     async with stand_in:
         client = AsyncWebClient(token=TOKEN, base_url=stand_in.url)
         await client.chat_postMessage(channel="C0APPROVALS", text="one")

@@ -60,7 +60,7 @@ from agent_host.durable.worker import ResumeWorker
 from agent_host.runtime.decisions import Approve, Reject
 from bot.slack_settings import load_settings
 from bot.wiring import build
-from slack_sandbox import SlackStandIn, Workspace
+from slack_sandbox import SlackStandIn, open_workspace, workspace_to_dict
 from tests.integration.bot import (
     test_approve_flow,
     test_bot_commands,
@@ -312,7 +312,7 @@ class _HeldPost:
 async def test_outcome_reaches_the_thread_when_the_run_ends_before_its_post_is_saved(
     flushed_cluster_url: str, tmp_path: Path
 ) -> None:
-    workspace = Workspace.load_or_create(tmp_path / "slack")
+    workspace = open_workspace(tmp_path / "slack")
     standin = SlackStandIn(workspace, token=TOKEN, signing_secret=SECRET)
     await standin.start()
     settings = stack_settings(standin, flushed_cluster_url, tmp_path)
@@ -358,7 +358,7 @@ async def test_outcome_reaches_the_thread_when_the_run_ends_before_its_post_is_s
             await asyncio.sleep(0.35)  # past idle_ms: deferred entries are reclaimed
             await replica2.consumer.poll()
             await replica1.consumer.poll()
-            state = standin.workspace.to_dict()
+            state = workspace_to_dict(standin.workspace)
             replies = [
                 m
                 for m in state["messages"]

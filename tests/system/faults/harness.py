@@ -40,7 +40,7 @@ from agent_host.durable.crypto import KeyRing, generate_key
 from agent_host.durable.redis_server import AppendFsync, RedisServer, free_port
 from agent_host.durable.store import RunStore
 from bot import blocks
-from slack_sandbox import AppReply, SlackStandIn, Workspace
+from slack_sandbox import AppReply, SlackStandIn, open_workspace
 from slack_sandbox.seed import ADMIN, APPROVALS, OPS, OUTSIDER, REQUESTER, REVIEWER, REVIEWER2
 from tests.support.paths import PROJECT_ROOT
 from tests.support.processes import CLI, SPAWN_LOCK, Proc, inherited_env, until
@@ -350,7 +350,7 @@ async def world(
     with SPAWN_LOCK:
         server = RedisServer(tmp / "redis", appendfsync=appendfsync).start()
     standin = SlackStandIn(
-        Workspace.load_or_create(tmp / "slack"),
+        open_workspace(tmp / "slack"),
         token=SLACK_TOKEN,
         signing_secret=SIGNING_SECRET,
         rate_limit_per_channel=rate_limit,

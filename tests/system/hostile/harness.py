@@ -43,6 +43,7 @@ from agent_host.approvals import ApprovalRequest
 from agent_host.durable.route_book import parse_spec
 from agent_host.runtime.decisions import Approve
 from bot import blocks
+from slack_sandbox import workspace_to_dict
 from tests.support import signing
 from tests.support.signing import FORM, Header
 from tests.support.stack import (
@@ -436,7 +437,7 @@ async def snapshot(stack: Stack) -> Snapshot:
         elif kind == "stream":  # length and last id: consumer-group bookkeeping is no change
             value = (next(results), value[0][0] if value else None)
         state[f"redis {kind} {key.decode(errors='replace')}"] = value
-    workspace = stack.standin.workspace.to_dict()
+    workspace = workspace_to_dict(stack.standin.workspace)
     state["slack messages"] = workspace["messages"]
     state["slack views"] = workspace["views"]
     # Calls that change what Slack shows: not ephemeral answers, nor chat.getPermalink, a

@@ -12,7 +12,7 @@ import pytest
 
 from agent_host.durable.crypto import generate_key
 from agent_host.durable.redis_server import free_port
-from slack_sandbox import SlackStandIn, Workspace
+from slack_sandbox import SlackStandIn, seed_workspace
 from slack_sandbox.workspace import Channel
 from tests.support.processes import Finished, inherited_env, run_cli
 
@@ -23,7 +23,7 @@ SECRET_ROOM, ARCHIVED = "C0SECRETROOM", "C0ARCHIVED"
 
 @pytest.fixture
 async def standin() -> AsyncIterator[SlackStandIn]:
-    workspace = Workspace.default()
+    workspace = seed_workspace()
     workspace.channels += [
         Channel(SECRET_ROOM, "secret-room", 1_700_000_000, ["U0REVIEWER"]),
         Channel(ARCHIVED, "old-approvals", 1_700_000_000, ["U0BOT"], is_archived=True),

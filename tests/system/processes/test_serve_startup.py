@@ -15,7 +15,7 @@ import pytest
 from agent_host.durable.crypto import generate_key
 from agent_host.durable.host import MAX_WORKERS
 from agent_host.durable.redis_server import free_port
-from slack_sandbox import SlackStandIn, Workspace
+from slack_sandbox import SlackStandIn, seed_workspace
 from tests.support.paths import PROJECT_ROOT
 from tests.support.processes import CLI, Finished, Proc, inherited_env, run_cli, until
 
@@ -48,7 +48,7 @@ no_model = AgentRegistry({"greeter": lambda: greeter(None)})
 
 @pytest.fixture
 async def standin() -> AsyncIterator[SlackStandIn]:
-    served = SlackStandIn(Workspace.default(), token=TOKEN)
+    served = SlackStandIn(seed_workspace(), token=TOKEN)
     await served.start()
     try:
         yield served
