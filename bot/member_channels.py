@@ -70,44 +70,53 @@ class MemberChannels:
 
     async def outside(self, user_id: str, request: ApprovalRequest) -> str:
         """For a route without named reviewers (decided by the people of its channels): why
-        `user_id` is not one of them, or "" (they are, or the route names its reviewers)."""
-        if request.route.reviewers:
+        `user_id` is not one of them, or "" (they are, or the route names its reviewers).
+
+        Whoever it was escalated to needs no lookup; a member listed in the last
+        DECISION_MAX_AGE seconds neither. Otherwise Slack is asked, within LOOKUP_SECONDS,
+        both whether they are in one of its channels now and whether one is public."""
+        if request.route.reviewers or escalated_to(user_id, request):
             return ""
-        channels = await self.of(user_id, LOOKUP_SECONDS, max_age=DECISION_MAX_AGE)
-        if channels is not None and not among_its_people(user_id, request, channels):
-            channels = await self.of(user_id, LOOKUP_SECONDS, max_age=0)  # a refusal rests
-            # on their channels as they are now (they may have just joined)
-        if channels is None:
+        where = request.channels()
+        listed = self._channels.get(user_id)
+        if (
+            listed
+            and self.clock() - listed[0] < DECISION_MAX_AGE
+            and not listed[1].isdisjoint(where)
+        ):
+            return ""
+        try:
+            async with asyncio.timeout(LOOKUP_SECONDS):
+                channels, public = await asyncio.gather(
+                    self.of(user_id, LOOKUP_SECONDS, max_age=0), self._any_public(where)
+                )
+        except TimeoutError:
             return UNCHECKED
-        if among_its_people(user_id, request, channels):
-            return ""
-        public = await self._any_public(request.channels())
-        if public is None:
+        if public or (channels is not None and not channels.isdisjoint(where)):
+            return ""  # in one of its channels, or one anyone in the workspace can click in
+        if channels is None or public is None:
             return UNCHECKED
-        if public:  # anyone in the workspace can click there
-            return ""
-        where = channel_link(request.channels()[0])
-        return f"this request is for the people in {where}, and you are not there"
+        return f"this request is for the people in {channel_link(where[0])}, and you are not there"
 
     async def _any_public(self, channels: list[str]) -> bool | None:
-        """Whether any of `channels` is a public channel (`conversations.info`); None when
-        Slack could not say. Kept like a member's channels."""
+        """Whether any of `channels` is a public channel (`conversations.info`, kept
+        DECISION_MAX_AGE seconds); None when Slack could not say."""
         for channel in channels:
             if channel.startswith("D"):  # a direct message: never public
                 continue
-            cached = self._public.get(channel)
-            if cached and self.clock() - cached[0] < self.cache_seconds:
-                public = cached[1]
+            kept = self._public.get(channel)
+            if kept and self.clock() - kept[0] < DECISION_MAX_AGE:
+                public = kept[1]
             else:
                 try:
-                    reply = await asyncio.wait_for(
-                        self.client.conversations_info(channel=channel), LOOKUP_SECONDS
-                    )
+                    reply = await self.client.conversations_info(channel=channel)
                 except Exception as exc:  # fail closed
                     log.warning("conversations.info for %s failed: %s", channel, exc)
                     return None
                 found = reply.get("channel") or {}
-                public = not (found.get("is_private") or found.get("is_im") or found.get("is_mpim"))
+                public = found.get("is_private") is False and not (
+                    found.get("is_im") or found.get("is_mpim")
+                )
                 self._public[channel] = (self.clock(), public)
             if public:
                 return True
@@ -136,9 +145,12 @@ class MemberChannels:
         return None
 
 
+def escalated_to(user_id: str, request: ApprovalRequest) -> bool:
+    """Whether a copy of `request` was escalated to `user_id` (in their direct messages)."""
+    return any(copy.to == user_id for copy in request.escalations)
+
+
 def among_its_people(user_id: str, request: ApprovalRequest, channels: frozenset[str]) -> bool:
     """Whether `user_id`, in `channels`, is one of the people of `request`: escalated to
-    them (a copy in their direct messages), or in one of the channels its messages are in."""
-    if any(copy.to == user_id for copy in request.escalations):
-        return True
-    return not channels.isdisjoint(request.channels())
+    them, or in one of the channels its messages are in."""
+    return escalated_to(user_id, request) or not channels.isdisjoint(request.channels())

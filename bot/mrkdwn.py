@@ -31,6 +31,7 @@ __all__ = [
     "one_line",
     "short",
     "units",
+    "words_as_code",
 ]
 
 USER_ID = re.compile(r"^[UW][A-Z0-9]+$")
@@ -99,6 +100,13 @@ def inline_code(raw: str, limit: int = NAME_MAX) -> str:
     if len(raw) > limit:
         raw = raw[: limit - 1] + "…"
     return f"`{escape(raw)}`"
+
+
+def words_as_code(raw: str, limit: int) -> str:
+    """Words someone else wrote (a model's question, a tool's reason), as inline code, so
+    nothing in them is formatting: a backtick, which would end the code early, is shown as
+    the look-alike U+02CB (modifier letter grave accent)."""
+    return inline_code(raw.replace("`", "\u02cb"), limit)
 
 
 def mention(who: str) -> str:

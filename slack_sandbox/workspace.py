@@ -130,7 +130,7 @@ class Workspace:
     response_hooks: list[ResponseHook] = field(default_factory=list)
     homes: list[View] = field(default_factory=list)  # each user's App Home tab (views.publish)
     last_ts_us: int = 0
-    directory: Path | None = None  # where it is persisted; None keeps it in memory only
+    directory: Path | None = None  # where `persist` saves it (None: nowhere, in memory)
     # How a change is saved there (`persistence.open_workspace` sets it); None: not saved.
     persist: Callable[[Workspace], None] | None = field(default=None, repr=False, compare=False)
 

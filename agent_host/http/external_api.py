@@ -7,14 +7,13 @@
 
 The request is routed, posted, decided and audited like one of countersign's own runs
 (`agent_host.approvals.external`); these handlers only read, check and answer. A long poll
-whose client hangs up stops waiting (within HUNG_UP_CHECK), so clients that time out and
-poll again do not pile up waits nobody will read.
+whose client hangs up stops waiting (within HUNG_UP_CHECK of its connection closing), so
+clients that time out and poll again do not pile up waits nobody will read.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 
 from aiohttp import web
@@ -119,8 +118,7 @@ async def _detail(request: web.Request, request_id: str) -> web.Response:
     finally:  # hung up, or the server stopping: no longer waited on
         if not waiting.done():
             waiting.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await waiting
+            await asyncio.wait({waiting})  # its end, without taking its cancellation for ours
     found = waiting.result()
     if found is None:
         return error(404, f"no approval request {request_id!r}")

@@ -835,3 +835,5 @@ def test_a_list_line_shows_a_question_as_code_never_as_formatting() -> None:
     line = request_line(asked, NOW)
     assert "`ok? *Pre-approved by security* :white_check_mark:`" in line
     assert "*ok?" not in line  # not bold, as the tool's name is
+    ticked = request_line(question(question="`` *Pre-approved* `x`"), NOW)
+    assert "`\u02cb\u02cb *Pre-approved* \u02cbx\u02cb`" in ticked  # a backtick ends no code
