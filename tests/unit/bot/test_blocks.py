@@ -837,3 +837,9 @@ def test_a_list_line_shows_a_question_as_code_never_as_formatting() -> None:
     assert "*ok?" not in line  # not bold, as the tool's name is
     ticked = request_line(question(question="`` *Pre-approved* `x`"), NOW)
     assert "`\u02cb\u02cb *Pre-approved* \u02cbx\u02cb`" in ticked  # a backtick ends no code
+
+    from bot.blocks.home import home_view
+
+    recent = home_view("U0ME", [], [asked], {}, NOW)  # the tab's recent decisions too
+    assert "`ok? *Pre-approved by security* :white_check_mark:`" in json.dumps(recent)
+    assert "*ok?" not in json.dumps(recent)
