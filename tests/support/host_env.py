@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import ResponseError
 
 from agent_host.approvals import ApprovalRequest, FixedRouter, Router, RunRecord
 from agent_host.durable import keys as K
@@ -77,7 +78,7 @@ class Env:
         for _ in range(rounds):
             n = await worker.consumer.poll(block_ms=1)
             handled += n
-            if n == 0 and not await _pending(self.redis):
+            if n == 0 and not await pending_entries(self.redis):
                 return handled
         raise AssertionError(f"resume stream not drained after {rounds} polls")
 
@@ -136,12 +137,17 @@ def make_env(
     return Env(redis, keyring, store, runner, effects)
 
 
-async def _pending(redis: Redis) -> int:
+_GROUPS = {"resume": K.RESUME_GROUP, "outbox": K.OUTBOX_GROUP, "callbacks": K.CALLBACK_GROUP}
+
+
+async def pending_entries(redis: Redis, stream: str = "resume") -> int:
+    """Entries of every shard's `stream` (resume, outbox or callbacks) read by its consumer
+    group and not acknowledged yet (a stream or group not made yet holds none)."""
     total = 0
     for shard in K.shards():
         try:
-            info: Any = await redis.xpending(shard.resume, K.RESUME_GROUP)
-        except Exception:
+            info: Any = await redis.xpending(getattr(shard, stream), _GROUPS[stream])
+        except ResponseError:  # NOGROUP: nothing read from it yet
             continue
         total += int(info["pending"])
     return total

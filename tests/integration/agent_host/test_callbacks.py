@@ -27,7 +27,7 @@ from agent_host.durable.sweeper import Sweeper
 from agent_host.runtime.decisions import Approve
 from agent_host.settings import load_settings
 from bot import blocks
-from tests.support.host_env import make_env
+from tests.support.host_env import make_env, pending_entries
 from tests.support.stack import API_TOKEN, REVIEWER, Stack, running_stack, serve_app
 from tests.support.waiting import eventually
 
@@ -244,10 +244,7 @@ async def test_a_callback_failing_with_our_own_error_is_dead_lettered_not_retrie
         assert "a bug reading the request" in letter["error"]
         assert letter["callback_url"] == "" and sender.attempts == 0
         assert reads == POISON_AFTER + 1  # each attempt, then the dead letter's own read
-    pending: Any = await redis.xpending(
-        K.Keys(created.request_id).shard.callbacks, K.CALLBACK_GROUP
-    )
-    assert pending["pending"] == 0  # acknowledged: not retried again
+    assert await pending_entries(redis, "callbacks") == 0  # acknowledged: not retried again
 
 
 async def _some(items: list[dict[str, Any]]) -> list[dict[str, Any]] | None:

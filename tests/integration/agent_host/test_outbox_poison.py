@@ -18,7 +18,7 @@ from agent_host.approvals.notifier import LoggingNotifier, MessageRef
 from agent_host.durable import keys as K
 from agent_host.durable.outbox import POISON_AFTER, Outbox
 from agent_host.errors import DeliveryFailed, RetryLater
-from tests.support.host_env import make_env
+from tests.support.host_env import make_env, pending_entries
 from tests.support.waiting import eventually
 
 
@@ -58,17 +58,6 @@ async def deliver_until(redis: Redis, outbox: Outbox, done: Any) -> None:
         await running
 
 
-async def pending_entries(redis: Redis) -> int:
-    total = 0
-    for shard in K.shards():
-        try:
-            summary: Any = await redis.xpending(shard.outbox, K.OUTBOX_GROUP)
-        except Exception:
-            continue
-        total += int(summary["pending"])
-    return total
-
-
 async def test_a_post_failing_with_our_own_error_is_given_up_and_the_admins_told(
     redis: Redis,
 ) -> None:
@@ -93,7 +82,7 @@ async def test_a_post_failing_with_our_own_error_is_given_up_and_the_admins_told
     assert letters[0][1][b"error"] == b"countersign_error"
     audit = [e for e in await env.store.audit(run_id) if e["event"] == "undeliverable"]
     assert [e["error"] for e in audit] == ["countersign_error"]
-    assert await pending_entries(redis) == 0  # acknowledged: not retried again
+    assert await pending_entries(redis, "outbox") == 0  # acknowledged: not retried again
 
 
 class FailingBulkNotifier(FailingNotifier):
@@ -128,7 +117,7 @@ async def test_a_bulk_message_given_up_posts_each_of_its_calls_on_its_own(redis:
     assert [(e["notification"], e["error"]) for e in failed] == [
         ("requests_posted_bulk", "countersign_error")
     ]
-    assert await pending_entries(redis) == 0
+    assert await pending_entries(redis, "outbox") == 0
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ from agent_host.runtime.models.scripted import Conversation, ScriptedModel, call
 from agent_host.runtime.policy import Permission
 from agent_host.runtime.runner import UNKNOWN_OUTCOME
 from agent_host.runtime.tools import ToolContext, tool
-from tests.support.host_env import Env, make_env, resume_entries
+from tests.support.host_env import Env, make_env, pending_entries, resume_entries
 from tests.support.waiting import eventually
 
 
@@ -28,14 +28,6 @@ async def approved_refund(env: Env, order: str = "123") -> str:
     (request,) = await env.requests(run_id)
     assert (await env.store.decide(request.request_id, Approve(decided_by="bob"))).resume_queued
     return run_id
-
-
-async def pending_count(redis: Redis) -> int:
-    total = 0
-    for shard in K.shards():
-        if await redis.exists(shard.resume):
-            total += int((await redis.xpending(shard.resume, K.RESUME_GROUP))["pending"])
-    return total
 
 
 async def test_two_workers_polling_concurrently_run_each_tool_once(redis: Redis) -> None:
@@ -50,7 +42,7 @@ async def test_two_workers_polling_concurrently_run_each_tool_once(redis: Redis)
     await asyncio.gather(w1.consumer.ensure_groups(), w2.consumer.ensure_groups())
     handled = await asyncio.gather(*(w.consumer.poll(block_ms=5) for w in (w1, w2, w1, w2)))
     assert sum(handled) == len(runs)
-    assert await pending_count(redis) == 0
+    assert await pending_entries(redis) == 0
     for run_id in runs:
         assert await env.status(run_id) == "succeeded"
     assert env.effects.count("refund") == len(runs)
@@ -88,7 +80,7 @@ async def test_worker_died_after_the_tool_ran_reclaimed_run_succeeds_tool_ran_on
     assert outcome.kind == "succeeded"
     assert env.effects.count("refund") == 1
     assert await env.status(run_id) == "resuming"
-    assert await pending_count(redis) == 1
+    assert await pending_entries(redis) == 1
 
     survivor = env.worker("survivor", idle_ms=50)
     await asyncio.sleep(0.08)
@@ -100,7 +92,7 @@ async def test_worker_died_after_the_tool_ran_reclaimed_run_succeeds_tool_ran_on
     assert output.startswith("Done. Refund issued: $42.50 to order 123")
     calls = (await env.final_state(run_id)).calls
     assert [c.outcome for c in calls] == ["executed", "executed"]
-    assert await pending_count(redis) == 0
+    assert await pending_entries(redis) == 0
 
 
 async def test_call_started_but_unfinished_is_reported_not_rerun(redis: Redis) -> None:
@@ -134,7 +126,7 @@ async def test_tampered_checkpoint_fails_the_run_and_never_runs_the_tool(redis: 
     assert info.status == "failed"
     assert "decrypt" in info.error and "verif" in info.error
     assert env.effects.count("refund") == 0
-    assert await pending_count(redis) == 0
+    assert await pending_entries(redis) == 0
     (request,) = await env.requests(run_id)
     assert not await redis.hexists(K.Keys(run_id).ledger, request.call_id)
 
@@ -208,7 +200,7 @@ async def test_failed_handler_leaves_the_entry_pending_and_it_is_retried(redis: 
 
     env.store.resume_reads_from = flaky_reads  # type: ignore[method-assign]
     assert await worker.consumer.poll(block_ms=1) == 0
-    assert await pending_count(redis) == 1
+    assert await pending_entries(redis) == 1
     assert await env.status(run_id) == "resuming"
 
     async def done() -> bool:
@@ -217,7 +209,7 @@ async def test_failed_handler_leaves_the_entry_pending_and_it_is_retried(redis: 
 
     await eventually(done, within=5)
     assert calls == 2 and env.effects.count("refund") == 1
-    assert await pending_count(redis) == 0
+    assert await pending_entries(redis) == 0
 
 
 async def polled_until(worker: Any, done: Any) -> None:
@@ -256,7 +248,7 @@ async def test_a_resume_failing_with_our_own_error_fails_the_run_saying_why(
     assert f"failed {POISON_AFTER} times" in info.error and "(ValueError)" in info.error
     assert "a bug reading the pause" not in info.error  # its text stays in the log only
     assert env.effects.count("refund") == 0  # nothing of it ran
-    assert await pending_count(redis) == 0  # acknowledged: not retried again
+    assert await pending_entries(redis) == 0  # acknowledged: not retried again
     finished = [
         fields
         for shard in K.shards()
