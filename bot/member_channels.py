@@ -21,7 +21,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from agent_host.approvals import ApprovalRequest
 from bot.mrkdwn import channel_link
@@ -29,6 +29,8 @@ from bot.mrkdwn import channel_link
 __all__ = ["UNCHECKED", "MemberChannels", "among_its_people"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 UNCHECKED = "countersign could not check your channels right now; try again in a moment"
 DECISION_MAX_AGE = 5.0  # seconds: how old the channels a decision rests on may be
@@ -55,10 +57,9 @@ class MemberChannels:
         """The public and private channels `user_id` is in (private ones: those the bot is
         in too, which are the only ones it posts to), as listed at most `max_age` seconds
         ago (default: `cache_seconds`); None when Slack could not say."""
-        cached = self._channels.get(user_id)
         age = self.cache_seconds if max_age is None else max_age
-        if cached and self.clock() - cached[0] < age:
-            return cached[1]
+        if (kept := self._kept(self._channels, user_id, age)) is not None:
+            return kept
         try:
             found = await asyncio.wait_for(self._list(user_id), max(within, 0.0))
         except Exception as exc:  # fail closed: unknown channels show nothing of theirs
@@ -78,12 +79,8 @@ class MemberChannels:
         if request.route.reviewers or escalated_to(user_id, request):
             return ""
         where = request.channels()
-        listed = self._channels.get(user_id)
-        if (
-            listed
-            and self.clock() - listed[0] < DECISION_MAX_AGE
-            and not listed[1].isdisjoint(where)
-        ):
+        listed = self._kept(self._channels, user_id, DECISION_MAX_AGE)
+        if listed is not None and not listed.isdisjoint(where):
             return ""
         try:
             async with asyncio.timeout(LOOKUP_SECONDS):
@@ -99,28 +96,36 @@ class MemberChannels:
         return f"this request is for the people in {channel_link(where[0])}, and you are not there"
 
     async def _any_public(self, channels: list[str]) -> bool | None:
-        """Whether any of `channels` is a public channel (`conversations.info`, kept
-        DECISION_MAX_AGE seconds); None when Slack could not say."""
+        """Whether any of `channels` is a public channel; None when Slack could not say."""
         for channel in channels:
             if channel.startswith("D"):  # a direct message: never public
                 continue
-            kept = self._public.get(channel)
-            if kept and self.clock() - kept[0] < DECISION_MAX_AGE:
-                public = kept[1]
-            else:
-                try:
-                    reply = await self.client.conversations_info(channel=channel)
-                except Exception as exc:  # fail closed
-                    log.warning("conversations.info for %s failed: %s", channel, exc)
-                    return None
-                found = reply.get("channel") or {}
-                public = found.get("is_private") is False and not (
-                    found.get("is_im") or found.get("is_mpim")
-                )
-                self._public[channel] = (self.clock(), public)
-            if public:
-                return True
+            public = await self._is_public(channel)
+            if public is None or public:
+                return public
         return False
+
+    async def _is_public(self, channel: str) -> bool | None:
+        """Whether `channel` is public (`conversations.info`, kept DECISION_MAX_AGE
+        seconds): only when Slack says it is not private; None when Slack could not say."""
+        if (kept := self._kept(self._public, channel, DECISION_MAX_AGE)) is not None:
+            return kept
+        try:
+            reply = await self.client.conversations_info(channel=channel)
+        except Exception as exc:  # fail closed
+            log.warning("conversations.info for %s failed: %s", channel, exc)
+            return None
+        found = reply.get("channel") or {}
+        public = found.get("is_private") is False and not (
+            found.get("is_im") or found.get("is_mpim")
+        )
+        self._public[channel] = (self.clock(), public)
+        return public
+
+    def _kept(self, answers: dict[str, tuple[float, T]], key: str, max_age: float) -> T | None:
+        """What Slack answered for `key` at most `max_age` seconds ago, or None."""
+        answer = answers.get(key)
+        return answer[1] if answer is not None and self.clock() - answer[0] < max_age else None
 
     async def _list(self, user_id: str) -> frozenset[str] | None:
         channels: set[str] = set()
