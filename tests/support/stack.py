@@ -139,6 +139,14 @@ class Stack:
 
         return await eventually(done)
 
+    async def assert_still_waiting(self, run_id: str, *request_ids: str) -> None:
+        """None of `request_ids` is decided, and their run still waits for a decision."""
+        for request_id in request_ids:
+            current = await self.host.store.get_request(request_id)
+            assert current is not None and current.status == "pending", current
+        info = await self.host.store.run_info(run_id)
+        assert info is not None and info.status == "waiting", info
+
     async def posted(self, request_id: str) -> ApprovalRequest:
         """Wait until the request is posted to Slack (its message ts saved)."""
 

@@ -454,11 +454,7 @@ async def test_reject_all_submitted_after_its_reviewer_left_the_channel_changes_
         refused = await stack.standin.submit_view(REVIEWER, view["id"], values)
         error = refused.json()["errors"][blocks.REASON_BLOCK]
         assert "Not allowed" in error and "you are not there" in error
-        for request in requests:
-            current = await stack.host.store.get_request(request.request_id)
-            assert current is not None and not current.decided
-        info = await stack.host.store.run_info(run_id)
-        assert info is not None and info.status == "waiting"
+        await stack.assert_still_waiting(run_id, *(r.request_id for r in requests))
 
 
 async def test_review_one_by_one_posts_each_call_in_the_thread_and_the_tally_follows(

@@ -110,10 +110,7 @@ async def test_every_approving_button_of_a_message_that_cut_the_call_opens_it_wh
         ):
             await stack.click(REVIEWER, request, action)
             await stack.opened_view(REVIEWER, blocks.WHOLE_CALL_MODAL, seen)
-        current = await stack.host.store.get_request(rid)
-        assert current is not None and current.status == "pending"
-        info = await stack.host.store.run_info(run_id)
-        assert info is not None and info.status == "waiting"
+        await stack.assert_still_waiting(run_id, rid)
 
 
 async def test_a_call_too_long_for_slack_cannot_be_approved_there(
