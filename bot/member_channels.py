@@ -1,5 +1,5 @@
-"""The channels a member is in (`users.conversations`), and who counts as one of a
-request's people.
+"""The channels a member is in (`users.conversations`), the members of a channel
+(`conversations.members`), and who counts as one of a request's people.
 
 A route that names no reviewers may be decided by the people of its request's channels:
 anyone who can click there (every member of the workspace, in a public channel), and
@@ -12,7 +12,10 @@ none of those requests (fail closed).
 The same holds for deciding: a click on the message proves its clicker can click there,
 but a click in App Home does not, nor does a form submitted after its clicker left a
 private channel. `outside` says why someone may not decide such a request, or "", from
-channels listed at most DECISION_MAX_AGE seconds before.
+what Slack said at most DECISION_MAX_AGE seconds before: the decider's channels (as the
+tab listed them), else whether the request's channels are public and who is in them. A
+channel's answers serve everyone deciding there, so a busy channel stays well within
+Slack's rate limits (`conversations.members`: Tier 4, 100 calls a minute).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from agent_host.approvals import ApprovalRequest
@@ -35,7 +38,7 @@ T = TypeVar("T")
 UNCHECKED = "countersign could not check your channels right now; try again in a moment"
 DECISION_MAX_AGE = 5.0  # seconds: how old the channels a decision rests on may be
 LOOKUP_SECONDS = 1.0  # for Slack to say
-PAGE = 1000  # users.conversations' largest page
+PAGE = 1000  # the largest page of users.conversations and conversations.members
 MAX_PAGES = 10
 
 
@@ -50,6 +53,8 @@ class MemberChannels:
         self.client, self.cache_seconds, self.clock = client, cache_seconds, clock
         self._channels: dict[str, tuple[float, frozenset[str]]] = {}
         self._public: dict[str, tuple[float, bool]] = {}  # channel -> (when, is public)
+        self._members: dict[str, tuple[float, frozenset[str]]] = {}  # channel -> (when, who)
+        self._asking: dict[tuple[str, str], asyncio.Future[Any]] = {}  # (what, channel) asked
 
     async def of(
         self, user_id: str, within: float, *, max_age: float | None = None
@@ -75,7 +80,9 @@ class MemberChannels:
 
         Whoever it was escalated to needs no lookup; a member listed in the last
         DECISION_MAX_AGE seconds neither. Otherwise Slack is asked, within LOOKUP_SECONDS,
-        both whether they are in one of its channels now and whether one is public."""
+        whether one of its channels is public, or has them among its members now. Those
+        answers are the channel's, kept DECISION_MAX_AGE seconds and shared by everyone
+        deciding there: a busy channel costs Slack a few calls a minute, not one a click."""
         if request.route.reviewers or escalated_to(user_id, request):
             return ""
         where = request.channels()
@@ -84,43 +91,87 @@ class MemberChannels:
             return ""
         try:
             async with asyncio.timeout(LOOKUP_SECONDS):
-                channels, public = await asyncio.gather(
-                    self.of(user_id, LOOKUP_SECONDS, max_age=0), self._any_public(where)
-                )
+                answers = await asyncio.gather(*(self._may_click(user_id, c) for c in where))
         except TimeoutError:
             return UNCHECKED
-        if public or (channels is not None and not channels.isdisjoint(where)):
+        if True in answers:
             return ""  # in one of its channels, or one anyone in the workspace can click in
-        if channels is None or public is None:
+        if None in answers:
             return UNCHECKED
         return f"this request is for the people in {channel_link(where[0])}, and you are not there"
 
-    async def _any_public(self, channels: list[str]) -> bool | None:
-        """Whether any of `channels` is a public channel; None when Slack could not say."""
-        for channel in channels:
-            if channel.startswith("D"):  # a direct message: never public
-                continue
-            public = await self._is_public(channel)
-            if public is None or public:
-                return public
-        return False
+    async def _may_click(self, user_id: str, channel: str) -> bool | None:
+        """Whether `user_id` can click in `channel` now: it is public, or they are among its
+        members; None when Slack could not say. Answers kept from the last DECISION_MAX_AGE
+        seconds may let them; only fresh ones refuse them (they may have just joined). A
+        direct message counts as neither: whoever it was escalated to needs no lookup."""
+        if channel.startswith("D"):
+            return False
+        may = await self._clicks_in(user_id, channel, DECISION_MAX_AGE)
+        return await self._clicks_in(user_id, channel, 0.0) if may is False else may
 
-    async def _is_public(self, channel: str) -> bool | None:
-        """Whether `channel` is public (`conversations.info`, kept DECISION_MAX_AGE
-        seconds): only when Slack says it is not private; None when Slack could not say."""
-        if (kept := self._kept(self._public, channel, DECISION_MAX_AGE)) is not None:
+    async def _clicks_in(self, user_id: str, channel: str, max_age: float) -> bool | None:
+        public = await self._answer(self._public, channel, self._ask_public, max_age)
+        if public:
+            return True
+        members = await self._answer(self._members, channel, self._list_members, max_age)
+        if members is not None and user_id in members:
+            return True
+        return None if public is None or members is None else False
+
+    async def _answer(
+        self,
+        answers: dict[str, tuple[float, T]],
+        channel: str,
+        ask: Callable[[str], Awaitable[T | None]],
+        max_age: float,
+    ) -> T | None:
+        """What Slack says of `channel` (through `ask`), or said at most `max_age` seconds
+        ago (kept in `answers`). Asked once at a time: whoever needs it meanwhile waits for
+        the same answer. None (not kept) when Slack could not say."""
+        if (kept := self._kept(answers, channel, max_age)) is not None:
             return kept
+        key = (ask.__name__, channel)
+        asking = self._asking.get(key)
+        if asking is None:
+            asking = asyncio.ensure_future(ask(channel))
+            self._asking[key] = asking
+            asking.add_done_callback(lambda _: self._asking.pop(key, None))
+        found: T | None = await asyncio.shield(asking)  # a waiter's timeout: not the others'
+        if found is not None:
+            answers[channel] = (self.clock(), found)
+        return found
+
+    async def _ask_public(self, channel: str) -> bool | None:
+        """Whether `channel` is public (`conversations.info`): only when Slack says it is
+        not private; None when Slack could not say."""
         try:
             reply = await self.client.conversations_info(channel=channel)
         except Exception as exc:  # fail closed
             log.warning("conversations.info for %s failed: %s", channel, exc)
             return None
         found = reply.get("channel") or {}
-        public = found.get("is_private") is False and not (
-            found.get("is_im") or found.get("is_mpim")
-        )
-        self._public[channel] = (self.clock(), public)
-        return public
+        return found.get("is_private") is False and not (found.get("is_im") or found.get("is_mpim"))
+
+    async def _list_members(self, channel: str) -> frozenset[str] | None:
+        """Everyone in `channel` (`conversations.members`), or None when Slack could not say
+        or it has more members than the pages read."""
+        members: set[str] = set()
+        cursor = ""
+        try:
+            for _ in range(MAX_PAGES):
+                reply = await self.client.conversations_members(
+                    channel=channel, limit=PAGE, cursor=cursor or None
+                )
+                members.update(m for m in reply.get("members") or [] if isinstance(m, str))
+                cursor = (reply.get("response_metadata") or {}).get("next_cursor") or ""
+                if not cursor:
+                    return frozenset(members)
+        except Exception as exc:  # fail closed
+            log.warning("conversations.members for %s failed: %s", channel, exc)
+            return None
+        log.warning("%s has more than %d members; they are not checked", channel, PAGE * MAX_PAGES)
+        return None
 
     def _kept(self, answers: dict[str, tuple[float, T]], key: str, max_age: float) -> T | None:
         """What Slack answered for `key` at most `max_age` seconds ago, or None."""

@@ -15,7 +15,7 @@ import aiohttp
 from aiohttp import web
 
 from slack_sandbox.events import ChangeEvent, ChangeHub
-from slack_sandbox.faults import ChannelRateLimiter, FaultQueue
+from slack_sandbox.faults import ChannelRateLimiter, FaultQueue, MethodRateLimiter
 from slack_sandbox.triggers import TriggerRegistry
 from slack_sandbox.workspace import ResponseHook, Workspace
 
@@ -50,6 +50,7 @@ class SandboxCore:
         self.clock = clock
         self.faults = FaultQueue()
         self.limiter = ChannelRateLimiter(rate_limit_per_channel)
+        self.method_limiter = MethodRateLimiter()
         self.triggers = TriggerRegistry(clock)
         self.hub = ChangeHub()
         self.calls: list[tuple[str, dict[str, Any]]] = []

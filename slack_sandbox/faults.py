@@ -6,12 +6,15 @@ them slow instead: answered normally, after the delay.
 :class:`ChannelRateLimiter` enforces a minimum spacing between ``chat.postMessage`` calls to
 one channel, answering like Slack does (HTTP 429, ``Retry-After`` in whole seconds), and
 records when each accepted post happened so tests can measure the posting rate.
+:class:`MethodRateLimiter` holds chosen Web API methods to a number of calls a minute, as
+Slack's rate-limit tiers do (Tier 2: 20, Tier 3: 50, Tier 4: 100 a minute), answering the
+same way once a method is over it.
 """
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -102,3 +105,30 @@ class ChannelRateLimiter:
                     start += 1
                 best = max(best, end - start + 1)
         return best
+
+
+class MethodRateLimiter:
+    """At most `per_minute[method]` calls of a method within any sixty seconds; methods
+    not named are not limited."""
+
+    WINDOW = 60.0
+
+    def __init__(self) -> None:
+        self.per_minute: dict[str, int] = {}
+        self._calls: dict[str, deque[float]] = defaultdict(deque)
+
+    def retry_after(self, method: str, now: float) -> int | None:
+        """Whole seconds to wait before calling ``method`` again, or None if allowed."""
+        limit = self.per_minute.get(method)
+        if limit is None:
+            return None
+        calls = self._calls[method]
+        while calls and now - calls[0] >= self.WINDOW:
+            calls.popleft()
+        if len(calls) < limit:
+            return None
+        return max(1, math.ceil(self.WINDOW - (now - calls[0])))
+
+    def record(self, method: str, now: float) -> None:
+        if method in self.per_minute:
+            self._calls[method].append(now)

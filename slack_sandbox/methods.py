@@ -27,6 +27,7 @@ METHODS: dict[str, Handler] = {
     "usergroups.users.list": methods_info.usergroup_users,
     "conversations.info": methods_info.conversation_info,
     "users.conversations": methods_info.users_conversations,
+    "conversations.members": methods_info.conversation_members,
 }
 
 NO_AUTH_METHODS = frozenset({"api.test"})

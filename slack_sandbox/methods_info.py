@@ -1,13 +1,13 @@
 """Read-only Web API methods of the local Slack sandbox (a stand-in, not Slack):
 ``api.test``, ``auth.test``, ``users.info``, ``usergroups.users.list``, ``conversations.info``,
-``users.conversations``.
+``users.conversations``, ``conversations.members``.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any
+from typing import Any, TypeVar
 
 from slack_sandbox.core import SandboxCore
 from slack_sandbox.params import as_bool, as_str
@@ -77,13 +77,6 @@ def users_conversations(core: SandboxCore, params: JsonDict) -> JsonDict:
     types = {t.strip() for t in (as_str(params.get("types")) or "public_channel").split(",")}
     if not types <= _TYPES:
         return api_error("invalid_types")
-    try:
-        limit = int(as_str(params.get("limit")) or 100)
-        cursor = as_str(params.get("cursor"))
-        start = int(base64.b64decode(cursor).decode().removeprefix("offset:")) if cursor else 0
-    except (ValueError, binascii.Error):
-        return api_error("invalid_cursor")
-    limit = max(1, min(limit, 1000))
     archived_too = not as_bool(params.get("exclude_archived"))
 
     def kind(channel: Channel) -> str:
@@ -103,11 +96,44 @@ def users_conversations(core: SandboxCore, params: JsonDict) -> JsonDict:
         and (archived_too or not c.is_archived)
         and (kind(c) == "public_channel" or ws.bot.user_id in c.members)
     ]
-    page = found[start : start + limit]
-    more = start + limit < len(found)
-    next_cursor = base64.b64encode(f"offset:{start + limit}".encode()).decode() if more else ""
+    paged = _page(found, params)
+    if paged is None:
+        return api_error("invalid_cursor")
+    page, next_cursor = paged
     return {
         "ok": True,
         "channels": [channel_json(ws, c, include_num_members=False) for c in page],
         "response_metadata": {"next_cursor": next_cursor},
     }
+
+
+def conversation_members(core: SandboxCore, params: JsonDict) -> JsonDict:
+    """The user ids of a conversation's members, paged by ``limit`` and ``cursor``; a
+    private one only if the bot is in it (else ``channel_not_found``, as Slack answers)."""
+    ws = core.workspace
+    channel = ws.channel(as_str(params.get("channel")))
+    if channel is None or (channel.is_private and ws.bot.user_id not in channel.members):
+        return api_error("channel_not_found")
+    paged = _page(list(channel.members), params)
+    if paged is None:
+        return api_error("invalid_cursor")
+    page, next_cursor = paged
+    return {"ok": True, "members": page, "response_metadata": {"next_cursor": next_cursor}}
+
+
+T = TypeVar("T")
+
+
+def _page(items: list[T], params: JsonDict) -> tuple[list[T], str] | None:
+    """The page ``limit`` (1-1000, default 100) and ``cursor`` ask for, with the cursor of
+    the next one ("" at the end); None for a cursor this sandbox did not hand out."""
+    try:
+        limit = int(as_str(params.get("limit")) or 100)
+        cursor = as_str(params.get("cursor"))
+        start = int(base64.b64decode(cursor).decode().removeprefix("offset:")) if cursor else 0
+    except (ValueError, binascii.Error):
+        return None
+    limit = max(1, min(limit, 1000))
+    more = start + limit < len(items)
+    next_cursor = base64.b64encode(f"offset:{start + limit}".encode()).decode() if more else ""
+    return items[start : start + limit], next_cursor

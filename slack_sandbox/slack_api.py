@@ -90,6 +90,10 @@ async def _web_api(request: web.Request) -> web.Response:
         if not hmac.compare_digest(token.encode(), core.config.token.encode()):
             return _answer(api_error("invalid_auth"))
     now = core.clock()
+    if (wait := core.method_limiter.retry_after(method, now)) is not None:
+        logger.info("sandbox rate limit: %s refused for %ds", method, wait)
+        return _answer(api_error("ratelimited"), 429, {"Retry-After": str(wait)})
+    core.method_limiter.record(method, now)
     if method == "chat.postMessage":
         channel = core.workspace.resolve_channel(as_str(params.get("channel")))
         wait = core.limiter.retry_after(channel.id, now) if channel is not None else None
@@ -330,6 +334,11 @@ class SlackStandIn:
         self.core.faults.inject(
             method, status=status, retry_after=retry_after, delay=delay, times=times
         )
+
+    def limit(self, method: str, per_minute: int) -> None:
+        """Answer calls of ``method`` past ``per_minute`` within any minute as Slack does
+        past a method's rate-limit tier: HTTP 429, ``ratelimited``, ``Retry-After``."""
+        self.core.method_limiter.per_minute[method] = per_minute
 
     def subscribe(self) -> asyncio.Queue[ChangeEvent]:
         return self.core.hub.subscribe()

@@ -329,7 +329,7 @@ async def test_a_form_submitted_after_its_reviewer_left_the_channel_changes_noth
         assert still is not None and not still.decided
 
         # Slack cannot say now: refused too, saying so, and nothing changes.
-        stack.standin.inject("users.conversations", status=500)
+        stack.standin.inject("conversations.members", status=500)
         unsure = await stack.standin.submit_view(REVIEWER, form["id"], comment)
         assert "could not check your channels" in unsure.json()["errors"][blocks.COMMENT_BLOCK]
 
@@ -361,8 +361,8 @@ async def test_in_a_public_channel_anyone_may_decide_even_one_not_in_it(
         channel.members.remove(OUTSIDER)  # ... who can still see and click there
         run = await stack.start_run("cleanup-agent", "delete /tmp/old.txt")
         [request] = await stack.pending_requests(run)
-        # Slack cannot list their channels now: that the channel is public is enough.
-        stack.standin.inject("users.conversations", status=500, times=10)
+        # Slack cannot list the channel's members now: that it is public is enough.
+        stack.standin.inject("conversations.members", status=500, times=10)
         await rejects_by_form(stack, OUTSIDER, request.request_id, CHANNEL, request.message_ts)
 
 
@@ -378,7 +378,8 @@ async def test_whoever_a_request_was_escalated_to_may_decide_it_outside_its_chan
 
         [copy] = (await eventually(escalated, what="the escalated copy")).escalations
         assert copy.to == OUTSIDER and copy.channel.startswith("D")
-        for method in ("users.conversations", "conversations.info"):  # no lookup is needed
+        lookups = ("users.conversations", "conversations.members", "conversations.info")
+        for method in lookups:  # none is needed
             stack.standin.inject(method, status=500, times=10)
         await rejects_by_form(stack, OUTSIDER, request.request_id, copy.channel, copy.ts)
 

@@ -398,6 +398,23 @@ async def test_rate_limit_per_channel(tmp_path: Path) -> None:
         assert len(stand_in.post_times["C0APPROVALS"]) == 1
 
 
+async def test_a_limited_method_is_refused_past_its_calls_a_minute(
+    client: AsyncWebClient, standin: SlackStandIn, clock: FakeClock
+) -> None:
+    standin.limit("conversations.info", 3)
+    for _ in range(3):
+        await client.conversations_info(channel="C0OPS")
+        clock.now += 10
+    with pytest.raises(SlackApiError) as err:
+        await client.conversations_info(channel="C0OPS")
+    assert err.value.response.status_code == 429
+    assert err.value.response["error"] == "ratelimited"
+    assert err.value.response.headers["Retry-After"] == "30"  # the first call leaves at 60 s
+    await client.users_info(user="U0ADMIN")  # other methods are not limited
+    clock.now += 30
+    await client.conversations_info(channel="C0OPS")  # a minute after the first: allowed
+
+
 async def test_fault_queue(client: AsyncWebClient, standin: SlackStandIn) -> None:
     standin.inject("chat.postMessage", status=500, times=2)
     for _ in range(2):
@@ -623,6 +640,30 @@ async def test_users_conversations_lists_a_members_channels_in_pages(
     assert ids == {"C0APPROVALS", "C0OPS", "C0GENERAL", "C0SHARED"}
     public = await client.users_conversations(user="U0OUTSIDER")
     assert {c["id"] for c in public["channels"]} == {"C0APPROVALS", "C0OPS", "C0GENERAL"}
+
+
+async def test_conversations_members_lists_a_channels_members_in_pages(
+    client: AsyncWebClient, standin: SlackStandIn
+) -> None:
+    from slack_sandbox.workspace import Channel
+
+    ws = standin.workspace
+    ws.channels.append(Channel("C0HIDDEN", "hidden", 0, ["U0OUTSIDER"], is_private=True))
+    ws.channels.append(Channel("C0SHARED", "shared", 0, ["U0OUTSIDER", "U0BOT"], is_private=True))
+    first = await client.conversations_members(channel="C0SHARED", limit=1)
+    cursor = first["response_metadata"]["next_cursor"]
+    assert len(first["members"]) == 1 and cursor
+    rest = await client.conversations_members(channel="C0SHARED", cursor=cursor)
+    assert rest["response_metadata"]["next_cursor"] == ""
+    assert set(first["members"] + rest["members"]) == {"U0OUTSIDER", "U0BOT"}
+    # a private channel the bot is not in is not the bot's to list
+    for channel in ("C0HIDDEN", "C0NOWHERE"):
+        with pytest.raises(SlackApiError) as err:
+            await client.conversations_members(channel=channel)
+        assert err.value.response["error"] == "channel_not_found"
+    with pytest.raises(SlackApiError) as err:
+        await client.conversations_members(channel="C0SHARED", cursor="not-ours")
+    assert err.value.response["error"] == "invalid_cursor"
 
 
 async def test_opening_and_clicking_the_home_tab_send_what_slack_sends(

@@ -1,0 +1,63 @@
+"""On a route without named reviewers, a decision made in a form (or the App Home tab) is
+checked against the members of the request's channel, as Slack lists them
+(`conversations.members`). One listing serves everyone deciding in that channel for a few
+seconds, so a team clearing a queue together stays within Slack's rate limits, which are
+counted per method for the whole app, not per person."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from bot import blocks
+from bot.member_channels import DECISION_MAX_AGE
+from slack_sandbox.workspace import User
+from tests.support.stack import running_stack
+
+from .test_bot_commands import approvals
+from .test_bot_home import ADMIN, PRIVATE, add_private_channel, rejects_by_form
+
+# Calls a minute Slack allows each method (Tier 3, Tier 3, Tier 4).
+SLACK_TIERS = {"users.conversations": 50, "conversations.info": 50, "conversations.members": 100}
+TEAM = 56  # more people than one lookup each would be allowed in a minute
+
+
+async def test_a_team_deciding_together_stays_within_slacks_rate_limits(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async with running_stack(redis_url, tmp_path) as stack:
+        # Posts paced faster than Slack's one a second a channel: this test is not about it.
+        stack.host.notifier.pacer.interval = 0.01  # type: ignore[attr-defined]
+        team = [f"U0TEAM{n:03d}" for n in range(TEAM)]
+        workspace = stack.standin.workspace
+        workspace.users.extend(User(user, user.lower(), user, "reviewer") for user in team)
+        add_private_channel(stack)
+        channel = workspace.channel(PRIVATE)
+        assert channel is not None
+        channel.members.extend(team)
+        await approvals(stack, ADMIN, f"route add agent=cleanup-agent channel={PRIVATE}")
+        for method, per_minute in SLACK_TIERS.items():
+            stack.standin.limit(method, per_minute)
+        runs = [await stack.start_run("cleanup-agent", f"delete /srv/{n}.txt") for n in team]
+        requests = [(await stack.pending_requests(run))[0] for run in runs]
+        last = requests.pop()
+        # (one of them opens the form for the last request, and submits it at the end)
+        await stack.standin.click(team[0], PRIVATE, last.message_ts, blocks.REJECT)
+        form = await stack.opened_view(team[0], blocks.REJECT_MODAL)
+
+        # All the others reject one request each with a reason, within a minute: every
+        # form is checked, and every one of them is let through.
+        for user, request in zip(team[1:], requests, strict=True):
+            await rejects_by_form(stack, user, request.request_id, PRIVATE, request.message_ts)
+        asked = [method for method, _ in stack.standin.core.calls if method in SLACK_TIERS]
+        assert len(asked) < len(requests) / 2, asked  # a few lookups, not one a decision
+
+        # The check still holds: someone who left the channel with the form open is
+        # refused, once the listing that had them among its members is too old to rely on.
+        channel.members.remove(team[0])
+        await asyncio.sleep(DECISION_MAX_AGE)
+        reason = {blocks.REASON_BLOCK: {blocks.REASON_INPUT: "not this one"}}
+        refused = await stack.standin.submit_view(team[0], form["id"], reason)
+        assert "you are not there" in refused.json()["errors"][blocks.REASON_BLOCK]
+        still = await stack.host.store.get_request(last.request_id)
+        assert still is not None and not still.decided
