@@ -17,6 +17,7 @@ __all__ = [
     "arguments_in_full",
     "arguments_sections",
     "arguments_summary",
+    "hides",
     "is_secret_key",
     "mask_secrets",
     "shown_json",
@@ -30,27 +31,52 @@ WHOLE_SECTIONS_MAX = 40
 _FENCED = "```\n", "\n```"
 _TITLED = "*Arguments*\n```\n", "\n```"
 
-_SECRET_WORDS = (
-    "password",
-    "passwd",
-    "secret",
-    "token",
-    "apikey",
-    "authorization",
-    "credential",
-    "privatekey",
+# What a key ends with when it names a credential: its last word, or its last two words
+# run together (`api_key`, `X-Api-Key`, `private_key`, `GitHubToken`, `client_secret`).
+_SECRET_NOUNS = frozenset(
+    {
+        "password",
+        "passwords",
+        "passwd",
+        "secret",
+        "secrets",
+        "token",
+        "apikey",
+        "authorization",
+        "credential",
+        "credentials",
+        "privatekey",
+    }
 )
+_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 
 
 def is_secret_key(key: object) -> bool:
-    folded = re.sub(r"[\s_\-.]", "", str(key).lower())
-    return any(word in folded for word in _SECRET_WORDS)
+    """Whether `key` names a credential: by its last word (or last two), case- and
+    separator-insensitive, so `max_tokens`, `secretary_note` or `authorization_id` do not."""
+    words = [word.lower() for word in _WORDS.findall(str(key))]
+    while words and words[-1].isdigit():  # `token2`, `password_1`
+        words.pop()
+    return bool(words) and (words[-1] in _SECRET_NOUNS or "".join(words[-2:]) in _SECRET_NOUNS)
+
+
+def _credential(value: Any) -> bool:
+    """Whether `value` can be a credential: text, or a list of texts."""
+    if isinstance(value, list | tuple):
+        return bool(value) and all(isinstance(v, str) for v in value)
+    return isinstance(value, str)
+
+
+def hides(key: object, value: Any) -> bool:
+    """Whether `value`, under `key`, is shown as MASK: a credential under a key naming one.
+    Anything else under such a key (a number, a flag, an object) is shown, masked within."""
+    return is_secret_key(key) and _credential(value)
 
 
 def mask_secrets(value: Any) -> Any:
-    """A copy of `value` with the value of every secret-looking key replaced by MASK."""
+    """A copy of `value` with every credential under a credential's key replaced by MASK."""
     if isinstance(value, dict):
-        return {k: MASK if is_secret_key(k) else mask_secrets(v) for k, v in value.items()}
+        return {k: MASK if hides(k, v) else mask_secrets(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [mask_secrets(v) for v in value]
     return value
@@ -63,7 +89,7 @@ def mask_secrets(value: Any) -> Any:
 # that show as nothing. Shown as their JSON escapes.
 _HIDING = frozenset({"Cc", "Cf", "Cn", "Co", "Cs", "Zl", "Zp"})
 _BLANK = frozenset("\u034f\u115f\u1160\u3164\uffa0")
-_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+_SHOWN_AS_IS = re.compile(r"[^\x00-\x7e]")  # past printable ASCII: DEL, then non-ASCII
 
 
 def _hides(char: str) -> bool:
@@ -77,9 +103,9 @@ def _hides(char: str) -> bool:
 
 
 def _visible(text: str) -> str:
-    if text.isascii():
+    if text.isascii() and "\x7f" not in text:  # (JSON has escaped the other controls)
         return text
-    return _NON_ASCII.sub(
+    return _SHOWN_AS_IS.sub(
         lambda m: json.dumps(m.group())[1:-1] if _hides(m.group()) else m.group(), text
     )
 

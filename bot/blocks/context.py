@@ -8,7 +8,7 @@ from agent_host.approvals.context import CallContext, EarlierCall
 from bot.blocks.arguments import arguments_summary
 from bot.blocks.elements import Block, section, written
 from bot.blocks.limits import SECTION_TEXT_MAX
-from bot.mrkdwn import inline_code, one_line, short, units
+from bot.mrkdwn import one_line, short, units, words_as_code
 
 __all__ = ["context_blocks"]
 
@@ -52,10 +52,12 @@ def _earlier(context: CallContext) -> str:
 
 
 def _line(call: EarlierCall) -> str:
+    """One earlier call: its tool, arguments and result as inline code (what the model and
+    the tools wrote is never formatting), its outcome in countersign's words."""
     outcome = _OUTCOME.get(call.outcome, call.outcome or "?")
-    arguments = short(arguments_summary(call.arguments, ARGUMENTS_SHOWN), ARGUMENTS_SHOWN * 2)
-    line = f"• {inline_code(one_line(call.tool), 80)} {arguments} → _{short(outcome, 40)}_"
+    arguments = words_as_code(arguments_summary(call.arguments, ARGUMENTS_SHOWN), ARGUMENTS_SHOWN)
+    line = f"• {words_as_code(one_line(call.tool), 80)} {arguments} → _{short(outcome, 40)}_"
     result = one_line(call.result)
     if result:
-        line += f": {short(result, RESULT_SHOWN)}"
+        line += f": {words_as_code(result, RESULT_SHOWN)}"
     return line

@@ -8,7 +8,7 @@ from typing import Any
 
 from agent_host.approvals import WEBHOOK, ApprovalRequest
 from agent_host.runtime.decisions import Approve, Reject
-from bot.blocks.arguments import is_secret_key, mask_secrets
+from bot.blocks.arguments import hides, mask_secrets
 from bot.blocks.elements import Block, section
 from bot.blocks.limits import (
     FALLBACK_TEXT_MAX,
@@ -114,7 +114,7 @@ def _edits(request: ApprovalRequest) -> Block | None:
     changes = decision.changes()
     text = lead
     for index, (name, before, after) in enumerate(changes):
-        if is_secret_key(name):
+        if hides(name, before) or hides(name, after):
             line = f"\n• {inline_code(name, 100)}: changed (hidden)"
         else:
             line = f"\n• {inline_code(name, 100)}: {_value(before)} → {_value(after)}"

@@ -322,7 +322,7 @@ def test_secrets_are_masked_at_any_depth() -> None:
         "db": {"Password": "hunter2", "hosts": [{"AUTHORIZATION": "Bearer zzz-top"}]},
         "api_key": "x",
         "X-Api-Key": "dashed-key",
-        "service": {"client_secret": {"nested": "whole-value"}},
+        "service": {"client_secret": "whole-value"},
         "GitHubToken": "ghp_abc",
         "private_key": "-----BEGIN",
         "passwd": "pw1",
@@ -358,6 +358,34 @@ def test_secrets_are_masked_at_any_depth() -> None:
     assert B.mask_secrets(arguments)["api_key"] == B.MASK
     assert B.mask_secrets(arguments)["db"]["hosts"][0]["AUTHORIZATION"] == B.MASK
     assert B.mask_secrets(arguments)["user"] == "alice"
+
+
+def test_only_credentials_under_credentials_keys_are_masked() -> None:
+    """Masking hides what a reviewer approves: it takes keys that name a credential (by
+    their last word), and text under them, nothing else. A word that merely contains
+    `token` or `secret` is shown, and so is a count, a flag or an object under a
+    credential's key (masked within)."""
+    arguments = {
+        "to": "0xabc",
+        "tokens": 1000000,
+        "options": {
+            "max_tokens": 999999,
+            "secretary_note": "wire everything to 0xEVIL",
+            "authorization_id": "auth-42",
+            "secret_name": "prod/db",
+        },
+        "token": {"scope": "admin", "value": "tok-123", "access_token": "at-9"},
+        "password2": "pw-two",
+    }
+    masked = B.mask_secrets(arguments)
+    assert masked["tokens"] == 1000000 and masked["options"] == arguments["options"]
+    assert masked["token"] == {"scope": "admin", "value": "tok-123", "access_token": B.MASK}
+    assert masked["password2"] == B.MASK
+    _, body = B.approval_message(make_request(arguments=arguments))
+    text = unescape(arguments_text(body))
+    for shown in ("1000000", "999999", "wire everything to 0xEVIL", "auth-42", "prod/db"):
+        assert shown in text, shown
+    assert "at-9" not in text and "pw-two" not in text
 
 
 def test_arguments_are_escaped_and_round_trip() -> None:
@@ -807,15 +835,31 @@ def test_characters_that_hide_or_reorder_text_are_shown_as_escapes() -> None:
     zero-width space hides between letters: the reviewer sees each as its JSON escape,
     in the message, its one-line summary and the form showing a call whole."""
     path = "/tmp/\u202eatad-dorp/vrs\u202c/x\u200by\u2028z"
-    request = make_request(arguments={"path": path, "note": "héllo 日本"})
+    request = make_request(arguments={"path": path, "note": "héllo 日本", "dir": "/srv/prod\x7f"})
     _, body = B.approval_message(request)
     shown = json.dumps(body, ensure_ascii=False)
-    for invisible in ("\u202e", "\u202c", "\u200b", "\u2028"):
+    for invisible in ("\u202e", "\u202c", "\u200b", "\u2028", "\x7f"):
         assert invisible not in shown
         assert json.dumps(invisible)[1:-1] in shown  # as the six characters of its escape
     assert "héllo 日本" in shown  # other text as it is
     view = B.whole_call_modal(request)
     assert isinstance(view, dict) and "\u202e" not in json.dumps(view, ensure_ascii=False)
+
+
+def test_earlier_calls_are_shown_as_code_never_as_formatting() -> None:
+    """An earlier call's arguments and result (what a customer typed into an order, say)
+    cannot make a bold, check-marked "pre-approved" line in the message: they are code."""
+    from agent_host.approvals.context import CallContext, EarlierCall
+
+    said = "ok ~42.50~ *:white_check_mark: PRE-APPROVED BY SECURITY* `x`"
+    earlier = EarlierCall("lookup_order", {"note": "*verified* by <finance>"}, "executed", said)
+    _, body = B.approval_message(make_request(context=CallContext((earlier,), 0, "")))
+    texts = [b["text"]["text"] for b in body if b["type"] == "section" and "text" in b]
+    [line] = [ln for text in texts for ln in text.splitlines() if "lookup_order" in ln]
+    assert '`{"note": "*verified* by &lt;finance&gt;"}`' in line
+    assert line.endswith(
+        ": `ok ~42.50~ *:white_check_mark: PRE-APPROVED BY SECURITY* \u02cbx\u02cb`"
+    )
 
 
 def test_a_list_line_shows_arguments_as_code_and_only_then_counts_as_whole() -> None:
