@@ -6,12 +6,15 @@ the call and the field `result`); `started` and `done:` stay clear.
 
 from __future__ import annotations
 
+import contextlib
+
 from redis.asyncio import Redis
 
 from agent_host.durable.connections import as_text
 from agent_host.durable.crypto import KeyRing
 from agent_host.durable.keys import Keys
 from agent_host.durable.sealed_fields import FieldSealer
+from agent_host.errors import SealedFieldError
 from agent_host.runtime.ledger import Claim
 
 __all__ = ["DONE", "RESULT_FIELD", "RedisLedger"]
@@ -39,6 +42,22 @@ class RedisLedger:
             )
             return Claim("finished", result)
         return Claim("in_doubt")
+
+    async def recorded(self, run_id: str) -> dict[str, Claim]:
+        """Every call of the run the ledger holds: finished (with its result), or started
+        and in doubt (as is one whose result cannot be opened)."""
+        entries = await self.redis.hgetall(Keys(run_id).ledger)
+        claims: dict[str, Claim] = {}
+        for raw_id, raw_value in entries.items():
+            call_id, value = as_text(raw_id), as_text(raw_value)
+            claims[call_id] = Claim("in_doubt")
+            if value.startswith(DONE):
+                with contextlib.suppress(SealedFieldError):
+                    result = self.sealer.open(
+                        value[len(DONE) :], run_id=run_id, record_id=call_id, field=RESULT_FIELD
+                    )
+                    claims[call_id] = Claim("finished", result)
+        return claims
 
     async def finish(self, run_id: str, call_id: str, result: str) -> None:
         sealed = self.sealer.seal(result, run_id=run_id, record_id=call_id, field=RESULT_FIELD)

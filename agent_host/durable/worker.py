@@ -26,8 +26,9 @@ from agent_host.approvals import RunRecord, RunStatus
 from agent_host.durable import keys as K
 from agent_host.durable.crashpoints import NEVER, CrashPoints
 from agent_host.durable.foreground import Foreground
-from agent_host.durable.poison import POISON_AFTER
+from agent_host.durable.poison import POISON_AFTER, TRANSIENT
 from agent_host.durable.progress import ProgressStore, RedisTurnJournal
+from agent_host.durable.redis_ledger import RedisLedger
 from agent_host.durable.store import ResumeReads, RunStore, pause_decisions
 from agent_host.durable.streams import (
     ShardedConsumer,
@@ -45,6 +46,7 @@ from agent_host.errors import (
 )
 from agent_host.runtime.checkpoint import RunState
 from agent_host.runtime.journal import RunMovedOn
+from agent_host.runtime.ledger import with_recorded
 from agent_host.runtime.runner import Paused, Runner, RunOutcome
 
 __all__ = ["ResumeWorker"]
@@ -66,6 +68,7 @@ class ResumeWorker:
         self.store, self.crash = store, crash
         self.runner = runner
         self.progress = ProgressStore(store.redis, store.keyring)
+        self.ledger = RedisLedger(store.redis, store.keyring)  # read when a run is given up
         self.consumer = ShardedConsumer(
             [
                 StreamConsumer(
@@ -196,14 +199,32 @@ class ResumeWorker:
         reason = (
             f"resuming the run failed {POISON_AFTER} times with an error of countersign's own "
             f"({type(exc).__name__}), so it was stopped rather than retried for ever; nothing "
-            f"more of it runs. The worker's log has the details; start the run again once "
-            f"the cause is fixed"
+            f"more of it runs. The calls it made before it stopped are in its final state "
+            f"(GET /api/v1/runs/{run_id}): check them before starting it again, as a new run "
+            f"makes its calls anew. The worker's log has the details"
         )
-        await self._fail(run_id, fields.get("pause_id", ""), reason)
+        pause_id = fields.get("pause_id", "")
+        await self._fail(run_id, pause_id, reason, await self._as_far_as_known(run_id, pause_id))
 
-    async def _fail(self, run_id: str, pause_id: str, reason: str) -> None:
-        await self.store.finish(run_id, pause_id, "failed", "", reason, "worker")  # and the
-        # saved turn goes with it (a run that moved on keeps its own)
+    async def _as_far_as_known(self, run_id: str, pause_id: str) -> RunState | None:
+        """The run's last saved state (its progress, else the checkpoint of `pause_id`) with
+        what the ledger recorded of its calls since; None when it cannot be read."""
+        try:
+            state = await self.progress.load(run_id, pause_id)
+            if state is None:
+                state = await self.store.load_checkpoint(run_id, pause_id)
+            return with_recorded(state, await self.ledger.recorded(run_id))
+        except TRANSIENT:
+            raise
+        except Exception as exc:  # the run fails all the same, without a final state
+            log.warning("run %s: its state could not be read to fail it (%r)", run_id, exc)
+            return None
+
+    async def _fail(
+        self, run_id: str, pause_id: str, reason: str, state: RunState | None = None
+    ) -> None:
+        await self.store.finish(run_id, pause_id, "failed", "", reason, "worker", state)  # and
+        # the saved turn goes with it (a run that moved on keeps its own)
 
 
 def _named_requests(fields: dict[str, str]) -> list[str] | None:

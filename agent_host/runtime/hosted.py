@@ -25,7 +25,7 @@ from agent_host.runtime.checkpoint import CallRecord, call_hash
 from agent_host.runtime.decisions import Approve, Decision
 from agent_host.runtime.editing import with_reviewer_note
 from agent_host.runtime.fingerprint import describe_changes, fingerprint_of
-from agent_host.runtime.ledger import ExecutionLedger
+from agent_host.runtime.ledger import UNKNOWN_OUTCOME, ExecutionLedger
 from agent_host.runtime.policy import (
     Permission,
     PermissionFunction,
@@ -56,10 +56,6 @@ NOT_SEEN = (
 NOT_WHAT_WAS_APPROVED = (
     "Not run: the arguments differ from those that were approved (call {call_id}); "
     "nothing was run. Call the tool again to have the new arguments reviewed."
-)
-UNKNOWN_OUTCOME = (
-    "The outcome of this call is unknown: the worker running it stopped before recording a "
-    "result. It was not run again; check its effect before retrying."
 )
 
 

@@ -58,6 +58,7 @@ class HostedRunner:
         guard = CallGuard(state.run_id, state.agent_fingerprint, self.ledger)
         step = await _step(state, agent, agent.start(state.input, guard))
         if isinstance(step, Failed):
+            _settle(state, guard)  # what ran before the framework failed is recorded
             return step
         outcome = await self._continue(agent, state, step, guard)
         if outcome is not None:
@@ -89,6 +90,7 @@ class HostedRunner:
                 )
             step = await _step(state, agent, agent.resume(state.hosted_state, decisions, guard))
             if isinstance(step, Failed):
+                _settle(state, guard)  # what ran before the framework failed is recorded
                 return step
             outcome = await self._continue(agent, state, step, guard)
             if outcome is not None:

@@ -8,10 +8,18 @@ is reported, not re-run, unless the tool is idempotent. The Redis ledger lives i
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-__all__ = ["Claim", "ExecutionLedger", "InMemoryLedger"]
+from agent_host.runtime.checkpoint import RunState
+
+__all__ = ["UNKNOWN_OUTCOME", "Claim", "ExecutionLedger", "InMemoryLedger", "with_recorded"]
+
+UNKNOWN_OUTCOME = (
+    "The outcome of this call is unknown: the worker running it stopped before recording a "
+    "result. It was not run again; check its effect before retrying."
+)
 
 
 @dataclass(frozen=True)
@@ -40,3 +48,20 @@ class InMemoryLedger:
 
     async def finish(self, run_id: str, call_id: str, result: str) -> None:
         self.entries[(run_id, call_id)] = result
+
+
+def with_recorded(state: RunState, recorded: Mapping[str, Claim]) -> RunState:
+    """A copy of `state` with what the ledger recorded of its calls that have no outcome
+    yet: one that finished was executed (with its result), one that started and never
+    finished has an unknown outcome (a tool's question still waiting for its answer stays
+    as it is). What a run that stops early did is then in its final state."""
+    state = state.model_copy(deep=True)
+    for record in state.calls:
+        claim = recorded.get(record.call_id)
+        if record.outcome is not None or claim is None:
+            continue
+        if claim.status == "finished":
+            record.outcome, record.result = "executed", claim.result
+        elif not (record.gate == "question" and record.decision is None):
+            record.outcome, record.result = "unknown_outcome", UNKNOWN_OUTCOME
+    return state

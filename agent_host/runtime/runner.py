@@ -41,7 +41,7 @@ from agent_host.runtime.fingerprint import canonical_json
 from agent_host.runtime.hosted import HostedAgent, as_text
 from agent_host.runtime.hosted_runner import HostedRunner
 from agent_host.runtime.journal import NO_JOURNAL, TurnJournal
-from agent_host.runtime.ledger import ExecutionLedger, InMemoryLedger
+from agent_host.runtime.ledger import UNKNOWN_OUTCOME, ExecutionLedger, InMemoryLedger
 from agent_host.runtime.messages import Message, ToolCall
 from agent_host.runtime.outcomes import Failed, Paused, RunOutcome, Succeeded
 from agent_host.runtime.pause import PauseRequest
@@ -51,11 +51,6 @@ from agent_host.runtime.tools import InvalidArguments, ToolContext
 __all__ = ["Failed", "Paused", "RunOutcome", "Runner", "Succeeded"]
 
 log = logging.getLogger(__name__)
-
-UNKNOWN_OUTCOME = (
-    "The outcome of this call is unknown: the worker running it stopped before recording a "
-    "result. It was not run again; check its effect before retrying."
-)
 
 
 class Runner:

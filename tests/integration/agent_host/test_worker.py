@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -14,11 +15,12 @@ from agent_host.durable import keys as K
 from agent_host.durable.poison import POISON_AFTER
 from agent_host.runtime.agents import Agent, AgentRegistry
 from agent_host.runtime.decisions import Approve
-from agent_host.runtime.messages import ModelResponse
+from agent_host.runtime.messages import Message, ModelResponse, ToolSpec
 from agent_host.runtime.models.scripted import Conversation, ScriptedModel, call, reply
 from agent_host.runtime.policy import Permission
 from agent_host.runtime.runner import UNKNOWN_OUTCOME
 from agent_host.runtime.tools import ToolContext, tool
+from tests.support.agents import Recorder, counting_tool, registry_of, tc
 from tests.support.host_env import Env, make_env, pending_entries, resume_entries
 from tests.support.waiting import eventually
 
@@ -256,6 +258,48 @@ async def test_a_resume_failing_with_our_own_error_fails_the_run_saying_why(
         if fields[b"type"] == b"run_finished"
     ]
     assert [f[b"run_id"].decode() for f in finished] == [run_id]  # the thread hears of it
+
+
+class FailsOnceTheToolRan:
+    """Asks for the refund; once its result is in the transcript, raises an error that is
+    not a ModelError (a provider's malformed reply), so the resume fails every time."""
+
+    name = "breaks-after-the-refund"
+
+    async def respond(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec]
+    ) -> ModelResponse:
+        if any(message.role == "tool" for message in messages):
+            raise KeyError("choices")
+        return ModelResponse(text="", tool_calls=[tc("m1", "refund", target="order 1")])
+
+
+async def test_a_run_given_up_after_its_approved_call_ran_records_that_it_ran(
+    redis: Redis,
+) -> None:
+    """The requester reads in the run's final state what ran before it stopped, so that
+    starting it again (a new run, whose calls run anew) is a decision made knowingly."""
+    recorder = Recorder()
+    refund = counting_tool(recorder, "refund", Permission.ASK, reason="moves money")
+    agent = registry_of("refunder", [refund], FailsOnceTheToolRan())
+    env = make_env(redis, registry=agent)
+    run_id = await env.start("refunder", "refund order 1")
+    (request,) = await env.pending_requests(run_id)
+    assert (await env.store.decide(request.request_id, Approve(decided_by="bob"))).resume_queued
+    worker = env.worker("given-up", idle_ms=30)
+
+    async def ended() -> bool:
+        return await env.status(run_id) != "resuming"
+
+    await polled_until(worker, ended)
+
+    info = await env.info(run_id)
+    assert info.status == "failed" and "(KeyError)" in info.error
+    assert f"GET /api/v1/runs/{run_id}" in info.error and "check them" in info.error
+    assert recorder.count("refund") == 1  # retried five times, run once
+    record = (await env.final_state(run_id)).call(request.call_id)
+    assert record is not None and record.outcome == "executed"
+    assert record.result is not None and "order 1" in record.result
 
 
 async def test_redis_away_is_waited_out_however_many_resumes_it_fails(redis: Redis) -> None:

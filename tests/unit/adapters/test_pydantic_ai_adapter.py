@@ -282,6 +282,30 @@ async def test_repeated_call_ids_fail_the_run_closed() -> None:
     assert shop.effects == []
 
 
+async def test_a_framework_failing_after_an_approved_call_ran_records_that_it_ran() -> None:
+    """The model API fails on the turn after the refund ran: the run fails, and its state
+    says the refund was executed (a requester starting it again knows it already ran)."""
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if returns(messages):
+            raise RuntimeError("model API 503")
+        return ModelResponse(parts=[TextPart("On it."), REFUND])
+
+    shop = Shop()
+    runner = runner_for(PydanticAIAgent(shop.agent(FunctionModel(respond))))
+    outcome = await paused_run(shop, runner)
+    [pending] = outcome.pending
+    approve = {pending.call_id: Approve(decided_by="U_LEAD", call_hash=pending.call_hash)}
+
+    failed = await runner.resume(outcome.state, approve)
+
+    assert isinstance(failed, Failed) and "model API 503" in failed.error
+    assert shop.effects == [("refund", ("124", 12.5))]
+    record = failed.state.call(pending.call_id)
+    assert record is not None and record.outcome == "executed"
+    assert record.result is not None and "refunded 12.5" in record.result
+
+
 async def test_the_approvers_comment_reaches_the_model_with_the_tools_result() -> None:
     shop = Shop()
     runner = runner_for(PydanticAIAgent(shop.agent(scripted([LOOKUP, REFUND]))))
