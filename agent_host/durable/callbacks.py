@@ -143,7 +143,10 @@ class CallbackDelivery:
             reason = "not sent: COUNTERSIGN_WEBHOOK_SECRET is unset, so it cannot be signed"
             await self._dead(fields, delivery_id, attempt, reason)
             return
-        body = json.dumps(external_view(request), separators=(",", ":")).encode()
+        # The delivery id goes in the signed body: a receiver deduplicating by it cannot be
+        # fooled by a captured delivery sent again under another id.
+        view = external_view(request) | {"delivery_id": delivery_id}
+        body = json.dumps(view, separators=(",", ":")).encode()
         timestamp = int(self.clock())
         headers = {
             "X-Countersign-Timestamp": str(timestamp),

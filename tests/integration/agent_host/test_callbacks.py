@@ -113,6 +113,8 @@ async def test_a_decision_is_posted_signed_and_retried_after_a_failure(
         [delivery] = await eventually(lambda: _some(receiver.received))
         assert receiver.attempts == 2 and receiver.bad_signatures == 0
         body = delivery["body"]
+        # The id to deduplicate by is signed with the body; the header repeats it.
+        assert body["delivery_id"] == delivery["delivery"] and body["delivery_id"]
         assert body["request_id"] == created["request_id"]
         assert body["verdict"] == "approved" and body["decided_by"] == REVIEWER
         assert body["call_hash"] == created["call_hash"]
