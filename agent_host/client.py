@@ -100,7 +100,7 @@ class ApprovalClient:
         tool: str,
         arguments: dict[str, Any],
         reason: str = "",
-        expires_in_hours: int = 48,
+        expires_in_hours: int | None = None,  # None: the route's expiry
         external_id: str | None = None,
         agent: str = "python-client",
         question: str | None = None,

@@ -125,6 +125,11 @@ def parse_external_request(
     requester = _text(body, "requested_by")
     if problem := requester_problem(requester):
         raise InvalidExternalRequest(problem)
+    question = _text(body, "question", limit=MAX_LONG_TEXT)
+    if question and not question.strip():  # a reviewer would be asked nothing
+        raise InvalidExternalRequest(
+            "question is blank: ask something, or leave it out to ask for an approval"
+        )
     callback_url = _text(body, "callback_url", limit=4096)
     if callback_url and (refusal := callback_refusal(callback_url, callback_hosts)):
         raise InvalidExternalRequest(refusal)
@@ -135,7 +140,7 @@ def parse_external_request(
         requested_by=requester,
         severity=severity,
         reason=_text(body, "reason", limit=MAX_LONG_TEXT),
-        question=_text(body, "question", limit=MAX_LONG_TEXT),
+        question=question,
         expires_in_hours=hours,
         external_id=external_id,
         callback_url=callback_url,

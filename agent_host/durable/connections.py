@@ -140,9 +140,11 @@ def _translated(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitabl
         try:
             return await method(*args, **kwargs)
         except (RedisError, RedisClusterException, OSError) as exc:
+            # Only the error's type: its text names Redis's address, which is the log's
+            # (the cause goes with the error), not the callers'.
             raise StoreUnavailable(
-                f"Redis could not be used ({type(exc).__name__}: {exc}); nothing may have "
-                "changed, try again shortly"
+                f"Redis could not be used ({type(exc).__name__}); nothing may have changed, "
+                "try again shortly"
             ) from exc
 
     return call

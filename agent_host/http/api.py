@@ -64,7 +64,7 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
             raise
         return error(exc.status, exc.reason)
     except StoreUnavailable as exc:  # nothing may have changed: the caller can try again
-        log.warning("%s %s: %s", request.method, request.path, exc)
+        log.warning("%s %s: %s (%s)", request.method, request.path, exc, exc.__cause__)
         response = error(503, str(exc))
         response.headers["Retry-After"] = "1"
         return response

@@ -41,22 +41,29 @@ class TooDeep(ValueError):
 
 
 class NotText(ValueError):
-    """A JSON string held a lone UTF-16 surrogate (`\\ud800`): no text can be made of it."""
+    """JSON bytes were not UTF-8, or a JSON string held a lone UTF-16 surrogate (`\\ud800`):
+    no text can be made of it."""
 
 
 # An escaped surrogate: only then can a parsed string hold a lone one.
-_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def loads(text: str | bytes) -> Any:
     """`json.loads`, refusing NaN, Infinity, -Infinity and numbers too large for a float,
-    text nested too deeply for Python's parser, and strings that are not text."""
+    text nested too deeply for Python's parser, and strings that are not text. Bytes must
+    be UTF-8, as JSON between systems is (RFC 8259 8.1): `json.loads` would also guess
+    UTF-16 or UTF-32, in which an escaped surrogate looks like no `\\ud800`."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise NotText(f"it is not UTF-8 (byte {exc.start}): send JSON as UTF-8") from None
     try:
         value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except RecursionError:
         raise TooDeep(f"JSON nested too deeply: send at most {MAX_DEPTH} levels") from None
-    raw = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
-    if _SURROGATE.search(raw) and (where := _first(value, _not_text)) is not None:
+    if _SURROGATE.search(text) and (where := _first(value, _not_text)) is not None:
         raise NotText(f"{where} holds a lone UTF-16 surrogate, which is not text")
     return value
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from agent_host import ApprovalClient, ApprovalClientError, ApprovalResult
+from agent_host.approvals import DEFAULT_EXPIRY_SECONDS
 from agent_host.approvals.external import external_call_hash
 from bot import blocks
 from tests.support.keyspace import pass_deadline
@@ -42,6 +43,8 @@ async def test_pause_returns_the_decision_of_a_click(redis_url: str, tmp_path: P
             )
             request = await stack.posted(await pending_id(stack))
             assert not paused.done()
+            # No expiry given: the route's (the default route's, here), not one of the client's.
+            assert round(request.expires_at - request.created_at) == DEFAULT_EXPIRY_SECONDS
             await stack.click(REVIEWER, request, blocks.APPROVE)
             result = await paused
         assert result == ApprovalResult(

@@ -223,6 +223,7 @@ def nested(levels: int) -> dict[str, Any]:
         (REFUND | {"external_id": ".."}, 'external_id may not be "." or ".."'),
         (REFUND | {"requested_by": "<@U0REQUESTER>"}, "requested_by must be the requester's"),
         (REFUND | {"requested_by": "U0REQUESTER "}, "requested_by must be the requester's"),
+        (REFUND | {"question": " \n\t"}, "question is blank"),
     ],
 )
 async def test_bad_requests_are_refused_and_change_nothing(
@@ -252,8 +253,10 @@ async def test_nan_wait_odd_json_and_unknown_ids_are_refused(
         async with http.get(f"{stack.url}/api/v1/approvals/req_00000000_0001", headers=AUTH) as r:
             assert r.status == 404
         head = b'{"agent": "a", "tool": "t", "arguments": '
+        utf16 = (head + b'{"x": "\\ud800"}}').decode().encode("utf-16")  # JSON is UTF-8
         for raw, says in (
             (head + b'{"x": "\\ud800"}}', "surrogate"),
+            (utf16, "not UTF-8"),
             (head + b'{"n": ' + b"9" * 5000 + b"}}", "digits"),
             (head + b"[" * 5000 + b"]" * 5000 + b"}", "deep"),
         ):

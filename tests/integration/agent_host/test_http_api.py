@@ -452,6 +452,7 @@ async def test_readyz_is_503_when_redis_is_down(
             ):
                 await assert_error(answer, 503, "Redis could not be used")
                 assert "try again" in (await answer.json())["error"]
+                assert str(server.port) not in await answer.text()  # nor here
                 assert answer.headers["Retry-After"] == "1"
             server.start()
             assert (await c.get("/readyz")).status == 200
