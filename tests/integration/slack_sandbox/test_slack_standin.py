@@ -621,14 +621,19 @@ async def test_views_publish_keeps_each_users_home_tab(
     assert standin.home_view("U0REVIEWER") == again["view"]
 
 
-async def test_users_conversations_lists_a_members_channels_in_pages(
-    client: AsyncWebClient, standin: SlackStandIn
-) -> None:
+def add_private_channels(standin: SlackStandIn) -> None:
+    """Two private channels the outsider is in: one without the bot, one with it."""
     from slack_sandbox.workspace import Channel
 
     ws = standin.workspace
     ws.channels.append(Channel("C0HIDDEN", "hidden", 0, ["U0OUTSIDER"], is_private=True))
     ws.channels.append(Channel("C0SHARED", "shared", 0, ["U0OUTSIDER", "U0BOT"], is_private=True))
+
+
+async def test_users_conversations_lists_a_members_channels_in_pages(
+    client: AsyncWebClient, standin: SlackStandIn
+) -> None:
+    add_private_channels(standin)
     kinds = "public_channel,private_channel"
     first = await client.users_conversations(user="U0OUTSIDER", types=kinds, limit=2)
     cursor = first["response_metadata"]["next_cursor"]
@@ -645,11 +650,7 @@ async def test_users_conversations_lists_a_members_channels_in_pages(
 async def test_conversations_members_lists_a_channels_members_in_pages(
     client: AsyncWebClient, standin: SlackStandIn
 ) -> None:
-    from slack_sandbox.workspace import Channel
-
-    ws = standin.workspace
-    ws.channels.append(Channel("C0HIDDEN", "hidden", 0, ["U0OUTSIDER"], is_private=True))
-    ws.channels.append(Channel("C0SHARED", "shared", 0, ["U0OUTSIDER", "U0BOT"], is_private=True))
+    add_private_channels(standin)
     first = await client.conversations_members(channel="C0SHARED", limit=1)
     cursor = first["response_metadata"]["next_cursor"]
     assert len(first["members"]) == 1 and cursor
