@@ -18,6 +18,7 @@ __all__ = [
     "arguments_sections",
     "arguments_summary",
     "hides",
+    "hides_characters",
     "is_secret_key",
     "mask_secrets",
     "shown_json",
@@ -108,6 +109,11 @@ def _visible(text: str) -> str:
     return _SHOWN_AS_IS.sub(
         lambda m: json.dumps(m.group())[1:-1] if _hides(m.group()) else m.group(), text
     )
+
+
+def hides_characters(text: str) -> bool:
+    """Whether `text` holds a character that hides or reorders text (shown as its escape)."""
+    return _visible(text) != text
 
 
 def _json(value: Any, *, indent: int | None = 2) -> str:

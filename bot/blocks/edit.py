@@ -22,7 +22,7 @@ from typing import Any
 
 from agent_host.approvals import ApprovalRequest, EditableField, EditForm
 from agent_host.runtime import strict_json
-from bot.blocks.arguments import is_secret_key
+from bot.blocks.arguments import hides_characters, is_secret_key
 from bot.blocks.elements import Block, context, section, text
 from bot.blocks.ids import COMMENT_BLOCK, EDIT_INPUT, EDIT_MODAL, edit_block_id
 from bot.blocks.limits import (
@@ -85,11 +85,13 @@ def _choices_fit(field: EditableField) -> bool:
 
 
 def _initial_text(field: EditableField, value: Any) -> str | None:
-    """What a text input starts with; None when the value does not fit one."""
+    """What a text input starts with; None when the value does not fit one, or holds a
+    character that hides or reorders text (an input would show it as it looks, not as it
+    is: the message shows its escape)."""
     if value is None:
         return ""
     shown = value if field.kind == "text" and isinstance(value, str) else _as_json(value, 2)
-    return shown if len(shown) <= INPUT_MAX_LENGTH else None
+    return shown if len(shown) <= INPUT_MAX_LENGTH and not hides_characters(shown) else None
 
 
 def edit_inputs(form: EditForm) -> tuple[list[EditInput], list[str]]:
@@ -196,7 +198,13 @@ def edit_modal(request: ApprovalRequest, form: EditForm) -> Block:
     if left_out:
         names = ", ".join(left_out)
         blocks.append(
-            context(escaped_within(names, CONTEXT_TEXT_MAX, "Not editable here (too long): "))
+            context(
+                escaped_within(
+                    names,
+                    CONTEXT_TEXT_MAX,
+                    "Not editable here (cannot be shown as it is in a form): ",
+                )
+            )
         )
     blocks += [_input_block(item, form.arguments.get(item.field.name)) for item in inputs]
     blocks.append(comment_input(optional=True))
