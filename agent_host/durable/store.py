@@ -632,6 +632,34 @@ def pause_decisions(pause_id: str, requests: list[ApprovalRequest]) -> dict[str,
     return decisions
 
 
+def with_quorum_comments(
+    decisions: dict[str, Decision],
+    requests: list[ApprovalRequest],
+    audit: list[dict[str, str]],
+) -> dict[str, Decision]:
+    """`decisions`, each approval that completed a quorum carrying the comments of the
+    approvals before it (their audit entries repeat each vote's decision), so that the
+    model reads every approver's words, not only the last one's."""
+    by_request = {r.request_id: r.call_id for r in requests if r.route.quorum > 1}
+    earlier: dict[str, list[tuple[str, str]]] = {}
+    for entry in audit:
+        call_id = by_request.get(entry.get("request_id", ""))
+        if call_id is None or entry.get("event") != "approval":
+            continue
+        try:
+            vote = decision_adapter.validate_json(entry.get("decision", ""))
+        except ValueError:  # unreadable (its mark): said so, not left out
+            vote = Approve(comment="[this approver's comment could not be read]")
+        if isinstance(vote, Approve) and vote.comment.strip():
+            earlier.setdefault(call_id, []).append((entry.get("actor", ""), vote.comment))
+    return {
+        call_id: decision.model_copy(update={"earlier_comments": earlier[call_id]})
+        if isinstance(decision, Approve) and call_id in earlier
+        else decision
+        for call_id, decision in decisions.items()
+    }
+
+
 # Fields of a new request's hash left out while they hold what reading them absent gives
 # (`ApprovalRequest.from_hash`, and the scripts: DECIDE counts missing approvals as none,
 # the ladder missing escalations as none). In Redis's hash encoding for values this size

@@ -29,7 +29,12 @@ from agent_host.durable.foreground import Foreground
 from agent_host.durable.poison import POISON_AFTER, TRANSIENT
 from agent_host.durable.progress import ProgressStore, RedisTurnJournal
 from agent_host.durable.redis_ledger import RedisLedger
-from agent_host.durable.store import ResumeReads, RunStore, pause_decisions
+from agent_host.durable.store import (
+    ResumeReads,
+    RunStore,
+    pause_decisions,
+    with_quorum_comments,
+)
 from agent_host.durable.streams import (
     ShardedConsumer,
     StreamConsumer,
@@ -184,6 +189,9 @@ class ResumeWorker:
             await self._fail(run_id, pause_id, str(exc))
             return None
         decisions = pause_decisions(pause_id, reads.requests)
+        if any(r.route.quorum > 1 for r in reads.requests if r.pause_id == pause_id):
+            audit = await self.store.audit(run_id)  # the votes' comments: the model reads them
+            decisions = with_quorum_comments(decisions, reads.requests, audit)
         # The state was just read for this resume: nobody else holds it, so no copy.
         return await self.runner.resume(state, decisions, journal=journal, copy=False)
 

@@ -39,7 +39,7 @@ __all__ = [
     "call_hash",
 ]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 CHECKPOINT_VERSIONS = {
     1: "transcript, the run's tool calls (plan, gate, decision, outcome), sticky decisions",
     2: "each call keeps the model's id for it (model_call_id); call_id is the runner's; "
@@ -47,6 +47,7 @@ CHECKPOINT_VERSIONS = {
     3: "a hosted agent's run keeps its framework's serialized state (hosted_state)",
     4: "a gated call lists its editable arguments; an approval may carry a comment and "
     "edited arguments (with the edited call's hash), which the tool runs with",
+    5: "an approval that completed a quorum carries the comments of the approvals before it",
 }
 
 RunStatus = Literal["running", "paused", "succeeded", "failed"]
@@ -185,5 +186,10 @@ def _v3_to_v4(raw: dict[str, Any]) -> dict[str, Any]:
     return raw | {"schema_version": 4}
 
 
+def _v4_to_v5(raw: dict[str, Any]) -> dict[str, Any]:
+    """v5 only added a field whose default says what v4 meant: no earlier comments."""
+    return raw | {"schema_version": 5}
+
+
 # version -> how a document of that version becomes one of the next
-_MIGRATIONS = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
+_MIGRATIONS = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5}

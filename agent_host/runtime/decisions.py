@@ -50,6 +50,9 @@ class Approve(_Base):
     # The reviewer's words with the approval (seed 003's `feedback` on `approved`): shown on
     # the message, kept in the audit trail, and read by the model with the tool's result.
     comment: str = ""
+    # The words of the approvals before this one towards a quorum, (who, comment) in the
+    # order given: the model reads them too (filled in when the run resumes).
+    earlier_comments: list[tuple[str, str]] = Field(default_factory=list)
     # Edit, then approve: the arguments the tool runs with instead of the model's. Only
     # `edited_arguments` comes from the decider; the approval service sets the rest from the
     # request and its own checks (the arguments shown, who edited, the edited call's hash),

@@ -52,7 +52,8 @@ class EditableAgent(Protocol):
 
 
 def with_reviewer_note(result: str, decision: Approve) -> str:
-    """The tool's result, then what the reviewer changed (and who) and their comment."""
+    """The tool's result, then what the reviewer changed (and who) and the comments of
+    everyone who approved it (those towards a quorum first)."""
     lines = []
     if decision.edited_arguments is not None:
         who = decision.edited_by or decision.decided_by or "a reviewer"
@@ -64,6 +65,8 @@ def with_reviewer_note(result: str, decision: Approve) -> str:
             f"Note: reviewer {who} edited the arguments before approving ({changes}); the "
             f"tool ran with the edited arguments: {canonical_json(decision.edited_arguments)}"
         )
+    for who, earlier in decision.earlier_comments:  # approvals towards the quorum
+        lines.append(f"Reviewer {who or 'who approved'} commented: {earlier.strip()}")
     if comment := decision.comment.strip():
         lines.append(f"Reviewer {decision.decided_by or 'who approved'} commented: {comment}")
     return "\n\n".join([result, *lines]) if lines else result

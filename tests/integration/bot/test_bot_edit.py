@@ -335,11 +335,12 @@ async def test_a_tool_that_does_not_allow_edits_has_no_edit_button_and_a_forged_
         await assert_pending(stack, request, "delete_file")
 
 
-async def test_a_comment_on_a_vote_towards_a_quorum_is_kept_in_the_audit_trail(
+async def test_every_approvers_comment_towards_a_quorum_reaches_the_agent(
     redis_url: str, tmp_path: Path
 ) -> None:
     """A quorum route offers no edit (every approver would have to see the edited call);
-    each approver's comment is kept, the deciding one's on the message."""
+    each approver's comment is kept in the audit trail, the deciding one's on the message,
+    and the agent reads them all with the tool's result, as the form promises."""
     async with running_stack(redis_url, tmp_path) as stack:
         reply = await stack.standin.slash(
             ADMIN, CHANNEL, "/approvals", f"route add tool=issue_refund channel={CHANNEL} quorum=2"
@@ -364,3 +365,8 @@ async def test_a_comment_on_a_vote_towards_a_quorum_is_kept_in_the_audit_trail(
         assert "second look: fine" in audit["approved"]["detail"]
         message = await stack.decided_message(CHANNEL, request.message_ts)
         assert "second look: fine" in str(message["blocks"])
+        [result] = tool_results(await final_state(stack, run_id), "issue_refund")
+        assert result.startswith("Refund issued") and result.endswith(
+            "Reviewer U0REVIEWER commented: first look: fine\n\n"
+            "Reviewer U0REVIEWER2 commented: second look: fine"
+        )

@@ -32,6 +32,7 @@ FIXTURE = CHECKPOINTS / "v1.json"
 FIXTURE_V2 = CHECKPOINTS / "v2.json"
 FIXTURE_V3 = CHECKPOINTS / "v3.json"
 FIXTURE_V4 = CHECKPOINTS / "v4.json"
+FIXTURE_V5 = CHECKPOINTS / "v5.json"
 
 
 _DROP = object()  # marks a key to leave out of a checkpoint document
@@ -51,23 +52,24 @@ def minimal(**overrides: Any) -> dict[str, Any]:
 
 
 def test_current_schema_version_is_written_and_known() -> None:
-    assert SCHEMA_VERSION == 4
-    assert sorted(CHECKPOINT_VERSIONS) == [1, 2, 3, 4]
-    state = RunState.model_validate(minimal(schema_version=4))
-    assert json.loads(state.to_json())["schema_version"] == 4
+    assert SCHEMA_VERSION == 5
+    assert sorted(CHECKPOINT_VERSIONS) == [1, 2, 3, 4, 5]
+    state = RunState.model_validate(minimal(schema_version=5))
+    assert json.loads(state.to_json())["schema_version"] == 5
     # an older document is migrated as it is read, and written back as the current version
-    assert RunState.from_json(json.dumps(minimal())).schema_version == 4
+    assert RunState.from_json(json.dumps(minimal())).schema_version == 5
     assert RunState.from_json(json.dumps(minimal(schema_version=2))).hosted_state is None
-    assert RunState.from_json(json.dumps(minimal(schema_version=3))).schema_version == 4
+    assert RunState.from_json(json.dumps(minimal(schema_version=3))).schema_version == 5
+    assert RunState.from_json(json.dumps(minimal(schema_version=4))).schema_version == 5
 
 
-@pytest.mark.parametrize("version", [5, 99, 0, -1, None, "1", "v1", 1.5, _DROP])
+@pytest.mark.parametrize("version", [6, 99, 0, -1, None, "1", "v1", 1.5, _DROP])
 def test_unknown_or_newer_versions_are_refused(version: Any) -> None:
     text = json.dumps(minimal(schema_version=version))
     with pytest.raises(UnsupportedCheckpointVersion) as info:
         RunState.from_json(text)
     message = str(info.value)
-    assert "is not one this countersign reads (known: 1, 2, 3, 4)" in message
+    assert "is not one this countersign reads (known: 1, 2, 3, 4, 5)" in message
     assert "upgrade countersign" in message
 
 
@@ -99,7 +101,7 @@ def test_frozen_v1_checkpoint_loads() -> None:
 
     # read as the current version: v1 had only the model's id, kept as both ids
     assert (state.schema_version, state.run_id, state.agent, state.status) == (
-        4,
+        5,
         "run_fixture_v1",
         "refund-agent",
         "paused",
@@ -168,8 +170,8 @@ def shape(document: dict[str, Any]) -> dict[str, Any]:
 def test_frozen_v2_checkpoint_keeps_the_models_ids_apart_from_the_runners() -> None:
     state = RunState.from_json(FIXTURE_V2.read_bytes())
 
-    assert (state.schema_version, state.run_id, state.status) == (4, "run_fixture_v2", "paused")
-    # read as v4: nothing of a v2 checkpoint is editable
+    assert (state.schema_version, state.run_id, state.status) == (5, "run_fixture_v2", "paused")
+    # read as v5: nothing of a v2 checkpoint is editable
     assert [c.editable for c in state.calls] == [[], []]
     assert [(c.call_id, c.model_call_id) for c in state.calls] == [
         ("call_0_1", "toolu_01LookupOrder"),
@@ -205,13 +207,13 @@ async def test_a_fresh_paused_run_has_the_same_shape_as_the_frozen_file() -> Non
     outcome = await Runner(build_registry(effects)).run(
         "refund-agent",
         "Please refund order 124, I was billed twice.",
-        run_id="run_fixture_v4",
+        run_id="run_fixture_v5",
         requested_by="U_CUSTOMER_SUCCESS",
         context={"channel": "C_REFUNDS"},
     )
     assert isinstance(outcome, Paused)
     fresh = json.loads(outcome.state.to_json())
-    frozen = json.loads(FIXTURE_V4.read_text(encoding="utf-8"))
+    frozen = json.loads(FIXTURE_V5.read_text(encoding="utf-8"))
     done = await Runner(build_registry(effects)).resume(
         outcome.state, {"call_1_1": Approve(decided_by="U_LEAD")}
     )
@@ -224,6 +226,7 @@ async def test_a_fresh_paused_run_has_the_same_shape_as_the_frozen_file() -> Non
         "call_hash",
         "comment",
         "decided_by",
+        "earlier_comments",
         "edited_arguments",
         "edited_by",
         "edited_hash",
@@ -240,15 +243,16 @@ async def test_a_fresh_paused_run_has_the_same_shape_as_the_frozen_file() -> Non
 
 def test_frozen_v4_checkpoint_lists_what_a_reviewer_may_edit() -> None:
     state = RunState.from_json(FIXTURE_V4.read_bytes())
-    assert state.schema_version == 4
+    assert state.schema_version == 5  # read as v5: nothing else changed
     assert [(c.tool, c.editable) for c in state.calls] == [
         ("lookup_order", []),
         ("issue_refund", ["amount"]),
     ]
     assert RunState.from_json(state.to_json()) == state
-    # a v3 checkpoint is read as v4 with nothing editable
+    assert RunState.from_json(FIXTURE_V5.read_bytes()).calls == state.calls
+    # a v3 checkpoint is read with nothing editable
     v3 = RunState.from_json(FIXTURE_V3.read_bytes())
-    assert v3.schema_version == 4 and [c.editable for c in v3.calls] == [[], []]
+    assert v3.schema_version == 5 and [c.editable for c in v3.calls] == [[], []]
 
 
 async def test_resume_leaves_the_callers_state_untouched() -> None:
