@@ -86,6 +86,13 @@ class AiohttpSender:
             self._session = None
 
 
+def delivery_of(request_id: str) -> str:
+    """The id of a request's decision callback, the same for each attempt: a request is
+    decided once, so it names one delivery (a stream entry's id would not: each shard's
+    stream numbers its own, and two shards' entries can share one)."""
+    return f"dlv_{request_id}"
+
+
 def sign_callback(secret: str, timestamp: int, body: bytes) -> str:
     mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
     return "sha256=" + mac.hexdigest()
@@ -132,7 +139,7 @@ class CallbackDelivery:
         request = await self.store.get_request(fields.get("request_id", ""))
         if request is None or not request.callback_url:
             return
-        delivery_id = fields.get("delivery_id") or f"dlv_{entry_id}"
+        delivery_id = fields.get("delivery_id") or delivery_of(request.request_id)
         attempt = int(fields.get("attempt") or 1)
         allowed = parse_callback_hosts(self.settings.callback_hosts)
         if refusal := callback_refusal(request.callback_url, allowed):
@@ -187,7 +194,7 @@ class CallbackDelivery:
             f"not sent: failed {POISON_AFTER} times with an error of countersign's own "
             f"({type(exc).__name__}: {exc})"
         )
-        delivery_id = fields.get("delivery_id") or f"dlv_{entry_id}"
+        delivery_id = fields.get("delivery_id") or delivery_of(fields.get("request_id", entry_id))
         await self._dead(fields, delivery_id, int(attempt) if attempt.isdecimal() else 0, error)
 
     async def _dead(

@@ -5,6 +5,7 @@ API and /metrics show it."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -81,11 +82,16 @@ def host_of(url: str) -> str:
     return url.split("/")[2]
 
 
-async def create(stack: Stack, callback_url: str, status: int = 201) -> dict[str, Any]:
+async def create(
+    stack: Stack,
+    callback_url: str,
+    status: int = 201,
+    arguments: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     body = {
         "agent": "billing-bot",
         "tool": "issue_refund",
-        "arguments": {"order_id": 7},
+        "arguments": arguments or {"order_id": 7},
         "callback_url": callback_url,
     }
     async with (
@@ -131,6 +137,32 @@ async def test_a_decision_is_posted_signed_and_retried_after_a_failure(
             return True if await stack.host.redis.xlen(stream) == 0 else None
 
         assert await eventually(trimmed)
+
+
+async def test_decisions_made_at_once_are_delivered_under_ids_of_their_own(
+    redis_url: str, tmp_path: Path, receiver: Receiver
+) -> None:
+    """Receivers deduplicate by `delivery_id`: two requests' decisions must never share
+    one, though they land on the shards' streams in the same millisecond (a sweep expiring
+    many, a Reject all)."""
+    async with running_stack(
+        redis_url,
+        tmp_path,
+        COUNTERSIGN_WEBHOOK_SECRET=SECRET,
+        COUNTERSIGN_CALLBACK_HOSTS=host_of(receiver.url),
+    ) as stack:
+        created = [await create(stack, receiver.url, arguments={"order_id": n}) for n in range(40)]
+        ids = [c["request_id"] for c in created]
+        store = stack.host.store
+        await asyncio.gather(*(store.decide(rid, Approve(decided_by=REVIEWER)) for rid in ids))
+
+        async def all_delivered() -> list[dict[str, Any]] | None:
+            return list(receiver.received) if len(receiver.received) >= len(ids) else None
+
+        delivered = await eventually(all_delivered)
+        by_request = {d["body"]["request_id"]: d["body"]["delivery_id"] for d in delivered}
+        assert sorted(by_request) == sorted(ids)
+        assert len(set(by_request.values())) == len(ids)  # one id each
 
 
 async def test_a_callback_that_keeps_failing_is_dead_lettered(
