@@ -56,6 +56,12 @@ from agent_host.runtime.runner import Paused, Runner, RunOutcome
 
 __all__ = ["ResumeWorker"]
 
+RAN = ("executed", "unknown_outcome")  # outcomes of calls that ran, or may have
+RAN_BEFORE = (
+    ". The calls it made before it stopped are in its final state (GET /api/v1/runs/{run_id}):"
+    " check them before starting it again, as a new run makes its calls anew"
+)
+
 log = logging.getLogger(__name__)
 
 
@@ -142,7 +148,9 @@ class ResumeWorker:
         except StoreError:
             raise  # Redis-side: the entry stays pending and is retried
         except CountersignError as exc:
-            await self._fail(run_id, pause_id, str(exc))
+            await self._fail(
+                run_id, pause_id, str(exc), await self._as_far_as_known(run_id, pause_id)
+            )
             return None
         if not start:
             self.crash.reached("after_tool_ran")
@@ -207,9 +215,7 @@ class ResumeWorker:
         reason = (
             f"resuming the run failed {POISON_AFTER} times with an error of countersign's own "
             f"({type(exc).__name__}), so it was stopped rather than retried for ever; nothing "
-            f"more of it runs. The calls it made before it stopped are in its final state "
-            f"(GET /api/v1/runs/{run_id}): check them before starting it again, as a new run "
-            f"makes its calls anew. The worker's log has the details"
+            f"more of it runs. The worker's log has the details"
         )
         pause_id = fields.get("pause_id", "")
         await self._fail(run_id, pause_id, reason, await self._as_far_as_known(run_id, pause_id))
@@ -231,6 +237,10 @@ class ResumeWorker:
     async def _fail(
         self, run_id: str, pause_id: str, reason: str, state: RunState | None = None
     ) -> None:
+        """The run fails saying why, with `state` as its final state when known; when calls
+        of it ran, the reason says where to see them (a new run would make them anew)."""
+        if state is not None and any(c.outcome in RAN for c in state.calls):
+            reason = reason.rstrip(". ") + RAN_BEFORE.format(run_id=run_id)
         await self.store.finish(run_id, pause_id, "failed", "", reason, "worker", state)  # and
         # the saved turn goes with it (a run that moved on keeps its own)
 

@@ -25,7 +25,7 @@ from agent_host.runtime.checkpoint import CallRecord, call_hash
 from agent_host.runtime.decisions import Approve, Decision
 from agent_host.runtime.editing import with_reviewer_note
 from agent_host.runtime.fingerprint import describe_changes, fingerprint_of
-from agent_host.runtime.ledger import UNKNOWN_OUTCOME, ExecutionLedger
+from agent_host.runtime.ledger import UNKNOWN_OUTCOME, ExecutionLedger, hosted_entry
 from agent_host.runtime.policy import (
     Permission,
     PermissionFunction,
@@ -286,7 +286,7 @@ class CallGuard:
         # Keyed by the call's hash too: after a crash the framework asks its model again for
         # the turns since the checkpoint, and a call it plans anew under the same id is
         # another call, judged anew; only the very same call gets the recorded result.
-        entry = f"{record.call_id}#{record.call_hash[:16]}"
+        entry = hosted_entry(record)
         claim = await self.ledger.claim(self.run_id, entry)
         if claim.status == "finished":
             self.results[record.call_id] = claim.result or ""

@@ -12,9 +12,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from agent_host.runtime.checkpoint import RunState
+from agent_host.runtime.checkpoint import CallRecord, RunState
 
-__all__ = ["UNKNOWN_OUTCOME", "Claim", "ExecutionLedger", "InMemoryLedger", "with_recorded"]
+__all__ = [
+    "UNKNOWN_OUTCOME",
+    "Claim",
+    "ExecutionLedger",
+    "InMemoryLedger",
+    "hosted_entry",
+    "with_recorded",
+]
 
 UNKNOWN_OUTCOME = (
     "The outcome of this call is unknown: the worker running it stopped before recording a "
@@ -57,11 +64,17 @@ def with_recorded(state: RunState, recorded: Mapping[str, Claim]) -> RunState:
     as it is). What a run that stops early did is then in its final state."""
     state = state.model_copy(deep=True)
     for record in state.calls:
-        claim = recorded.get(record.call_id)
+        claim = recorded.get(record.call_id) or recorded.get(hosted_entry(record))
         if record.outcome is not None or claim is None:
             continue
         if claim.status == "finished":
             record.outcome, record.result = "executed", claim.result
-        elif not (record.gate == "question" and record.decision is None):
+        elif record.gate != "question":  # (a tool that asked keeps its claim: not in doubt)
             record.outcome, record.result = "unknown_outcome", UNKNOWN_OUTCOME
     return state
+
+
+def hosted_entry(record: CallRecord) -> str:
+    """The ledger's key for a hosted agent's call: its id and the call it is, so that a
+    call the framework plans anew under the same id after a crash is judged anew."""
+    return f"{record.call_id}#{record.call_hash[:16]}"

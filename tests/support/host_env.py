@@ -26,6 +26,7 @@ from agent_host.runtime.checkpoint import RunState
 from agent_host.runtime.runner import Runner
 from agent_host.settings import load_settings
 from tests.support.keyspace import xrange_all
+from tests.support.waiting import eventually
 
 __all__ = [
     "Env",
@@ -183,3 +184,13 @@ def make_host(
         router=FixedRouter("C-ops"),
     )
     return host, effects
+
+
+async def polled_until(worker: Any, done: Any) -> None:
+    """The worker's consumer polled (reclaiming after its idle_ms) until `done()` holds."""
+
+    async def polled() -> bool:
+        await worker.consumer.poll(block_ms=1)
+        return bool(await done())
+
+    await eventually(polled, within=10)

@@ -14,9 +14,11 @@ from redis.asyncio import Redis
 from agent_host.durable import keys as K
 from agent_host.durable.crashpoints import CrashPoints
 from agent_host.durable.worker import ResumeWorker
+from agent_host.errors import CheckpointError
 from agent_host.examples import ExampleEffects
+from agent_host.runtime import hosted_runner
 from agent_host.runtime.decisions import Approve
-from tests.support.host_env import Env, make_env
+from tests.support.host_env import Env, make_env, polled_until
 from tests.support.hosted_agents import AGENTS, FINAL, TOLD, build_registry
 
 FRAMEWORKS = [pytest.param(agent, id=framework) for framework, agent in AGENTS.items()]
@@ -84,3 +86,61 @@ async def test_a_worker_taking_over_continues_from_the_saved_turn_and_sends_one_
     asked = [len(e["results"]) for e in events(env, "model_request", agent)]
     # the turn that planned the note was asked once; the final answer by each worker
     assert asked == [0, 2, 3, 3], asked
+
+
+async def given_up(env: Env, run_id: str) -> None:
+    worker = env.worker("given-up", idle_ms=30)
+
+    async def ended() -> bool:
+        return await env.status(run_id) != "resuming"
+
+    await polled_until(worker, ended)
+
+
+async def approved(env: Env, agent: str) -> tuple[str, str]:
+    run_id = await env.start(agent, "refund order 124")
+    [request] = await env.requests(run_id)
+    decision = Approve(decided_by="bob", call_hash=request.call_hash)
+    assert (await env.store.decide(request.request_id, decision)).resume_queued
+    return run_id, request.call_id
+
+
+@pytest.mark.parametrize("agent", FRAMEWORKS)
+async def test_a_run_failed_after_its_approved_call_ran_records_that_it_ran(
+    redis: Redis, agent: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its outcome cannot be saved (five times over), or countersign refuses to go on after
+    the framework ran the call: either way the run fails, its final state says the refund
+    ran (the guard's ledger entries are keyed by call and hash), and its error says to
+    check that before starting it again."""
+    env = hosted_env(redis)
+    run_id, call_id = await approved(env, agent)
+
+    async def save_fails(*args: Any, **kwargs: Any) -> Any:
+        raise ValueError("the state would not serialize")
+
+    monkeypatch.setattr(env.store, "save_outcome", save_fails)
+    await given_up(env, run_id)
+    monkeypatch.undo()
+
+    info = await env.info(run_id)
+    assert info.status == "failed" and "check them" in info.error, info.error
+    assert len(events(env, "refund", agent)) == 1
+    record = (await env.final_state(run_id)).call(call_id)
+    assert record is not None and record.outcome == "executed"
+
+    env = hosted_env(redis)  # a second run: countersign's own error after the call ran
+    run_id, call_id = await approved(env, agent)
+
+    async def refuses(self: Any, agent: Any, state: Any, step: Any, guard: Any) -> Any:
+        hosted_runner._settle(state, guard)
+        raise CheckpointError("the framework's state could not be checked")
+
+    monkeypatch.setattr(hosted_runner.HostedRunner, "_continue", refuses)
+    await given_up(env, run_id)
+
+    info = await env.info(run_id)
+    assert info.status == "failed" and "could not be checked" in info.error
+    assert "check them" in info.error
+    record = (await env.final_state(run_id)).call(call_id)
+    assert record is not None and record.outcome == "executed"

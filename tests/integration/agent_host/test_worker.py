@@ -21,7 +21,13 @@ from agent_host.runtime.policy import Permission
 from agent_host.runtime.runner import UNKNOWN_OUTCOME
 from agent_host.runtime.tools import ToolContext, tool
 from tests.support.agents import Recorder, counting_tool, registry_of, tc
-from tests.support.host_env import Env, make_env, pending_entries, resume_entries
+from tests.support.host_env import (
+    Env,
+    make_env,
+    pending_entries,
+    polled_until,
+    resume_entries,
+)
 from tests.support.waiting import eventually
 
 
@@ -212,16 +218,6 @@ async def test_failed_handler_leaves_the_entry_pending_and_it_is_retried(redis: 
     await eventually(done, within=5)
     assert calls == 2 and env.effects.count("refund") == 1
     assert await pending_entries(redis) == 0
-
-
-async def polled_until(worker: Any, done: Any) -> None:
-    """The worker's consumer polled (reclaiming after its idle_ms) until `done()` holds."""
-
-    async def polled() -> bool:
-        await worker.consumer.poll(block_ms=1)
-        return bool(await done())
-
-    await eventually(polled, within=10)
 
 
 async def test_a_resume_failing_with_our_own_error_fails_the_run_saying_why(
