@@ -32,9 +32,9 @@ WHOLE_SECTIONS_MAX = 40
 _FENCED = "```\n", "\n```"
 _TITLED = "*Arguments*\n```\n", "\n```"
 
-# What a key ends with when it names a credential: its last word, or its last two words
-# run together (`api_key`, `X-Api-Key`, `private_key`, `GitHubToken`, `client_secret`).
-_SECRET_NOUNS = frozenset(
+# Words that make a key name a credential, alone or two run together (`api_key`,
+# `X-Api-Key`, `private_key_pem`, `GitHubToken`, `aws_secret_access_key`).
+_SECRET_WORDS = frozenset(
     {
         "password",
         "passwords",
@@ -43,6 +43,7 @@ _SECRET_NOUNS = frozenset(
         "secrets",
         "token",
         "apikey",
+        "apikeys",
         "authorization",
         "credential",
         "credentials",
@@ -53,25 +54,20 @@ _WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 
 
 def is_secret_key(key: object) -> bool:
-    """Whether `key` names a credential: by its last word (or last two), case- and
-    separator-insensitive, so `max_tokens`, `secretary_note` or `authorization_id` do not."""
+    """Whether `key` names a credential: one of its words, or two of them run together,
+    is a credential's (case- and separator-insensitive). Words, not letters: `max_tokens`
+    or `secretary_note` do not."""
     words = [word.lower() for word in _WORDS.findall(str(key))]
-    while words and words[-1].isdigit():  # `token2`, `password_1`
-        words.pop()
-    return bool(words) and (words[-1] in _SECRET_NOUNS or "".join(words[-2:]) in _SECRET_NOUNS)
-
-
-def _credential(value: Any) -> bool:
-    """Whether `value` can be a credential: text, or a list of texts."""
-    if isinstance(value, list | tuple):
-        return bool(value) and all(isinstance(v, str) for v in value)
-    return isinstance(value, str)
+    pairs = (first + second for first, second in zip(words, words[1:], strict=False))
+    return any(word in _SECRET_WORDS for word in (*words, *pairs))
 
 
 def hides(key: object, value: Any) -> bool:
-    """Whether `value`, under `key`, is shown as MASK: a credential under a key naming one.
-    Anything else under such a key (a number, a flag, an object) is shown, masked within."""
-    return is_secret_key(key) and _credential(value)
+    """Whether `value`, under `key`, is shown as MASK: anything under a key naming a
+    credential but a number, a flag or null (a count or a switch is no credential, and
+    hiding it would hide what the call does)."""
+    shown_as_is = value is None or isinstance(value, bool | int | float)
+    return is_secret_key(key) and not shown_as_is
 
 
 def mask_secrets(value: Any) -> Any:

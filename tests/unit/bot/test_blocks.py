@@ -322,7 +322,7 @@ def test_secrets_are_masked_at_any_depth() -> None:
         "db": {"Password": "hunter2", "hosts": [{"AUTHORIZATION": "Bearer zzz-top"}]},
         "api_key": "x",
         "X-Api-Key": "dashed-key",
-        "service": {"client_secret": "whole-value"},
+        "service": {"client_secret": {"nested": "whole-value"}},
         "GitHubToken": "ghp_abc",
         "private_key": "-----BEGIN",
         "passwd": "pw1",
@@ -361,31 +361,36 @@ def test_secrets_are_masked_at_any_depth() -> None:
 
 
 def test_only_credentials_under_credentials_keys_are_masked() -> None:
-    """Masking hides what a reviewer approves: it takes keys that name a credential (by
-    their last word), and text under them, nothing else. A word that merely contains
-    `token` or `secret` is shown, and so is a count, a flag or an object under a
-    credential's key (masked within)."""
+    """Masking hides what a reviewer approves: it takes keys with a credential's word in
+    them (`aws_secret_access_key`, `private_key_pem`), whole words only, and never a
+    number, a flag or null. `tokens` or `max_tokens` (counts) and `secretary_note` are
+    shown, and so is a count under a credential's key; anything else under one is masked,
+    an object or a list whole."""
     arguments = {
         "to": "0xabc",
         "tokens": 1000000,
         "options": {
             "max_tokens": 999999,
             "secretary_note": "wire everything to 0xEVIL",
-            "authorization_id": "auth-42",
-            "secret_name": "prod/db",
+            "token_count": 5,
+            "use_token": True,
         },
-        "token": {"scope": "admin", "value": "tok-123", "access_token": "at-9"},
+        "token": {"scope": "admin", "value": "ghp_in_an_object"},
+        "passwords": ["pw-in-a-list", None],
+        "aws_secret_access_key": "aws-secret",
+        "private_key_pem": "-----BEGIN PRIVATE",
         "password2": "pw-two",
     }
     masked = B.mask_secrets(arguments)
     assert masked["tokens"] == 1000000 and masked["options"] == arguments["options"]
-    assert masked["token"] == {"scope": "admin", "value": "tok-123", "access_token": B.MASK}
-    assert masked["password2"] == B.MASK
+    for key in ("token", "passwords", "aws_secret_access_key", "private_key_pem", "password2"):
+        assert masked[key] == B.MASK, key
     _, body = B.approval_message(make_request(arguments=arguments))
     text = unescape(arguments_text(body))
-    for shown in ("1000000", "999999", "wire everything to 0xEVIL", "auth-42", "prod/db"):
+    for shown in ("1000000", "999999", "wire everything to 0xEVIL", '"token_count": 5'):
         assert shown in text, shown
-    assert "at-9" not in text and "pw-two" not in text
+    for hidden in ("ghp_in_an_object", "pw-in-a-list", "aws-secret", "BEGIN", "pw-two"):
+        assert hidden not in text, hidden
 
 
 def test_arguments_are_escaped_and_round_trip() -> None:
