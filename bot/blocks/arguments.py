@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import unicodedata
@@ -23,6 +24,7 @@ __all__ = [
     "mask_secrets",
     "shown_json",
     "summary_in_full",
+    "visible",
 ]
 
 MASK = "••••••"
@@ -58,7 +60,7 @@ def is_secret_key(key: object) -> bool:
     is a credential's (case- and separator-insensitive). Words, not letters: `max_tokens`
     or `secretary_note` do not."""
     words = [word.lower() for word in _WORDS.findall(str(key))]
-    pairs = (first + second for first, second in zip(words, words[1:], strict=False))
+    pairs = (first + second for first, second in itertools.pairwise(words))
     return any(word in _SECRET_WORDS for word in (*words, *pairs))
 
 
@@ -99,7 +101,8 @@ def _hides(char: str) -> bool:
     )
 
 
-def _visible(text: str) -> str:
+def visible(text: str) -> str:
+    """`text` with each character that hides or reorders text written as its JSON escape."""
     if text.isascii() and "\x7f" not in text:  # (JSON has escaped the other controls)
         return text
     return _SHOWN_AS_IS.sub(
@@ -109,7 +112,7 @@ def _visible(text: str) -> str:
 
 def hides_characters(text: str) -> bool:
     """Whether `text` holds a character that hides or reorders text (shown as its escape)."""
-    return _visible(text) != text
+    return visible(text) != text
 
 
 def _json(value: Any, *, indent: int | None = 2) -> str:
@@ -117,7 +120,7 @@ def _json(value: Any, *, indent: int | None = 2) -> str:
         text = json.dumps(value, indent=indent, ensure_ascii=False, default=str)
     except (TypeError, ValueError):  # circular references and the like
         text = repr(value)
-    return _visible(text)
+    return visible(text)
 
 
 # What is shown of arguments nested too deeply to render (only stored before such

@@ -5,7 +5,7 @@ so the message stays within Block Kit's limits whatever the model wrote."""
 from __future__ import annotations
 
 from agent_host.approvals.context import CallContext, EarlierCall
-from bot.blocks.arguments import arguments_summary
+from bot.blocks.arguments import arguments_summary, visible
 from bot.blocks.elements import Block, section, written
 from bot.blocks.limits import SECTION_TEXT_MAX
 from bot.mrkdwn import one_line, short, units, words_as_code
@@ -40,15 +40,20 @@ def context_blocks(context: CallContext | None) -> list[Block]:
 
 
 def _earlier(context: CallContext) -> str:
-    lines = ["*Before this call, the run*"]
-    if context.more:
-        lines.append(f"• … {context.more} earlier call{'s' if context.more != 1 else ''}")
-    lines += [_line(call) for call in context.earlier]
-    text = "\n".join(lines)
-    while units(text) > SECTION_TEXT_MAX and len(lines) > 1:  # unreachable by the bounds
-        lines.pop()
-        text = "\n".join(lines)
-    return text
+    """The earlier calls, newest last; past the section's limit the oldest are left out,
+    counted with those the context left out already."""
+    lines, more = [_line(call) for call in context.earlier], context.more
+    while len(lines) > 1 and units(_earlier_text(lines, more)) > SECTION_TEXT_MAX:
+        lines.pop(0)
+        more += 1
+    return _earlier_text(lines, more)
+
+
+def _earlier_text(lines: list[str], more: int) -> str:
+    head = ["*Before this call, the run*"]
+    if more:
+        head.append(f"• … {more} earlier call{'s' if more != 1 else ''}")
+    return "\n".join(head + lines)
 
 
 def _line(call: EarlierCall) -> str:
@@ -56,8 +61,9 @@ def _line(call: EarlierCall) -> str:
     the tools wrote is never formatting), its outcome in countersign's words."""
     outcome = _OUTCOME.get(call.outcome, call.outcome or "?")
     arguments = words_as_code(arguments_summary(call.arguments, ARGUMENTS_SHOWN), ARGUMENTS_SHOWN)
-    line = f"• {words_as_code(one_line(call.tool), 80)} {arguments} → _{short(outcome, 40)}_"
-    result = one_line(call.result)
+    tool = words_as_code(visible(one_line(call.tool)), 80)
+    line = f"• {tool} {arguments} → _{short(outcome, 40)}_"
+    result = visible(one_line(call.result))
     if result:
         line += f": {words_as_code(result, RESULT_SHOWN)}"
     return line

@@ -867,6 +867,25 @@ def test_earlier_calls_are_shown_as_code_never_as_formatting() -> None:
     )
 
 
+def test_earlier_calls_past_the_limit_leave_out_the_oldest_and_say_so() -> None:
+    """Results full of `<`, `&` and `>` (five characters each once escaped) fill the
+    section: the oldest calls are counted as left out, the latest are always shown, and a
+    character that hides or reorders text is shown as its escape there too."""
+    from agent_host.approvals.context import CallContext, EarlierCall
+
+    calls = tuple(
+        EarlierCall(f"fetch_page_{n}", {"url": "<&>" * 40}, "executed", "<b>&amp;</b>" * 30)
+        for n in range(5)
+    ) + (EarlierCall("lookup\u202eredro", {}, "executed", "note: \u202edevorppa\u202c"),)
+    _, body = B.approval_message(make_request(context=CallContext(calls, 2, "")))
+    [text] = [t for t in section_texts(body) if "Before this call" in t]
+    assert units(text) <= 3000
+    shown = [n for n in range(5) if f"fetch_page_{n}" in text]
+    assert shown == list(range(5 - len(shown), 5)) and len(shown) < 5  # the latest ones
+    assert f"… {2 + 5 - len(shown)} earlier calls" in text
+    assert "\u202e" not in text and "lookup\\u202eredro" in text and "\\u202edevorppa" in text
+
+
 def test_a_list_line_shows_arguments_as_code_and_only_then_counts_as_whole() -> None:
     from bot.blocks.listing import request_line
 
