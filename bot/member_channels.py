@@ -54,7 +54,8 @@ class MemberChannels:
         self._channels: dict[str, tuple[float, frozenset[str]]] = {}
         self._public: dict[str, tuple[float, bool]] = {}  # channel -> (when, is public)
         self._members: dict[str, tuple[float, frozenset[str]]] = {}  # channel -> (when, who)
-        self._asking: dict[tuple[str, str], asyncio.Future[Any]] = {}  # (what, channel) asked
+        # Lookups under way, by (what, channel): when each began, and its answer to come.
+        self._asking: dict[tuple[str, str], tuple[float, asyncio.Future[Any]]] = {}
 
     async def of(
         self, user_id: str, within: float, *, max_age: float | None = None
@@ -102,19 +103,21 @@ class MemberChannels:
 
     async def _may_click(self, user_id: str, channel: str) -> bool | None:
         """Whether `user_id` can click in `channel` now: it is public, or they are among its
-        members; None when Slack could not say. Answers kept from the last DECISION_MAX_AGE
-        seconds may let them; only fresh ones refuse them (they may have just joined). A
-        direct message counts as neither: whoever it was escalated to needs no lookup."""
+        members; None when Slack could not say. Answers asked at most DECISION_MAX_AGE
+        seconds ago may let them; only answers asked since this check began refuse them
+        (they may have just joined). A direct message counts as neither: whoever it was
+        escalated to needs no lookup."""
         if channel.startswith("D"):
             return False
-        may = await self._clicks_in(user_id, channel, DECISION_MAX_AGE)
-        return await self._clicks_in(user_id, channel, 0.0) if may is False else may
+        began = self.clock()
+        may = await self._clicks_in(user_id, channel, began - DECISION_MAX_AGE)
+        return await self._clicks_in(user_id, channel, began) if may is False else may
 
-    async def _clicks_in(self, user_id: str, channel: str, max_age: float) -> bool | None:
-        public = await self._answer(self._public, channel, self._ask_public, max_age)
+    async def _clicks_in(self, user_id: str, channel: str, since: float) -> bool | None:
+        public = await self._answer(self._public, channel, self._ask_public, since)
         if public:
             return True
-        members = await self._answer(self._members, channel, self._list_members, max_age)
+        members = await self._answer(self._members, channel, self._list_members, since)
         if members is not None and user_id in members:
             return True
         return None if public is None or members is None else False
@@ -124,23 +127,47 @@ class MemberChannels:
         answers: dict[str, tuple[float, T]],
         channel: str,
         ask: Callable[[str], Awaitable[T | None]],
-        max_age: float,
+        since: float,
     ) -> T | None:
-        """What Slack says of `channel` (through `ask`), or said at most `max_age` seconds
-        ago (kept in `answers`). Asked once at a time: whoever needs it meanwhile waits for
-        the same answer. None (not kept) when Slack could not say."""
-        if (kept := self._kept(answers, channel, max_age)) is not None:
-            return kept
+        """What Slack said of `channel` (through `ask`) when asked at `since` or later: kept
+        in `answers` with the time it was asked, or asked now. One lookup at a time: whoever
+        needs it meanwhile waits for the same answer. None when Slack could not say."""
+        kept = answers.get(channel)
+        if kept is not None and kept[0] >= since:
+            return kept[1]
         key = (ask.__name__, channel)
         asking = self._asking.get(key)
-        if asking is None:
-            asking = asyncio.ensure_future(ask(channel))
-            self._asking[key] = asking
-            asking.add_done_callback(lambda _: self._asking.pop(key, None))
-        found: T | None = await asyncio.shield(asking)  # a waiter's timeout: not the others'
-        if found is not None:
-            answers[channel] = (self.clock(), found)
+        if asking is None or asking[0] < since:
+            began = self.clock()
+            task = asyncio.ensure_future(self._ask_and_keep(answers, channel, ask, began))
+            asking = self._asking[key] = (began, task)
+            task.add_done_callback(lambda _: self._forget(key, task))
+        found: T | None = await asyncio.shield(asking[1])  # a waiter's timeout: not the others'
         return found
+
+    async def _ask_and_keep(
+        self,
+        answers: dict[str, tuple[float, Any]],
+        channel: str,
+        ask: Callable[[str], Awaitable[T | None]],
+        began: float,
+    ) -> T | None:
+        """`ask`, given LOOKUP_SECONDS (a stalled lookup holds up nobody after it), its
+        answer kept with the time it was asked, however late it comes."""
+        try:
+            async with asyncio.timeout(LOOKUP_SECONDS):
+                found = await ask(channel)
+        except TimeoutError:
+            log.warning("%s for %s took over %gs", ask.__name__, channel, LOOKUP_SECONDS)
+            return None
+        kept = answers.get(channel)
+        if found is not None and (kept is None or kept[0] <= began):
+            answers[channel] = (began, found)
+        return found
+
+    def _forget(self, key: tuple[str, str], task: asyncio.Future[Any]) -> None:
+        if (asking := self._asking.get(key)) is not None and asking[1] is task:
+            del self._asking[key]
 
     async def _ask_public(self, channel: str) -> bool | None:
         """Whether `channel` is public (`conversations.info`): only when Slack says it is

@@ -7,12 +7,19 @@ counted per method for the whole app, not per person."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pytest
+from slack_sdk.web.async_client import AsyncWebClient
+
 from bot import blocks
-from bot.member_channels import DECISION_MAX_AGE
-from slack_sandbox.workspace import User
-from tests.support.stack import running_stack
+from bot.member_channels import DECISION_MAX_AGE, LOOKUP_SECONDS, UNCHECKED, MemberChannels
+from slack_sandbox import SlackStandIn, open_workspace
+from slack_sandbox.seed import BOT_USER_ID
+from slack_sandbox.workspace import Channel, User
+from tests.support.stack import OUTSIDER, REVIEWER, TOKEN, running_stack
+from tests.unit.bot.test_blocks import make_request
 
 from .test_bot_commands import approvals
 from .test_bot_home import ADMIN, PRIVATE, add_private_channel, rejects_by_form
@@ -61,3 +68,37 @@ async def test_a_team_deciding_together_stays_within_slacks_rate_limits(
         assert "you are not there" in refused.json()["errors"][blocks.REASON_BLOCK]
         still = await stack.host.store.get_request(last.request_id)
         assert still is not None and not still.decided
+
+
+@pytest.fixture
+async def slack(tmp_path: Path) -> AsyncIterator[SlackStandIn]:
+    standin = SlackStandIn(open_workspace(tmp_path / "slack"), token=TOKEN)
+    async with standin:
+        standin.workspace.channels.append(
+            Channel(PRIVATE, "private-ops", 0, [REVIEWER, BOT_USER_ID], is_private=True)
+        )
+        yield standin
+
+
+def lookups(standin: SlackStandIn) -> list[str]:
+    return [method for method, _ in standin.core.calls if method in SLACK_TIERS]
+
+
+async def test_a_refusal_asks_slack_once(slack: SlackStandIn) -> None:
+    channels = MemberChannels(AsyncWebClient(token=TOKEN, base_url=slack.url))
+    request = make_request(message_channel=PRIVATE)
+    assert "you are not there" in await channels.outside(OUTSIDER, request)
+    assert lookups(slack) == ["conversations.info", "conversations.members"]
+    assert await channels.outside(REVIEWER, request) == ""  # from what it was told
+    assert len(lookups(slack)) == 2
+
+
+async def test_a_stalled_lookup_holds_up_nobody_after_it(slack: SlackStandIn) -> None:
+    """Slack's answer is late (a connection gone quiet): the decision waiting for it is
+    refused, saying so, after LOOKUP_SECONDS; the lookup ends with it, so the next decision
+    asks again and is let through."""
+    channels = MemberChannels(AsyncWebClient(token=TOKEN, base_url=slack.url, timeout=10))
+    request = make_request(message_channel=PRIVATE)
+    slack.inject("conversations.members", status=200, delay=3 * LOOKUP_SECONDS)
+    assert await channels.outside(REVIEWER, request) == UNCHECKED
+    assert await channels.outside(REVIEWER, request) == ""
