@@ -126,7 +126,8 @@ def parse_external_request(
     if problem := requester_problem(requester):
         raise InvalidExternalRequest(problem)
     question = _text(body, "question", limit=MAX_LONG_TEXT)
-    if question and not question.strip():  # a reviewer would be asked nothing
+    if question and not any(c.isprintable() and not c.isspace() for c in question):
+        # only blanks, or characters that show as nothing: a reviewer would be asked nothing
         raise InvalidExternalRequest(
             "question is blank: ask something, or leave it out to ask for an approval"
         )

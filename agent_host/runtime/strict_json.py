@@ -56,7 +56,7 @@ def loads(text: str | bytes) -> Any:
     UTF-16 or UTF-32, in which an escaped surrogate looks like no `\\ud800`."""
     if isinstance(text, bytes):
         try:
-            text = text.decode("utf-8")
+            text = text.decode("utf-8").removeprefix("\ufeff")  # a BOM may be ignored
         except UnicodeDecodeError as exc:
             raise NotText(f"it is not UTF-8 (byte {exc.start}): send JSON as UTF-8") from None
     try:

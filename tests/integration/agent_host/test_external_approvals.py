@@ -224,6 +224,7 @@ def nested(levels: int) -> dict[str, Any]:
         (REFUND | {"requested_by": "<@U0REQUESTER>"}, "requested_by must be the requester's"),
         (REFUND | {"requested_by": "U0REQUESTER "}, "requested_by must be the requester's"),
         (REFUND | {"question": " \n\t"}, "question is blank"),
+        (REFUND | {"question": "\u200b\u2060 "}, "question is blank"),
     ],
 )
 async def test_bad_requests_are_refused_and_change_nothing(
@@ -266,6 +267,9 @@ async def test_nan_wait_odd_json_and_unknown_ids_are_refused(
         assert await stack.host.store.pending_count() == 0
         deepest = await create(http, stack, REFUND | {"arguments": nested(32)})  # the most
         await stack.posted(deepest["request_id"])  # and shown to its reviewers
+        with_bom = json.dumps(REFUND | {"external_id": "bom"}).encode("utf-8-sig")
+        async with http.post(f"{stack.url}/api/v1/approvals", data=with_bom, headers=AUTH) as r:
+            assert r.status == 201, await r.text()  # a UTF-8 byte order mark may be ignored
         async with http.post(f"{stack.url}/api/v1/approvals", json=REFUND) as resp:
             assert resp.status == 401
 

@@ -873,10 +873,12 @@ def test_earlier_calls_past_the_limit_leave_out_the_oldest_and_say_so() -> None:
     character that hides or reorders text is shown as its escape there too."""
     from agent_host.approvals.context import CallContext, EarlierCall
 
-    calls = tuple(
+    pages = [
         EarlierCall(f"fetch_page_{n}", {"url": "<&>" * 40}, "executed", "<b>&amp;</b>" * 30)
         for n in range(5)
-    ) + (EarlierCall("lookup\u202eredro", {}, "executed", "note: \u202edevorppa\u202c"),)
+    ]
+    hiding = EarlierCall("lookup\u202eredro", {}, "executed", "note: \u202edevorppa\u202c")
+    calls = (*pages, hiding)
     _, body = B.approval_message(make_request(context=CallContext(calls, 2, "")))
     [text] = [t for t in section_texts(body) if "Before this call" in t]
     assert units(text) <= 3000
