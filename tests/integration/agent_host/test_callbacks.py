@@ -78,6 +78,13 @@ async def receiver() -> AsyncIterator[Receiver]:
         await runner.cleanup()
 
 
+def signed_callbacks(redis_url: str, tmp_path: Path, hosts: str) -> Any:
+    """The whole stack, its callbacks signed and allowed to `hosts`."""
+    return running_stack(
+        redis_url, tmp_path, COUNTERSIGN_WEBHOOK_SECRET=SECRET, COUNTERSIGN_CALLBACK_HOSTS=hosts
+    )
+
+
 def host_of(url: str) -> str:
     return url.split("/")[2]
 
@@ -107,11 +114,8 @@ async def test_a_decision_is_posted_signed_and_retried_after_a_failure(
     redis_url: str, tmp_path: Path, receiver: Receiver
 ) -> None:
     receiver.statuses = [500]  # the first attempt fails
-    async with running_stack(
-        redis_url,
-        tmp_path,
-        COUNTERSIGN_WEBHOOK_SECRET=SECRET,
-        COUNTERSIGN_CALLBACK_HOSTS=f"example.com, {host_of(receiver.url)}",
+    async with signed_callbacks(
+        redis_url, tmp_path, f"example.com, {host_of(receiver.url)}"
     ) as stack:
         created = await create(stack, receiver.url)
         request = await stack.posted(created["request_id"])
@@ -145,12 +149,7 @@ async def test_decisions_made_at_once_are_delivered_under_ids_of_their_own(
     """Receivers deduplicate by `delivery_id`: two requests' decisions must never share
     one, though they land on the shards' streams in the same millisecond (a sweep expiring
     many, a Reject all)."""
-    async with running_stack(
-        redis_url,
-        tmp_path,
-        COUNTERSIGN_WEBHOOK_SECRET=SECRET,
-        COUNTERSIGN_CALLBACK_HOSTS=host_of(receiver.url),
-    ) as stack:
+    async with signed_callbacks(redis_url, tmp_path, host_of(receiver.url)) as stack:
         created = [await create(stack, receiver.url, arguments={"order_id": n}) for n in range(40)]
         ids = [c["request_id"] for c in created]
         store = stack.host.store
@@ -169,12 +168,7 @@ async def test_a_callback_that_keeps_failing_is_dead_lettered(
     redis_url: str, tmp_path: Path, receiver: Receiver
 ) -> None:
     receiver.statuses = [503, 503, 503, 503]
-    async with running_stack(
-        redis_url,
-        tmp_path,
-        COUNTERSIGN_WEBHOOK_SECRET=SECRET,
-        COUNTERSIGN_CALLBACK_HOSTS=host_of(receiver.url),
-    ) as stack:
+    async with signed_callbacks(redis_url, tmp_path, host_of(receiver.url)) as stack:
         created = await create(stack, receiver.url)
         request = await stack.posted(created["request_id"])
         await stack.click(REVIEWER, request, blocks.APPROVE)
@@ -198,12 +192,7 @@ async def test_a_callback_that_keeps_failing_is_dead_lettered(
 async def test_a_callback_host_not_on_the_list_is_refused_at_creation(
     redis_url: str, tmp_path: Path, receiver: Receiver
 ) -> None:
-    async with running_stack(
-        redis_url,
-        tmp_path,
-        COUNTERSIGN_WEBHOOK_SECRET=SECRET,
-        COUNTERSIGN_CALLBACK_HOSTS="hooks.example.com",
-    ) as stack:
+    async with signed_callbacks(redis_url, tmp_path, "hooks.example.com") as stack:
         answer = await create(stack, receiver.url, status=400)
         assert "COUNTERSIGN_CALLBACK_HOSTS" in answer["error"]
         assert host_of(receiver.url) in answer["error"]
