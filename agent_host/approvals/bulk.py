@@ -55,7 +55,6 @@ class Bulk:
     ts: str = ""
     split_by: str = ""
     fallback: bool = False
-    reminder_by: str = ""  # the call whose reminder stands for the whole message
 
     @property
     def request_ids(self) -> list[str]:
@@ -98,7 +97,6 @@ class Bulk:
             ts=raw.get("ts", ""),
             split_by=raw.get("split_by", ""),
             fallback=raw.get("fallback") == "1",
-            reminder_by=raw.get("reminder_by", ""),
         )
 
     def intact(self) -> bool:

@@ -73,9 +73,9 @@ return {'split', queued}
 """
 
 # KEYS: bulk
-# ARGV: the step's field (reminder_by, escalation_by), request id
-# The first member whose step comes due claims the bulk's one reminder (or escalation); a
-# redelivery of its own entry finds it its own.
+# ARGV: the step's field (reminder_by:<route id>, escalation_by:<route id>), request id
+# The first member of a route whose step comes due claims the one reminder (or escalation)
+# of that route's calls in the bulk; a redelivery of its own entry finds it its own.
 CLAIM_STEP = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local by = redis.call('HGET', KEYS[1], ARGV[1])
@@ -86,7 +86,7 @@ end
 if by == ARGV[2] then return 1 end
 return 0
 """
-ESCALATED_TO = "escalated:"  # + destination: the escalation note posted there (its ts)
+ESCALATED_TO = "escalated:"  # + route id|destination: the note posted there (its ts)
 
 Split = Literal["split", "taken", "gone"]
 
@@ -143,25 +143,32 @@ class BulkBook:
         )
         return as_text(outcome), int(queued)  # type: ignore[return-value]
 
-    async def claim_reminder(self, bulk_id: str, request_id: str) -> bool:
-        """Whether `request_id`'s reminder is the bulk message's one reminder."""
-        return await self._claim(bulk_id, "reminder_by", request_id)
+    # A bulk message may hold calls of several routes (one channel, other reviewers or
+    # ladders): each route's calls share one reminder and one escalation.
+    async def claim_reminder(self, request: ApprovalRequest) -> bool:
+        """Whether `request`'s reminder is the one for its route's calls in its bulk."""
+        return await self._claim(request, "reminder_by")
 
-    async def claim_escalation(self, bulk_id: str, request_id: str) -> bool:
-        """Whether `request_id`'s escalation is the bulk message's one escalation."""
-        return await self._claim(bulk_id, "escalation_by", request_id)
+    async def claim_escalation(self, request: ApprovalRequest) -> bool:
+        """Whether `request`'s escalation is the one for its route's calls in its bulk."""
+        return await self._claim(request, "escalation_by")
 
-    async def _claim(self, bulk_id: str, step: str, request_id: str) -> bool:
-        k = K.Keys(bulk_id)
-        mine: Any = await self._claim_step(keys=[k.bulk(bulk_id)], args=[step, request_id])
+    async def _claim(self, request: ApprovalRequest, step: str) -> bool:
+        bulk_id, route_id = request.bulk_id, request.route.route_id
+        field = f"{step}:{route_id}"
+        mine: Any = await self._claim_step(
+            keys=[K.Keys(bulk_id).bulk(bulk_id)], args=[field, request.request_id]
+        )
         return bool(mine)
 
-    async def escalated_to(self, bulk_id: str) -> set[str]:
-        """Where the bulk's escalation note was posted already."""
+    async def escalated_to(self, bulk_id: str, route_id: str) -> set[str]:
+        """Where the escalation note of the bulk's calls of `route_id` was posted already."""
         fields: Any = await self.redis.hkeys(K.Keys(bulk_id).bulk(bulk_id))
         names = (as_text(f) for f in fields)
-        return {n.removeprefix(ESCALATED_TO) for n in names if n.startswith(ESCALATED_TO)}
+        prefix = f"{ESCALATED_TO}{route_id}|"
+        return {n.removeprefix(prefix) for n in names if n.startswith(prefix)}
 
-    async def record_escalation(self, bulk_id: str, target: str, ts: str) -> None:
+    async def record_escalation(self, bulk_id: str, route_id: str, target: str, ts: str) -> None:
         """The note is posted at `target`: a redelivered entry posts it there no more."""
-        await self.redis.hset(K.Keys(bulk_id).bulk(bulk_id), f"{ESCALATED_TO}{target}", ts)
+        field = f"{ESCALATED_TO}{route_id}|{target}"
+        await self.redis.hset(K.Keys(bulk_id).bulk(bulk_id), field, ts)

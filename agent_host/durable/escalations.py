@@ -4,9 +4,10 @@ Each runs from an outbox entry the ladder wrote when it claimed the step, so it 
 until the chat side takes it or refuses it for good. Whatever was posted is recorded
 (`Ladder.record_reminder`, `Ladder.record_copy`) before the entry is acknowledged: a
 redelivered entry finds it and posts nothing again. A request decided meanwhile gets no
-reminder and no new copy. The calls of a bulk message share its thread: the first of them
-to come due reminds there for all of them (`BulkBook.claim_reminder`), and is escalated for
-all of them: one note per destination linking the message, not a copy of each call.
+reminder and no new copy. The calls of a bulk message share its thread: the first of a
+route's calls to come due reminds there for all of that route's calls
+(`BulkBook.claim_reminder`), and is escalated for them: one note per destination linking
+the message, not a copy of each call.
 """
 
 from __future__ import annotations
@@ -40,10 +41,8 @@ class LadderDelivery:
             if request.delivery == "undeliverable":
                 return  # it never reached chat: there is no thread to remind in
             raise RetryLater(f"request {request.request_id} is not posted yet")
-        if request.only_in_bulk and not await self.book.claim_reminder(
-            request.bulk_id, request.request_id
-        ):
-            return  # another call of the same message reminds in its thread
+        if request.only_in_bulk and not await self.book.claim_reminder(request):
+            return  # another call of the message's (of its route) reminds in its thread
         try:
             ref = await self.notifier.request_reminded(request)
         except DeliveryFailed as failure:  # e.g. the message was deleted
@@ -91,14 +90,16 @@ class LadderDelivery:
             await self._refresh(request.request_id)
 
     async def _escalate_bulk(self, request: ApprovalRequest) -> None:
-        """One note per destination for every call of the bulk message, linking it (each
-        call is also in its reviewers' App Home tab, with its buttons)."""
-        if not await self.book.claim_escalation(request.bulk_id, request.request_id):
-            return  # another call of the same message escalates for all of them
+        """One note per destination for the calls of the bulk message routed as `request`
+        is, linking it (each call is also in its reviewers' App Home tab, with its
+        buttons); another route's calls in the message follow their own ladder."""
+        if not await self.book.claim_escalation(request):
+            return  # another call of the same message and route escalates for all of them
         bulk = await self.book.get(request.bulk_id)
         if bulk is None:
             return
-        requests = await self.book.requests(bulk)
+        route_id = request.route.route_id
+        requests = [r for r in await self.book.requests(bulk) if r.route.route_id == route_id]
         if all(r.decided for r in requests):
             return
         try:
@@ -106,7 +107,7 @@ class LadderDelivery:
         except DeliveryFailed as failure:
             await self.store.record_delivery_failure(request.request_id, failure, "bulk_escalated")
             return
-        done = await self.book.escalated_to(bulk.bulk_id)
+        done = await self.book.escalated_to(bulk.bulk_id, route_id)
         for target in targets:
             if target in done:
                 continue
@@ -117,7 +118,7 @@ class LadderDelivery:
                     request.request_id, failure, "bulk_escalated"
                 )
                 continue
-            await self.book.record_escalation(bulk.bulk_id, target, ref.ts)
+            await self.book.record_escalation(bulk.bulk_id, route_id, target, ref.ts)
             await self.store.count_delivered(request.request_id)
 
     async def _refresh(self, request_id: str) -> None:

@@ -42,25 +42,29 @@ def _destination(target: str) -> str:
 
 def reminder_text(request: ApprovalRequest) -> str:
     """The thread reply: the route's reviewers by mention, how long it has waited, and what
-    comes next (the escalation, the expiry)."""
+    comes next (the escalation, the expiry). A bulk message's calls of several routes get
+    one reply for each route, each mentioning its own reviewers."""
     reviewers = list(request.route.reviewers)
     named = " ".join(mention(r) for r in reviewers[:REMINDER_MENTIONS_MAX])
     if len(reviewers) > REMINDER_MENTIONS_MAX:
         named += f" and {len(reviewers) - REMINDER_MENTIONS_MAX} more reviewers"
     who = f"{named} " if named else ""
-    if request.only_in_bulk:  # one reminder for every call of the message
+    since = date(request.created_at)
+    if request.only_in_bulk:  # one reminder for the message's calls of this route
         lines = [
-            f"{who}:alarm_clock: The calls in this message have been waiting for a decision "
-            f"since {date(request.created_at)}."
+            f"{who}:alarm_clock: The calls in this message that are yours to decide have "
+            f"been waiting since {since}."
+            if reviewers
+            else f":alarm_clock: The calls in this message have been waiting for a decision "
+            f"since {since}. Anyone here may decide those no reviewer is named for."
         ]
     else:
         lines = [
             f"{who}:alarm_clock: Request {inline_code(request.request_id)} "
-            f"({short(request.tool, 100)}) has been waiting for a decision since "
-            f"{date(request.created_at)}."
+            f"({short(request.tool, 100)}) has been waiting for a decision since {since}."
         ]
-    if not reviewers:
-        lines.append("Anyone here may decide it.")
+        if not reviewers:
+            lines.append("Anyone here may decide it.")
     route = request.route
     if route.escalate_to and not request.escalations:
         lines.append(

@@ -596,8 +596,46 @@ async def test_the_calls_of_one_message_share_one_reminder_in_its_thread(
         await outbox_drained(stack)
         [reminder] = stack.thread(CHANNEL, requests[0].bulk_ts)
         assert "The calls in this message have been waiting" in reminder["text"]
-        bulk = await stack.host.bulks.get(requests[0].bulk_id)
-        assert bulk is not None and bulk.reminder_by in {r.request_id for r in requests}
+
+
+async def test_calls_of_two_routes_in_one_message_each_follow_their_routes_ladder(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """One channel, two routes: the archive calls anyone may decide, reminded after 1 s and
+    escalated to a reviewer; the delete calls a named reviewer's, reminded after 2 s and
+    escalated to #ops. Each route's calls get their own reminder in the message's thread,
+    mentioning their own reviewers, and their own escalation."""
+    async with running_stack(redis_url, tmp_path, COUNTERSIGN_AGENTS=AGENTS) as stack:
+        for spec in (
+            f"tool=delete_file channel={CHANNEL} reviewers=<@{REVIEWER2}> "
+            f"remind_after=2s escalate_after=3s escalate_to=<#{OPS}>",
+            f"tool=archive_file channel={CHANNEL} remind_after=1s "
+            f"escalate_after=1s escalate_to=<@{REVIEWER}>",
+        ):
+            added = await stack.standin.slash(ADMIN, CHANNEL, "/approvals", f"route add {spec}")
+            assert "Added route" in added.json()["text"], added.body
+        run_id = await stack.start_run("batch-agent", "tidy up")
+        requests = await bulk_of(stack, run_id)
+        assert len({r.bulk_id for r in requests}) == 1  # one message for both routes
+
+        await eventually(lambda: each_once(stack, run_id, requests, "escalated"), within=20)
+        await outbox_drained(stack)
+
+        async def two_reminders() -> list[dict[str, Any]] | None:
+            thread = stack.thread(CHANNEL, requests[0].bulk_ts)
+            return thread if len(thread) == 2 else None
+
+        named, anyone = sorted(
+            (m["text"] for m in await eventually(two_reminders)),
+            key=lambda t: not t.startswith("<@"),
+        )
+        assert named.startswith(f"<@{REVIEWER2}>") and "yours to decide" in named
+        assert "Anyone here may decide those no reviewer is named for" in anyone
+        [note] = stack.channel_messages(OPS)  # the delete calls' escalation
+        assert "3 of 3 calls" in note["text"]
+        dm = stack.standin.workspace.im_channel(REVIEWER).id
+        [direct] = await eventually(lambda: stack.channel_messages(dm) or None)
+        assert "4 of 4 calls" in direct["text"]  # the archive calls'
 
 
 async def test_a_quorum_applies_to_each_call_of_approve_all(redis_url: str, tmp_path: Path) -> None:
@@ -643,5 +681,7 @@ async def test_an_escalation_posts_one_note_linking_the_message_not_a_copy_of_ea
         [note] = stack.channel_messages(OPS)
         assert "Escalated" in note["text"] and "7 of 7 calls of cleanup-agent" in note["text"]
         assert f"in <#{CHANNEL}>" in note["text"] and "|the message>" in note["text"]
-        assert OPS in await stack.host.bulks.escalated_to(requests[0].bulk_id)
+        assert OPS in await stack.host.bulks.escalated_to(
+            requests[0].bulk_id, requests[0].route.route_id
+        )
         assert all(not r.escalations for r in await stack.host.store.run_requests(run_id))
