@@ -12,12 +12,18 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
+import aiohttp
+from slack_sdk.errors import SlackApiError
+
 from agent_host.approvals import ApprovalRequest, Eligibility, may_decide, self_approval_refusal
-from bot.mrkdwn import mention
+from bot.delivery import error_code
+from bot.mrkdwn import inline_code, mention
 
 __all__ = ["SlackReviewerDirectory", "judge"]
 
 log = logging.getLogger(__name__)
+
+GONE = frozenset({"no_such_subteam", "subteam_not_found"})  # Slack's "no such user group"
 
 
 class SlackReviewerDirectory:
@@ -57,12 +63,40 @@ class SlackReviewerDirectory:
                 self.client.usergroups_users_list(usergroup=group_id), self.timeout
             )
             members = frozenset(reply.get("users") or [])
+        except SlackApiError as exc:
+            if error_code(exc) not in GONE:
+                log.warning("usergroups.users.list %s failed: %s", group_id, exc)
+                return None  # fail closed, as below
+            # A group that does not exist has nobody in it: said at once, not "try again".
+            log.warning("user group %s does not exist: nobody in it may decide", group_id)
+            members = frozenset()
         except Exception as exc:  # fail closed: an unknown membership allows nobody
             log.warning("usergroups.users.list %s failed: %s", group_id, exc)
             # Fail closed: a cache older than cache_seconds may name someone since removed.
             return None
         self._groups[group_id] = (self.clock(), members)
         return members
+
+    async def group_problem(self, group_id: str) -> str | None:
+        """Why the user group `group_id` cannot review (it does not exist, or has nobody in
+        it), saying what to do; None when it can. Asked of Slack now, for `route add`."""
+        group = mention(group_id)
+        try:
+            reply = await asyncio.wait_for(
+                self.client.usergroups_users_list(usergroup=group_id), self.timeout
+            )
+        except SlackApiError as exc:
+            code = error_code(exc)
+            if code in GONE:
+                return (
+                    f"the user group {group} does not exist in this workspace; name one that does"
+                )
+            return f"Slack refused to list {group} ({inline_code(code)}); try again"
+        except (TimeoutError, OSError, aiohttp.ClientError):
+            return f"Slack did not answer who is in {group}; try again in a moment"
+        if not reply.get("users"):
+            return f"the user group {group} has nobody in it, so nobody could decide through it"
+        return None
 
     async def memberships(
         self, groups: Iterable[str], within: float

@@ -16,6 +16,7 @@ for admins, and for anyone else the requests they may decide (and those of this 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -87,6 +88,7 @@ class SlashCommands:
     ) -> None:
         self.store, self.routes, self.admins = store, routes, frozenset(admins)
         self.visibility = Visibility(reviewers, self.admins)
+        self.directory = reviewers
         self.channel_problem = channel_problem
         self.permalinks = permalinks
 
@@ -228,6 +230,12 @@ class SlashCommands:
         for channel in channels:
             if check is not None and (problem := await check(channel)):
                 return f":warning: Route not added: {problem}"
+        # A user group that does not exist, or has nobody in it, would leave its requests to
+        # nobody (or escalate them to nobody).
+        groups = [g for g in (*rule.reviewers, rule.escalate_to) if g.startswith("S")]
+        for problem in await asyncio.gather(*map(self.directory.group_problem, groups)):
+            if problem:
+                return f":warning: Route not added: {problem}, then add the route again."
         saved = await self.routes.add(rule, user_id)
         return f":white_check_mark: Added route `{saved.id}`.\n" + format_rules(
             [saved], self.routes.default_channel
@@ -242,7 +250,10 @@ class SlashCommands:
         removed = await self.routes.remove(rule_id, user_id)
         if removed is None:
             return f":warning: No route {inline_code(rule_id)}; `/approvals routes` lists them."
-        return f":wastebasket: Removed route `{removed.id}`."
+        return (
+            f":wastebasket: Removed route `{removed.id}`. Requests already waiting under it "
+            "keep it (its channel, reviewers and ladder) until they are decided or expire."
+        )
 
     def _seal(self, user_id: str, cursor: str) -> str:
         blob = self.store.keyring.encrypt(cursor.encode(), run_id=_CURSOR_LABEL, request_id=user_id)

@@ -21,6 +21,7 @@ from agent_host.settings import Settings
 from bot import blocks
 from bot.slash_commands import help_text
 from slack_sandbox.blockkit import check_blocks
+from slack_sandbox.workspace import UserGroup
 from tests.support.replies import flat
 from tests.support.stack import (
     ADMIN,
@@ -305,6 +306,42 @@ async def test_routes_and_route_add_remove_by_admin(redis_url: str, tmp_path: Pa
         # Ids are never reused after a removal.
         again = await approvals(stack, ADMIN, f"route add channel={CHANNEL}")
         assert "Added route `r2`" in again
+
+
+async def test_a_route_naming_a_user_group_nobody_could_decide_through_is_refused(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A group that does not exist, or has nobody in it, would leave the route's requests
+    to nobody (or escalate them to nobody): refused, saying why; nothing is added."""
+    async with running_stack(redis_url, tmp_path) as stack:
+        stack.standin.workspace.usergroups.append(UserGroup("S0EMPTY", "empty", "Empty", []))
+        for spec, says in (
+            (f"channel={CHANNEL} reviewers=<!subteam^S0NOSUCH>", "does not exist"),
+            (f"channel={CHANNEL} reviewers=<!subteam^S0EMPTY>", "has nobody in it"),
+            (f"channel={CHANNEL} escalate_after=1h escalate_to=<!subteam^S0NOSUCH>", "exist"),
+        ):
+            answer = await approvals(stack, ADMIN, f"route add {spec}")
+            assert ":warning: Route not added" in answer and says in answer, answer
+            assert "then add the route again" in answer
+        assert await stack.bot.routes.rules() == []
+
+        # A group removed from Slack after its route was added: its members decide nothing,
+        # and they are told so at once (not "click again in a moment").
+        assert "Added route" in await approvals(
+            stack, ADMIN, f"route add agent=cleanup-agent channel={CHANNEL} reviewers=S0REVIEWERS"
+        )
+        groups = stack.standin.workspace.usergroups
+        groups[:] = [g for g in groups if g.id != "S0REVIEWERS"]
+        run_id = await stack.start_run("cleanup-agent", "delete /tmp/old.txt")
+        [request] = await stack.pending_requests(run_id)
+        await stack.click(REVIEWER, request, blocks.APPROVE)
+        [told] = await stack.wait_ephemerals(REVIEWER)
+        assert "you are not a reviewer for this request" in told
+        still = await stack.host.store.get_request(request.request_id)
+        assert still is not None and not still.decided
+
+        removed = await approvals(stack, ADMIN, "route remove r1")
+        assert "Requests already waiting under it keep it" in removed
 
 
 async def test_route_changes_are_for_admins_only(redis_url: str, tmp_path: Path) -> None:
