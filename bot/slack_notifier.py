@@ -203,6 +203,12 @@ class SlackNotifier:
         where they may not decide their own request)."""
         target = request.route.escalate_to
         if not target.startswith("S"):
+            if same_person(target, request.requested_by) and not request.route.allow_self_approval:
+                raise DeliveryFailed(
+                    "escalated_to_requester",
+                    target,
+                    "the requester may not decide their own request",
+                )
             return [target] if target else []
         if self.group_members is None:
             raise DeliveryFailed("no_reviewer_directory", target)

@@ -228,6 +228,24 @@ async def test_an_escalation_to_a_group_skips_the_requester_however_their_id_is_
         assert current is not None and [c.to for c in current.escalations] == [REVIEWER]
 
 
+async def test_an_escalation_to_the_requester_alone_is_recorded_as_reaching_nobody(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Escalated to one person, who started the run: they may not decide it, so they get
+    no copy; the audit trail says the escalation reached nobody who could decide."""
+    async with running_stack(redis_url, tmp_path) as stack:
+        await _route(stack, f"escalate_after=1s escalate_to=<@{REVIEWER2}>")
+        run_id = await stack.start_run("refund-agent", "refund order 123", REVIEWER2)
+        [request] = await stack.pending_requests(run_id)
+        failed = await eventually(lambda: _events(stack, request, "delivery_failed"))
+        assert "escalated_to_requester" in str(failed)
+        await _settled(stack)
+        current = await stack.host.store.get_request(request.request_id)
+        assert current is not None and current.escalations == []
+        dm = stack.standin.workspace.im_channel(REVIEWER2).id
+        assert stack.channel_messages(dm) == []
+
+
 async def test_a_decided_request_leaves_the_ladder_and_gets_no_reminder(
     redis_url: str, tmp_path: Path
 ) -> None:
