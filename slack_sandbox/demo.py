@@ -24,7 +24,7 @@ from bot.slack_settings import ServiceSettings
 from slack_sandbox import SlackStandIn
 from slack_sandbox.persistence import open_workspace
 
-__all__ = ["DEMO_ROUTES", "demo_secrets", "run_demo"]
+__all__ = ["DEMO_ROUTES", "demo_dir", "demo_secrets", "run_demo"]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,17 @@ DEMO_ROUTES = [
     ),
     RouteRule(agent="refund-agent", channel="C0APPROVALS", reviewers=("U0REVIEWER", "U0REVIEWER2")),
 ]
+
+
+def _deployment_settings(settings: ServiceSettings) -> list[tuple[str, Any]]:
+    """The environment's settings of a real deployment, which the demo does not use."""
+    return [
+        ("REDIS_URL", settings.redis_url),
+        ("SLACK_BOT_TOKEN", settings.slack_bot_token),
+        ("SLACK_APP_TOKEN", settings.slack_app_token),
+        ("COUNTERSIGN_ENCRYPTION_KEYS", settings.encryption_keys),
+        ("COUNTERSIGN_ROUTES_FILE", settings.routes_file),
+    ]
 
 
 def demo_secrets(data_dir: Path) -> dict[str, str]:
@@ -61,10 +72,23 @@ def demo_secrets(data_dir: Path) -> dict[str, str]:
     return made
 
 
+def demo_dir(settings: ServiceSettings) -> Path:
+    """Where the demo keeps everything: its own folder of the data dir, never the data a
+    `countersign serve` on the same data dir keeps (its embedded Redis, its keys)."""
+    return Path(settings.data_dir) / "demo"  # made absolute by the CLI
+
+
 async def run_demo(settings: ServiceSettings, port: int, *, host_name: str = "127.0.0.1") -> None:
+    """The demo, on its own embedded Redis, tokens, secrets and keys in `demo_dir`: whatever
+    the environment says of Redis, Slack or keys (a production `.env` loaded by mistake)
+    is not used, so the demo never reads, posts or routes anything of a real deployment.
+    The agents (`COUNTERSIGN_AGENTS`) are the environment's: the demo shows them."""
     stop = stop_on_signals()
-    data_dir = Path(settings.data_dir)  # made absolute by the CLI
+    data_dir = demo_dir(settings)
     made = demo_secrets(data_dir)
+    ignored = [name for name, value in _deployment_settings(settings) if value]
+    if ignored:
+        log.warning("the demo ignores %s: it runs on its own sandbox", ", ".join(ignored))
     standin = SlackStandIn(
         open_workspace(data_dir / "sandbox"),
         token=made["SLACK_BOT_TOKEN"],
@@ -75,14 +99,19 @@ async def run_demo(settings: ServiceSettings, port: int, *, host_name: str = "12
     )
     await standin.start()
     update: dict[str, Any] = {
+        "data_dir": data_dir,
+        "redis_url": None,  # its own embedded Redis, in data_dir
         "slack_bot_token": made["SLACK_BOT_TOKEN"],
         "slack_signing_secret": made["SLACK_SIGNING_SECRET"],
+        "slack_app_token": None,
         "slack_api_url": standin.url,
         "api_token": made["COUNTERSIGN_API_TOKEN"],
-        "webhook_secret": settings.webhook_secret or made["COUNTERSIGN_WEBHOOK_SECRET"],
-        "encryption_keys": settings.encryption_keys or made["COUNTERSIGN_ENCRYPTION_KEYS"],
-        "default_channel": settings.default_channel or "C0APPROVALS",
-        "admins": settings.admins or "U0ADMIN",
+        "webhook_secret": made["COUNTERSIGN_WEBHOOK_SECRET"],
+        "encryption_keys": made["COUNTERSIGN_ENCRYPTION_KEYS"],
+        "default_channel": "C0APPROVALS",
+        "admins": "U0ADMIN",
+        "routes_file": None,
+        "callback_hosts": "",
     }
     service = await build_service(settings.model_copy(update=update))
     await service.bot.routes.seed(DEMO_ROUTES, actor="demo")
