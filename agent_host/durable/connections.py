@@ -14,7 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar, cast
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
@@ -28,7 +28,7 @@ from agent_host.durable.redis_server import RedisServer
 from agent_host.errors import ConfigurationError, StoreUnavailable
 from agent_host.settings import Settings
 
-__all__ = ["as_text", "embedded_dir", "open_redis"]
+__all__ = ["as_text", "embedded_dir", "open_redis", "redacted"]
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,13 @@ async def open_redis(settings: Settings) -> tuple[Redis, RedisServer | None]:
         url = server.url
         log.info("embedded Redis at %s (data in %s)", url, server.data_dir)
     client = _sentinel_master(url) if url.startswith("redis+sentinel://") else None
-    client = client or Redis.from_pool(WaitingConnectionPool.from_url(url, **_CLIENT_OPTIONS))
+    try:
+        client = client or Redis.from_pool(WaitingConnectionPool.from_url(url, **_CLIENT_OPTIONS))
+    except ValueError as exc:  # not a scheme redis-py knows
+        raise ConfigurationError(
+            f"REDIS_URL={redacted(url)!r} is not a Redis URL ({exc}): use redis://host:6379/0, "
+            "rediss://…, unix:///path/redis.sock or redis+sentinel://host:26379/<master>"
+        ) from None
     if await _is_cluster(client):
         await client.aclose()
         cluster = RedisCluster.from_url(url, **_CLIENT_OPTIONS)
@@ -85,24 +91,58 @@ async def open_redis(settings: Settings) -> tuple[Redis, RedisServer | None]:
     return client, server
 
 
+def redacted(url: str) -> str:
+    """`url` without its password, fit for a report or a log."""
+    parts = urlsplit(url)
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    if not at:
+        return url
+    user = userinfo.partition(":")[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{hosts}" if user else f"***@{hosts}"))
+
+
 def _sentinel_master(url: str) -> Redis:
+    """The master a Sentinel URL names: redis+sentinel://[[user]:password@]host:port[,…]/
+    <master name>[/db]; the credentials are the master's (the Sentinels are asked without)."""
     parts = urlsplit(url)
     path = [p for p in parts.path.split("/") if p]
-    if not parts.netloc or not path:
-        raise ConfigurationError(
-            f"REDIS_URL={url!r}: a Sentinel URL is redis+sentinel://host:port[,host:port]/"
-            "<master name>[/db]"
-        )
+    userinfo, _, hosts = parts.netloc.rpartition("@")
+    usage = (
+        f"REDIS_URL={redacted(url)!r}: a Sentinel URL is "
+        "redis+sentinel://[[user]:password@]host:port[,host:port]/<master name>[/db]"
+    )
+    if not hosts or not path:
+        raise ConfigurationError(usage)
     nodes = []
-    for node in parts.netloc.split(","):
-        host, _, port = node.rpartition(":")
-        nodes.append((host or node, int(port or 26379)))
-    db = int(path[1]) if len(path) > 1 else 0
+    try:
+        for node in hosts.split(","):
+            host, _, port = node.rpartition(":")
+            nodes.append((host or node, int(port or 26379)))
+        db = int(path[1]) if len(path) > 1 else 0
+    except ValueError:
+        raise ConfigurationError(usage) from None
+    user, _, password = (unquote(part) for part in userinfo.partition(":"))
     sentinel = Sentinel(nodes, socket_timeout=5)  # type: ignore[no-untyped-call]
     master: Redis = sentinel.master_for(
-        path[0], db=db, connection_pool_class=WaitingSentinelConnectionPool, **_CLIENT_OPTIONS
+        path[0],
+        db=db,
+        redis_class=_SentinelMaster,
+        connection_pool_class=WaitingSentinelConnectionPool,
+        username=user or None,
+        password=password or None,
+        **_CLIENT_OPTIONS,
     )
     return master
+
+
+class _SentinelMaster(Redis):
+    """The master a Sentinel names: closing it closes the connections to the Sentinels too."""
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        await super().aclose(close_connection_pool)
+        manager: Any = getattr(self.connection_pool, "sentinel_manager", None)
+        for sentinel in getattr(manager, "sentinels", ()):
+            await sentinel.aclose()
 
 
 async def _is_cluster(client: Redis) -> bool:

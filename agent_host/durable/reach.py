@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit, urlunsplit
 
 from redis.exceptions import RedisError
 
 from agent_host.approvals.routes import RouteRule
-from agent_host.durable.connections import embedded_dir, open_redis
+from agent_host.durable.connections import embedded_dir, open_redis, redacted
 from agent_host.durable.redis_server import find_executable
 from agent_host.durable.route_book import RouteBook
 from agent_host.errors import ConfigurationError, StoreUnavailable
@@ -25,16 +24,6 @@ PING_SECONDS = 5.0
 class RedisReach:
     where: str  # what answered (or would be used), in words
     routes: list[RouteRule] = field(default_factory=list)
-
-
-def redacted(url: str) -> str:
-    """`url` without its password, fit for a report."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    user = f"{parts.username}:***@" if parts.username else "***@"
-    return urlunsplit(parts._replace(netloc=user + host))
 
 
 async def reach_redis(settings: Settings) -> RedisReach:

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from agent_host.durable.connections import open_redis
+from agent_host.durable.redis_server import RedisServer, find_executable, free_port
 from agent_host.errors import ConfigurationError
 from agent_host.settings import load_settings
 from tests.support.redis_cluster import LocalRedisCluster
@@ -39,6 +46,62 @@ async def test_unset_url_starts_an_embedded_server_with_aof(tmp_path: Path) -> N
 async def test_a_malformed_sentinel_url_names_the_variable(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="REDIS_URL"):
         await open_redis(load_settings({"REDIS_URL": "redis+sentinel://"}))
+
+
+@contextlib.contextmanager
+def sentinel_for(master: RedisServer, password: str, tmp_path: Path) -> Iterator[int]:
+    """A Sentinel watching `master` (as `mymaster`), on the port it yields."""
+    port = free_port()
+    conf = tmp_path / "sentinel.conf"
+    conf.write_text(
+        f"port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {tmp_path}\n"
+        f"sentinel monitor mymaster 127.0.0.1 {master.port} 1\n"
+        f"sentinel auth-pass mymaster {password}\n"
+    )
+    child = subprocess.Popen(
+        [find_executable(), str(conf), "--sentinel"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not _listening(port) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        yield port
+    finally:
+        child.kill()
+        child.wait(10)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+async def test_a_sentinel_url_with_a_password_reaches_the_master_and_never_shows_it(
+    tmp_path: Path,
+) -> None:
+    """The password is the master's (the Sentinel URL's user info); it appears in no
+    error, however the URL is mistaken."""
+    secret = "TOPSECRET-pw"
+    with RedisServer(tmp_path / "master") as master, sentinel_for(master, secret, tmp_path) as port:
+        plain = Redis.from_url(master.url)
+        await plain.config_set("requirepass", secret)  # from now on, only with the password
+        await plain.aclose()
+        url = f"redis+sentinel://:{secret}@127.0.0.1:{port}/mymaster"
+        client, _ = await open_redis(load_settings({"REDIS_URL": url}))
+        try:
+            assert await client.ping()
+        finally:
+            await client.aclose()
+    for wrong in (
+        f"redis+sentinel://:{secret}@127.0.0.1:notaport/mymaster",
+        f"redis+sentinel://:{secret}@127.0.0.1:26379",
+        f"http://user:{secret}@127.0.0.1:6379/0",
+    ):
+        with pytest.raises(ConfigurationError, match="REDIS_URL") as refused:
+            await open_redis(load_settings({"REDIS_URL": wrong}))
+        assert secret not in str(refused.value) and "***" in str(refused.value)
 
 
 async def test_a_cluster_node_url_gives_a_cluster_client(tmp_path: Path) -> None:
