@@ -15,10 +15,9 @@ import sys
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
-from agent_host.durable.connections import embedded_dir, open_redis
+from agent_host.durable.connections import open_redis
 from agent_host.durable.crypto import generate_key
 from agent_host.durable.host import check_workers, load_keyring
-from agent_host.durable.redis_server import running_in
 from agent_host.durable.rotation import rotate_checkpoints
 from agent_host.errors import ConfigurationError
 from bot.check import run_checks
@@ -142,14 +141,7 @@ async def _rotate(settings: ServiceSettings) -> int:
     """0 when every checkpoint and sealed field is under the active key now, 1 when some
     are damaged."""
     keyring = load_keyring(settings, create=False)
-    if not settings.redis_url and (pid := running_in(embedded_dir(settings))) is not None:
-        raise ConfigurationError(
-            f"REDIS_URL is unset and the embedded Redis of {embedded_dir(settings)} is in use "
-            f"by another process (redis-server pid {pid}, started by a running `countersign "
-            "serve`, `worker` or `demo`): stop that process first, or set REDIS_URL to the "
-            "Redis it uses"
-        )
-    redis, server = await open_redis(settings)
+    redis, server = await open_redis(settings)  # (not beside another's embedded Redis)
     try:
         report = await rotate_checkpoints(redis, keyring)
     finally:

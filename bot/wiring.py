@@ -62,11 +62,12 @@ async def build(settings: ServiceSettings) -> tuple[Host, SlackBot]:
     require_slack(settings)
     registry = load_registry(settings)
     keyring = load_keyring(settings)
-    redis, embedded = await open_redis(settings)
+    routes_file = load_routes_file(settings.routes_file) if settings.routes_file else None
+    redis, embedded = await open_redis(settings)  # after every check that can refuse a start
     session, client = web_client(settings)
     routes = RouteBook(redis, settings.default_channel)
-    if settings.routes_file is not None:
-        await routes.seed(load_routes_file(settings.routes_file))
+    if routes_file is not None:
+        await routes.seed(routes_file)
     # One directory for clicks, `/approvals` and escalations, sharing the user-group cache.
     directory = SlackReviewerDirectory(client)
     notifier = SlackNotifier(

@@ -24,11 +24,11 @@ from redis.exceptions import RedisClusterException, RedisError
 from agent_host.durable.connection_pool import WaitingConnectionPool, WaitingSentinelConnectionPool
 from agent_host.durable.data_dir import private_dir
 from agent_host.durable.memory_advice import memory_advice
-from agent_host.durable.redis_server import RedisServer
+from agent_host.durable.redis_server import RedisServer, port_of, running_in
 from agent_host.errors import ConfigurationError, StoreUnavailable
 from agent_host.settings import Settings
 
-__all__ = ["as_text", "embedded_dir", "open_redis", "redacted"]
+__all__ = ["as_text", "embedded_dir", "open_redis", "redacted", "refuse_a_second_embedded"]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,24 @@ def embedded_dir(settings: Settings) -> Path:
     return Path(settings.data_dir) / "redis"
 
 
+def refuse_a_second_embedded(settings: Settings) -> None:
+    """ConfigurationError when the embedded Redis of the data dir runs already (another
+    countersign process's, or one a killed process left): a second server on the same AOF
+    would keep its own data, and the two processes would not see each other's runs."""
+    where = embedded_dir(settings)
+    pid = running_in(where)
+    if pid is None:
+        return
+    port = port_of(pid)
+    share = f"set REDIS_URL=redis://127.0.0.1:{port}/0 to share it, " if port else ""
+    raise ConfigurationError(
+        f"REDIS_URL is unset and the embedded Redis of {where} is in use by another process "
+        f"(redis-server pid {pid}, started by a running `countersign serve`, `worker` or "
+        f"`demo`, or left by one that was killed): {share}stop it (kill {pid}) if nothing "
+        "uses it, or set COUNTERSIGN_DATA_DIR to another directory"
+    )
+
+
 def as_text(value: Any) -> str:
     """A Redis reply as text (clients here return bytes, so checkpoints stay binary)."""
     return value.decode() if isinstance(value, bytes) else str(value)
@@ -66,6 +84,7 @@ async def open_redis(settings: Settings) -> tuple[Redis, RedisServer | None]:
     server = None
     url = settings.redis_url
     if not url:
+        refuse_a_second_embedded(settings)
         private_dir(Path(settings.data_dir))
         server = RedisServer(embedded_dir(settings), appendfsync="everysec")
         server.start()

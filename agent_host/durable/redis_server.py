@@ -9,10 +9,12 @@ so tests can simulate a crash and check that :meth:`RedisServer.restart` replays
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import ipaddress
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -34,6 +36,7 @@ __all__ = [
     "RedisServer",
     "find_executable",
     "free_port",
+    "port_of",
     "running_in",
 ]
 
@@ -102,6 +105,17 @@ def running_in(data_dir: Path) -> int | None:
         if b"redis-server" not in cmdline.read_bytes():
             return None
     return pid
+
+
+def port_of(pid: int) -> int | None:
+    """The port a running redis-server listens on, from the title it gives its process
+    (`redis-server 127.0.0.1:6379`); None if unknown."""
+    try:
+        title = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return None
+    found = re.search(r"redis-server \S*:(\d+)", title)
+    return int(found.group(1)) if found else None
 
 
 def _is_loopback(host: str) -> bool:
@@ -293,3 +307,6 @@ def _stop_all() -> None:
     for server in list(_LIVE):
         with contextlib.suppress(Exception):
             server.stop(timeout=5.0)
+
+
+atexit.register(_stop_all)

@@ -14,7 +14,7 @@ import pytest
 
 from agent_host.durable.crypto import generate_key
 from agent_host.durable.host import MAX_WORKERS
-from agent_host.durable.redis_server import free_port
+from agent_host.durable.redis_server import RedisServer, free_port, running_in
 from slack_sandbox import SlackStandIn, seed_workspace
 from tests.support.paths import PROJECT_ROOT
 from tests.support.processes import CLI, Finished, Proc, inherited_env, run_cli, until
@@ -201,3 +201,33 @@ async def test_a_number_of_workers_one_process_cannot_run_is_one_clear_line(
         "process (0 leaves resuming to `countersign worker`); for more, start more "
         "`countersign worker` processes"
     )
+
+
+async def test_a_failed_start_leaves_no_embedded_redis_running(
+    standin: SlackStandIn, redis_url: str, tmp_path: Path
+) -> None:
+    """REDIS_URL unset and a routes file that is not there: refused, and no redis-server is
+    left running on the data dir (it would hold its AOF for the next start)."""
+    env = env_for(standin, redis_url, tmp_path, COUNTERSIGN_ROUTES_FILE=str(tmp_path / "none"))
+    del env["REDIS_URL"]
+    done = await run_cli("serve", "--port", str(free_port()), env=env)
+
+    assert done.code == 2, done
+    assert "COUNTERSIGN_ROUTES_FILE" in only_line(done)
+    assert running_in(tmp_path / "data" / "redis") is None
+
+
+async def test_a_second_process_on_a_data_dir_in_use_is_told_to_share_its_redis(
+    standin: SlackStandIn, redis_url: str, tmp_path: Path
+) -> None:
+    """Two processes on one data dir with REDIS_URL unset ran one embedded Redis each on the
+    same AOF, and did not see each other's runs: the second is refused, told how to share."""
+    env = env_for(standin, redis_url, tmp_path)
+    del env["REDIS_URL"]
+    with RedisServer(tmp_path / "data" / "redis") as first:  # the first process's
+        done = await run_cli("serve", "--port", str(free_port()), env=env)
+        assert done.code == 2, done
+        line = only_line(done)
+        assert "in use by another process" in line and f"pid {first.pid}" in line
+        assert f"REDIS_URL=redis://127.0.0.1:{first.port}/0" in line
+        assert first.log_path.read_text().count("Ready to accept connections") == 1
