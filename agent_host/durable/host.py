@@ -32,6 +32,7 @@ from agent_host.durable.outbox import Outbox
 from agent_host.durable.redis_ledger import RedisLedger
 from agent_host.durable.redis_server import RedisServer
 from agent_host.durable.store import RunStore
+from agent_host.durable.streams import ShardedConsumer
 from agent_host.durable.sweeper import TRIM_EVERY_SECONDS, Sweeper
 from agent_host.durable.worker import ResumeWorker
 from agent_host.errors import ConfigurationError
@@ -157,6 +158,11 @@ def check_workers(workers: int) -> None:
         )
 
 
+# How long a stop waits for work under way (a tool call, a post) before cutting it short:
+# within the 30 s a deployment usually gives a process between SIGTERM and SIGKILL.
+STOP_GRACE_SECONDS = 20.0
+
+
 @dataclass
 class Host:
     settings: Settings
@@ -175,8 +181,10 @@ class Host:
     callback_sender: CallbackSender = field(default_factory=AiohttpSender)
     callback_attempts: int = 8  # failed POSTs of one callback before it is dead-lettered
     callback_backoff: float = 2.0  # seconds before the first retry; doubled each time
+    stop_grace: float = STOP_GRACE_SECONDS
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
+    _consuming: dict[asyncio.Task[None], ShardedConsumer] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.crash = CrashPoints(self.settings.crash_at)
@@ -210,7 +218,7 @@ class Host:
                 crash=self.crash,
                 foreground=self.foreground,
             )
-            self._spawn(worker.consumer.run(self._stop), f"resume-worker-{n}")
+            self._spawn(worker.consumer.run(self._stop), f"resume-worker-{n}", worker.consumer)
         if sweeper:
             self._spawn(
                 Sweeper(
@@ -231,7 +239,7 @@ class Host:
                 crash=self.crash,
                 foreground=self.foreground,
             )
-            self._spawn(box.consumer.run(self._stop), "outbox")
+            self._spawn(box.consumer.run(self._stop), "outbox", box.consumer)
             callbacks = CallbackDelivery(
                 self.store,
                 self.settings,
@@ -241,13 +249,26 @@ class Host:
                 backoff=self.callback_backoff,
                 idle_ms=self.retry_idle_ms,
             )
-            self._spawn(callbacks.consumer.run(self._stop), "callbacks")
+            self._spawn(callbacks.consumer.run(self._stop), "callbacks", callbacks.consumer)
 
-    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
-        self._tasks.append(asyncio.create_task(coro, name=name))
+    def _spawn(
+        self,
+        coro: Coroutine[Any, Any, None],
+        name: str,
+        consumer: ShardedConsumer | None = None,
+    ) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.append(task)
+        if consumer is not None:
+            self._consuming[task] = consumer
 
     async def stop(self) -> None:
-        self._stop.set()
+        """Begin no new work; let what is under way (a tool call running, a post on its way)
+        end, for up to `stop_grace` seconds; then stop everything and close Redis."""
+        self._stop.set()  # from now on no consumer begins an entry
+        busy = [task for task, consumer in self._consuming.items() if not consumer.idle]
+        if busy:  # each ends once its entries are handled and acknowledged
+            await asyncio.wait(busy, timeout=self.stop_grace)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -124,6 +124,12 @@ class StreamConsumer:
         self._beat_every = idle_ms / 3000
         self._beat: asyncio.TimerHandle | None = None
         self._claiming: asyncio.Task[None] | None = None
+        self._stopping: asyncio.Event | None = None  # run()'s stop: no new entry is begun
+
+    @property
+    def idle(self) -> bool:
+        """Whether it handles no entry now (nothing of its would be cut short by a stop)."""
+        return not self._held and not self._behind
 
     async def ensure_group(self) -> None:
         try:
@@ -155,6 +161,8 @@ class StreamConsumer:
         entries = await self._reclaim() if self._reclaim_due() else []
         if not entries:
             entries = await self._read(block)
+        if self._stopping is not None and self._stopping.is_set():
+            return 0  # stopping: what was just read stays pending, for another consumer
         batch: list[tuple[str, dict[str, str]]] = []
         for entry_id, fields in entries:
             if as_text(entry_id) in self._held:  # still being handled, behind the poll:
@@ -422,7 +430,9 @@ class StreamConsumer:
         return entries
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Poll until `stop`; the loop outlives Redis outages and any one bad moment."""
+        """Poll until `stop`; the loop outlives Redis outages and any one bad moment. Once
+        `stop` is set no new entry is begun; one being handled goes on until cancelled."""
+        self._stopping = stop
         try:
             await self._run(stop)
         finally:
@@ -472,6 +482,10 @@ class ShardedConsumer:
         if not handled and block_ms:
             await asyncio.sleep(block_ms / 1000)
         return handled
+
+    @property
+    def idle(self) -> bool:
+        return all(consumer.idle for consumer in self.consumers)
 
     async def run(self, stop: asyncio.Event) -> None:
         await asyncio.gather(*(consumer.run(stop) for consumer in self.consumers))

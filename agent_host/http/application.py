@@ -19,6 +19,7 @@ from agent_host.http.external_api import (
     approval_by_external_id,
     approval_detail,
     create_approval,
+    end_long_polls_on_shutdown,
     list_dead_callbacks,
 )
 from agent_host.http.webhook import approval_webhook
@@ -28,6 +29,7 @@ __all__ = ["add_api_routes", "create_app"]
 
 def add_api_routes(app: web.Application, host: Host) -> None:
     app[HOST_KEY] = host
+    end_long_polls_on_shutdown(app)
     app.middlewares.append(json_errors)
     app.router.add_post("/api/v1/runs", start_run)
     app.router.add_get("/api/v1/runs/{run_id}", run_detail)

@@ -30,14 +30,28 @@ from agent_host.http.api import HOST_KEY, authorized, error, json_object
 
 __all__ = [
     "MAX_WAIT_SECONDS",
+    "STOPPING",
     "approval_by_external_id",
     "approval_detail",
     "create_approval",
+    "end_long_polls_on_shutdown",
     "list_dead_callbacks",
 ]
 
 MAX_WAIT_SECONDS = 60
 HUNG_UP_CHECK = 0.5  # seconds between looks at a long-polling client's connection
+# Set when the server begins to stop: long polls answer what they know at once, so that a
+# stop waits for none of them (the client asks again, of another replica or after restart).
+STOPPING = web.AppKey("countersign_stopping", asyncio.Event)
+
+
+def end_long_polls_on_shutdown(app: web.Application) -> None:
+    app[STOPPING] = asyncio.Event()
+
+    async def stopping(app: web.Application) -> None:
+        app[STOPPING].set()
+
+    app.on_shutdown.append(stopping)
 
 
 async def create_approval(request: web.Request) -> web.Response:
@@ -109,9 +123,11 @@ async def _detail(request: web.Request, request_id: str) -> web.Response:
         wait = -1.0
     if not math.isfinite(wait) or not 0 <= wait <= MAX_WAIT_SECONDS:
         return error(400, f"wait must be a number of seconds from 0 to {MAX_WAIT_SECONDS}")
-    waiting = asyncio.ensure_future(request.app[HOST_KEY].external.wait(request_id, wait))
+    external = request.app[HOST_KEY].external
+    stopping = request.app.get(STOPPING) or asyncio.Event()
+    waiting = asyncio.ensure_future(external.wait(request_id, wait))
     try:
-        while not waiting.done():
+        while not waiting.done() and not stopping.is_set():
             if request.transport is None or request.transport.is_closing():
                 return web.Response(status=499, text="the client hung up")  # read by nobody
             await asyncio.wait({waiting}, timeout=HUNG_UP_CHECK)
@@ -119,7 +135,7 @@ async def _detail(request: web.Request, request_id: str) -> web.Response:
         if not waiting.done():
             waiting.cancel()
             await asyncio.wait({waiting})  # its end, without taking its cancellation for ours
-    found = waiting.result()
+    found = waiting.result() if not waiting.cancelled() else await external.wait(request_id, 0)
     if found is None:
         return error(404, f"no approval request {request_id!r}")
     return web.json_response(external_view(found))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -117,6 +118,23 @@ async def test_a_long_poll_whose_client_hung_up_stops_waiting(
         request = await stack.posted(request_id)
         await stack.click(REVIEWER, request, blocks.APPROVE)
         assert (await waiting)["verdict"] == "approved"
+
+
+async def test_a_stopping_server_answers_its_long_polls_at_once(
+    redis_url: str, tmp_path: Path, http: aiohttp.ClientSession
+) -> None:
+    """A deploy stops the server while an agent long-polls for 60 s: the poll is answered
+    with the request as it stands (pending), and the stop waits for no poll."""
+    async with running_stack(redis_url, tmp_path) as stack:
+        created = await create(http, stack, REFUND)
+        request_id = created["request_id"]
+        polling = asyncio.create_task(read(http, stack, request_id, wait=60))
+        await eventually(lambda: stack.host.external.watch.waiting(request_id) or None)
+        began = time.monotonic()
+    stopped_after = time.monotonic() - began
+    answer = await polling
+    assert answer["request_id"] == request_id and answer["status"] == "pending"
+    assert stopped_after < 10, stopped_after  # (aiohttp waits up to 60 s for handlers)
 
 
 async def test_a_flood_of_long_polls_leaves_clicks_and_new_requests_working(
