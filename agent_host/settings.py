@@ -14,11 +14,12 @@ start-up with a message naming the variable.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TypeVar
 
-from pydantic import AliasChoices, Field, ValidationError
+from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agent_host.errors import ConfigurationError
@@ -32,6 +33,10 @@ __all__ = [
     "env",
     "load_settings",
 ]
+
+
+_USER_ID = re.compile(r"[UW][A-Z0-9]{2,}")
+_HOST = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?")
 
 
 def env(name: str) -> AliasChoices:
@@ -63,6 +68,17 @@ class CoreSettings(_Base):
     def admin_ids(self) -> frozenset[str]:
         return frozenset(a.strip() for a in self.admins.split(",") if a.strip())
 
+    @field_validator("admins")
+    @classmethod
+    def _user_ids(cls, value: str) -> str:
+        for entry in (a.strip() for a in value.split(",")):
+            if entry and not _USER_ID.fullmatch(entry):
+                raise ValueError(
+                    f"{entry!r} is not a Slack user id: use each admin's member ID (U… or W…, "
+                    "from their profile's ⋮ menu), comma-separated"
+                )
+        return value
+
 
 class RedisSettings(_Base):
     redis_url: str | None = Field(None, validation_alias=env("REDIS_URL"))
@@ -75,6 +91,17 @@ class HttpSettings(_Base):
     max_body_bytes: int = Field(256 * 1024, ge=1024, validation_alias=env("COUNTERSIGN_MAX_BODY"))
     # host[:port], comma-separated: where decision callbacks may be POSTed (an allow-list)
     callback_hosts: str = Field("", validation_alias=env("COUNTERSIGN_CALLBACK_HOSTS"))
+
+    @field_validator("callback_hosts")
+    @classmethod
+    def _hosts(cls, value: str) -> str:
+        for entry in (h.strip() for h in value.split(",")):
+            if entry and not _HOST.fullmatch(entry):
+                raise ValueError(
+                    f"{entry!r} is not host or host:port: write the callback URL's host alone "
+                    "(hooks.example.com, hooks.example.com:8443, [::1]:8080), no scheme or path"
+                )
+        return value
 
 
 class ModelSettings(_Base):
@@ -103,5 +130,6 @@ def load_settings(environ: Mapping[str, str] | None = None, kind: type[S] = Sett
         problems = []
         for error in exc.errors():
             loc = error["loc"][0] if error["loc"] else "?"
-            problems.append(f"{str(loc).upper()}: {error['msg']}")
+            message = str(error["msg"]).removeprefix("Value error, ")  # pydantic's prefix
+            problems.append(f"{str(loc).upper()}: {message}")
         raise ConfigurationError("invalid configuration: " + "; ".join(problems)) from exc

@@ -81,6 +81,10 @@ async def run_checks() -> list[Finding]:
     return findings
 
 
+# The scopes of manifest.yml: what the bot calls Slack with (see the manifest's comments).
+REQUIRED_SCOPES = ("chat:write", "commands", "usergroups:read", "channels:read", "groups:read")
+
+
 def _guarded(check: str, probe: Callable[[], T]) -> tuple[T | None, Finding | None]:
     try:
         return probe(), None
@@ -146,6 +150,16 @@ async def _auth(client: Any, settings: ServiceSettings) -> Finding:
             f"cannot reach Slack at {settings.slack_api_url} ({type(exc).__name__}: {exc}): "
             "check SLACK_API_URL and the network",
         )
+    granted = (getattr(reply, "headers", None) or {}).get("x-oauth-scopes")
+    if granted is not None:  # as Slack reports the token's scopes with every answer
+        missing = sorted(set(REQUIRED_SCOPES) - {s.strip() for s in granted.split(",")})
+        if missing:
+            return _fail(
+                "slack token",
+                f"the app lacks the scope(s) {', '.join(missing)} that countersign calls Slack "
+                "with: add them under oauth_config in manifest.yml (it lists them) and "
+                "reinstall the app",
+            )
     return Finding(
         "slack token", f"bot @{reply.get('user')} ({reply.get('user_id')}) in {reply.get('team')}"
     )

@@ -60,7 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = load_settings()
         if args.command == "serve":
             check_workers(args.workers)  # before anything starts
-            _run_server(_serve(settings, args.host, args.port or settings.port, args.workers))
+            port = settings.port if args.port is None else args.port  # 0: any free port
+            _run_server(_serve(settings, args.host, port, args.workers))
         elif args.command == "worker":
             _run_server(_worker(settings))
         elif args.command == "demo" and args.terminal:

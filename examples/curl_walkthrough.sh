@@ -4,6 +4,9 @@
 #
 #   COUNTERSIGN_URL=http://localhost:3000 COUNTERSIGN_API_TOKEN=... bash examples/curl_walkthrough.sh
 #
+# With `make demo`, use the COUNTERSIGN_URL and token the demo prints (its API is not on the
+# sandbox page's port).
+#
 # With COUNTERSIGN_WEBHOOK_SECRET set, step 3 approves through the signed webhook (needs
 # openssl); without it, click Approve in Slack or on the sandbox page while step 4 waits.
 set -euo pipefail

@@ -2,7 +2,8 @@
 
     COUNTERSIGN_URL=http://localhost:3000 COUNTERSIGN_API_TOKEN=... python examples/pause_script.py
 
-The request appears in Slack (or on the sandbox page of `make demo`); the script waits
+With `make demo`, use the COUNTERSIGN_URL and token the demo prints (its API is not on the
+sandbox page's port). The request appears in Slack (or on the sandbox page); the script waits
 until someone decides. Killed meanwhile? Run it again: the same external_id finds the same
 request, so it is asked once and the decision is the one already made.
 """

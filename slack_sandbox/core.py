@@ -23,12 +23,17 @@ RESPONSE_URL_MAX_USES = 5
 RESPONSE_URL_TTL_SECONDS = 30 * 60
 
 
+BOT_SCOPES = ("chat:write", "commands", "usergroups:read", "channels:read", "groups:read")
+
+
 @dataclass
 class SandboxConfig:
     token: str
     events_url: str | None
     signing_secret: str | None
     verification_token: str = "sandbox-verification-token"
+    # The bot token's scopes, sent as Slack sends them (X-OAuth-Scopes): the manifest's.
+    scopes: tuple[str, ...] = BOT_SCOPES
     app_timeout: float = 3.0  # Slack waits three seconds for the app's acknowledgement
     permalink_base: str | None = None
     # the bot's HTTP API, for the sandbox page's "Runs" panel (None: the panel is disabled)

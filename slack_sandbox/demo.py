@@ -122,7 +122,9 @@ async def run_demo(settings: ServiceSettings, port: int, *, host_name: str = "12
     print(
         "\n  countersign demo is running — a LOCAL SANDBOX, not Slack.\n"
         f"  Open {standin.page_url} in your browser.\n"
-        f"  Bot and HTTP API: {bot_url} (API token in {data_dir / 'demo-secrets.json'})\n"
+        f"  Bot and HTTP API: {bot_url} (API token in {data_dir / 'demo-secrets.json'});\n"
+        f"  for examples/: COUNTERSIGN_URL={bot_url} "
+        f"COUNTERSIGN_API_TOKEN={made['COUNTERSIGN_API_TOKEN']}\n"
         f"  Data (Redis AOF, sandbox messages): {data_dir}\n"
         "  Ctrl-C stops everything; run it again and pending approvals are still there.\n",
         flush=True,

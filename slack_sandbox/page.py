@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -247,8 +247,29 @@ async def _home_click(request: web.Request) -> web.Response:
     )
 
 
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def _same_page_only(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The ``/_sandbox/ui`` actions act as the workspace's people: only the page may send
+    them. A POST from another site (a form, or a fetch without CORS) cannot send JSON, and
+    one that says where it comes from must come from here."""
+    if request.method == "POST" and request.path.startswith("/_sandbox/ui/"):
+        origin = request.headers.get("Origin")
+        if request.content_type != "application/json" or (
+            origin is not None and origin != f"{request.scheme}://{request.host}"
+        ):
+            return web.json_response(
+                {"ok": False, "error": "only the sandbox page may act here (JSON, same origin)"},
+                status=403,
+            )
+    return await handler(request)
+
+
 def add_page_routes(app: web.Application) -> None:
     """Add the page, its static files, the event stream and the ``/_sandbox/ui`` routes."""
+    app.middlewares.append(_same_page_only)
     app[_STREAMS_KEY] = _Streams()
     app.on_shutdown.append(_end_streams)
     app.router.add_get("/", _index)

@@ -103,7 +103,7 @@ async def _web_api(request: web.Request) -> web.Response:
     result = handler(core, params)
     if method == "chat.postMessage" and result.get("ok"):
         core.limiter.record(str(result["channel"]), now)
-    return _answer(result)
+    return _answer(result, headers={"X-OAuth-Scopes": ",".join(core.config.scopes)})
 
 
 async def _response_url(request: web.Request) -> web.Response:
@@ -334,6 +334,10 @@ class SlackStandIn:
         self.core.faults.inject(
             method, status=status, retry_after=retry_after, delay=delay, times=times
         )
+
+    def grant(self, *scopes: str) -> None:
+        """The bot token's scopes from now on (as reinstalling the app with them would)."""
+        self.core.config.scopes = scopes
 
     def limit(self, method: str, per_minute: int) -> None:
         """Answer calls of ``method`` past ``per_minute`` within any minute as Slack does

@@ -25,7 +25,13 @@ _OTHERS = 0o077  # any permission for group or others
 
 def private_dir(path: Path) -> Path:
     """`path`, created 0700 if missing, tightened to 0700 if group or others may enter it."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:  # a file in the way, no such parent, no permission
+        raise ConfigurationError(
+            f"data directory {path} cannot be made ({exc.strerror}): set COUNTERSIGN_DATA_DIR "
+            "to a directory countersign may create and write"
+        ) from None
     mode = stat.S_IMODE(path.stat().st_mode)
     if mode & _OTHERS:
         try:

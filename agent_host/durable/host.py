@@ -83,8 +83,14 @@ def load_registry(settings: Settings) -> AgentRegistry:
     if isinstance(target, AgentRegistry) or not callable(target):
         registry = target
     else:
-        takes_settings = len(inspect.signature(target).parameters) > 0
-        registry = target(settings) if takes_settings else target()
+        try:
+            takes_settings = len(inspect.signature(target).parameters) > 0
+            registry = target(settings) if takes_settings else target()
+        except (TypeError, ValueError) as exc:  # not a factory of a registry (json:dumps)
+            raise ConfigurationError(
+                f"COUNTERSIGN_AGENTS={spec!r} names {module_name}.{attribute or 'registry'}, "
+                f"which is neither an AgentRegistry nor a function returning one ({exc})"
+            ) from None
     if not isinstance(registry, AgentRegistry):
         raise ConfigurationError(f"COUNTERSIGN_AGENTS={spec!r} is not an AgentRegistry")
     check_agents(registry, spec)

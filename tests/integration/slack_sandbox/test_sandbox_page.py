@@ -262,6 +262,26 @@ async def test_interactions_without_a_bot_answer_503(
     assert status == 503 and "events_url" in answer["error"]
 
 
+async def test_another_site_cannot_act_through_the_page(
+    standin: SlackStandIn, http: aiohttp.ClientSession
+) -> None:
+    """A web page elsewhere, open in the same browser, posting a form (text/plain) or a
+    fetch from its own origin, acts as nobody: only the sandbox page's JSON does."""
+    standin.events_url = None  # were it let through, the page's own answer would be 503
+    url = f"{standin.base_url}/_sandbox/ui/slash"
+    body = json.dumps({"user": "U0ADMIN", "channel": "C0APPROVALS", "text": "route add x"})
+    for headers in (
+        {"Content-Type": "text/plain"},
+        {"Content-Type": "application/json", "Origin": "http://evil.example"},
+    ):
+        async with http.post(url, data=body, headers=headers) as response:
+            assert response.status == 403, headers
+            assert "only the sandbox page" in (await response.json())["error"]
+    same = {"Content-Type": "application/json", "Origin": standin.base_url.rstrip("/")}
+    async with http.post(url, data=body, headers=same) as response:
+        assert response.status == 503  # through to the page's own handling
+
+
 # --------------------------------------------------------------------------- runs panel
 
 

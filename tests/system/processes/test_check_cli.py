@@ -118,6 +118,19 @@ async def test_a_wrong_token_fails_and_names_the_variable(
     ], done.out
 
 
+async def test_a_token_without_a_scope_countersign_calls_with_fails_naming_it(
+    standin: SlackStandIn, redis_url: str, tmp_path: Path
+) -> None:
+    """Installed from an old manifest, say: every post would fail with missing_scope."""
+    standin.grant("commands", "usergroups:read", "channels:read", "groups:read")
+    done = await check(good_env(standin, redis_url, tmp_path), tmp_path)
+
+    assert done.code == 1, done
+    [token, *_] = failures(done)
+    assert token.startswith("FAIL  slack token: the app lacks the scope(s) chat:write"), token
+    assert "reinstall the app" in token
+
+
 async def test_an_unreachable_redis_fails_and_says_what_to_fix(
     standin: SlackStandIn, redis_url: str, tmp_path: Path
 ) -> None:
@@ -171,6 +184,20 @@ async def test_bad_settings_and_agents_fail_with_the_variable(
         "FAIL  settings: invalid configuration: PORT: Input should be a valid integer, "
         "unable to parse string as an integer"
     ], done.out
+
+    # Admins by name, and a callback URL where its host goes: each passed, and did nothing.
+    for name, value, says in (
+        ("COUNTERSIGN_ADMINS", "U0ADMIN, @alice", "'@alice' is not a Slack user id"),
+        (
+            "COUNTERSIGN_CALLBACK_HOSTS",
+            "https://hooks.example.com/path",
+            "'https://hooks.example.com/path' is not host or host:port",
+        ),
+    ):
+        done = await check(env | {name: value}, tmp_path)
+        assert done.code == 1, done
+        [line] = failures(done)
+        assert line.startswith(f"FAIL  settings: invalid configuration: {name}: {says}"), line
 
 
 async def test_an_escalation_channel_the_bot_cannot_post_in_fails_with_the_fix(

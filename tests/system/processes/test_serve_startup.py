@@ -5,6 +5,7 @@ exit status 2, no traceback; a good start prints no Bolt warning."""
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -149,6 +150,7 @@ async def start_run(session: aiohttp.ClientSession, serve: Proc, body: dict[str,
             "COUNTERSIGN_MODEL",
         ),
         ("mymodule:no_model", "agent 'greeter' (COUNTERSIGN_AGENTS='mymodule:no_model') has no"),
+        ("json:dumps", "names json.dumps, which is neither an AgentRegistry nor a function"),
     ],
 )
 async def test_a_bad_agents_setting_is_one_line_naming_the_variable(
@@ -231,3 +233,37 @@ async def test_a_second_process_on_a_data_dir_in_use_is_told_to_share_its_redis(
         assert "in use by another process" in line and f"pid {first.pid}" in line
         assert f"REDIS_URL=redis://127.0.0.1:{first.port}/0" in line
         assert first.log_path.read_text().count("Ready to accept connections") == 1
+
+
+async def test_a_data_dir_that_cannot_be_made_is_one_line_naming_the_variable(
+    standin: SlackStandIn, redis_url: str, tmp_path: Path
+) -> None:
+    (tmp_path / "afile").write_text("not a directory")
+    env = env_for(standin, redis_url, tmp_path, COUNTERSIGN_DATA_DIR=str(tmp_path / "afile/sub"))
+    del env["COUNTERSIGN_ENCRYPTION_KEYS"]  # so that the key file is looked for there
+    done = await run_cli("serve", "--port", str(free_port()), env=env)
+
+    assert done.code == 2, done
+    line = only_line(done)
+    assert "data directory" in line and "set COUNTERSIGN_DATA_DIR" in line, line
+
+
+async def test_port_zero_listens_on_a_free_port(
+    standin: SlackStandIn, redis_url: str, tmp_path: Path, serves: list[Proc]
+) -> None:
+    env = env_for(standin, redis_url, tmp_path, PYTHONPATH=str(PROJECT_ROOT))
+    args = [*CLI, "serve", "--host", "127.0.0.1", "--port", "0"]
+    serve = Proc("serve", args, env, tmp_path / "serve.log", None)
+    serves.append(serve)
+
+    async def serving() -> str | None:
+        found = re.search(r"serving on http://127\.0\.0\.1:(\d+)", serve.log.read_text())
+        return found.group(1) if found else None
+
+    port = int(await until("serve to listen", serving, watch=[serve]))
+    assert port not in (0, 3000)
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{port}/healthz") as resp,
+    ):
+        assert resp.status == 200

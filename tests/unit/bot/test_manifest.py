@@ -10,6 +10,8 @@ import jsonschema
 import pytest
 import yaml
 
+from bot.check import REQUIRED_SCOPES
+from slack_sandbox.core import BOT_SCOPES as SANDBOX_SCOPES
 from tests.support.paths import PROJECT_ROOT
 
 ROOT = PROJECT_ROOT
@@ -98,6 +100,8 @@ def test_bot_scopes_are_exactly_the_least_privilege_set(manifest: dict[str, Any]
     assert set(scopes) == {"bot"}, "no user or optional scopes"
     assert len(scopes["bot"]) == len(set(scopes["bot"]))
     assert set(scopes["bot"]) == BOT_SCOPES
+    # `countersign check` asks for exactly these, and the stand-in grants them.
+    assert set(REQUIRED_SCOPES) == set(SANDBOX_SCOPES) == BOT_SCOPES
 
 
 def test_the_approvals_slash_command(manifest: dict[str, Any]) -> None:
