@@ -39,6 +39,15 @@ _USER_ID = re.compile(r"[UW][A-Z0-9]{2,}")
 _HOST = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?")
 
 
+def _each_matches(value: str, pattern: re.Pattern[str], otherwise: str) -> str:
+    """`value` if each of its comma-separated entries matches `pattern`; else ValueError
+    naming the first that does not, and `otherwise`."""
+    for entry in (e.strip() for e in value.split(",")):
+        if entry and not pattern.fullmatch(entry):
+            raise ValueError(f"{entry!r} {otherwise}")
+    return value
+
+
 def env(name: str) -> AliasChoices:
     """The environment variable `name` (or its lower-case spelling) for a field."""
     return AliasChoices(name, name.lower())
@@ -71,13 +80,12 @@ class CoreSettings(_Base):
     @field_validator("admins")
     @classmethod
     def _user_ids(cls, value: str) -> str:
-        for entry in (a.strip() for a in value.split(",")):
-            if entry and not _USER_ID.fullmatch(entry):
-                raise ValueError(
-                    f"{entry!r} is not a Slack user id: use each admin's member ID (U… or W…, "
-                    "from their profile's ⋮ menu), comma-separated"
-                )
-        return value
+        return _each_matches(
+            value,
+            _USER_ID,
+            "is not a Slack user id: use each admin's member ID (U… or W…, from their "
+            "profile's ⋮ menu), comma-separated",
+        )
 
 
 class RedisSettings(_Base):
@@ -95,13 +103,12 @@ class HttpSettings(_Base):
     @field_validator("callback_hosts")
     @classmethod
     def _hosts(cls, value: str) -> str:
-        for entry in (h.strip() for h in value.split(",")):
-            if entry and not _HOST.fullmatch(entry):
-                raise ValueError(
-                    f"{entry!r} is not host or host:port: write the callback URL's host alone "
-                    "(hooks.example.com, hooks.example.com:8443, [::1]:8080), no scheme or path"
-                )
-        return value
+        return _each_matches(
+            value,
+            _HOST,
+            "is not host or host:port: write the callback URL's host alone "
+            "(hooks.example.com, hooks.example.com:8443, [::1]:8080), no scheme or path",
+        )
 
 
 class ModelSettings(_Base):
