@@ -246,6 +246,23 @@ async def test_an_escalation_to_the_requester_alone_is_recorded_as_reaching_nobo
         assert stack.channel_messages(dm) == []
 
 
+async def test_an_escalation_to_a_user_group_gone_from_slack_is_recorded_not_retried(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The group was deleted after its route was added: it has nobody to tell, which no
+    retry changes, so the escalation is recorded as failed at once."""
+    async with running_stack(redis_url, tmp_path) as stack:
+        await _route(stack, f"escalate_after=1s escalate_to=<!subteam^{GROUP}|@reviewers>")
+        groups = stack.standin.workspace.usergroups
+        groups[:] = [g for g in groups if g.id != GROUP]
+        run_id = await stack.start_run("refund-agent", "refund order 123")
+        [request] = await stack.pending_requests(run_id)
+        [failed] = await eventually(lambda: _events(stack, request, "delivery_failed"))
+        assert "no_members" in str(failed)
+        await _settled(stack)
+        assert len(stack.standin.calls_to("usergroups.users.list")) <= 2  # not retried
+
+
 async def test_a_decided_request_leaves_the_ladder_and_gets_no_reminder(
     redis_url: str, tmp_path: Path
 ) -> None:
