@@ -29,6 +29,7 @@ from agent_host.durable.reach import reach_redis
 from agent_host.errors import ConfigurationError, StoreUnavailable
 from bot.delivery import channel_problem, error_code, how_to_fix
 from bot.slack_settings import ServiceSettings, load_settings
+from bot.socket_client import socket_mode_url
 from bot.wiring import require_slack, web_client
 
 __all__ = ["Finding", "run_checks"]
@@ -70,6 +71,8 @@ async def run_checks() -> list[Finding]:
     try:
         finding = await _auth(client, settings)
         findings.append(finding)
+        if settings.slack_app_token:
+            findings.append(await _socket_mode(client, settings))
         if finding.ok:
             findings += await _channels(client, settings, [*file_rules, *redis_rules])
         else:
@@ -163,6 +166,16 @@ async def _auth(client: Any, settings: ServiceSettings) -> Finding:
     return Finding(
         "slack token", f"bot @{reply.get('user')} ({reply.get('user_id')}) in {reply.get('team')}"
     )
+
+
+async def _socket_mode(client: Any, settings: ServiceSettings) -> Finding:
+    """SLACK_APP_TOKEN opens a Socket Mode connection (the URL is asked for, not used)."""
+    token = settings.slack_app_token or ""
+    try:
+        await socket_mode_url(client, token, settings.slack_api_url)
+    except ConfigurationError as exc:
+        return _fail("socket mode", str(exc))
+    return Finding("socket mode", "SLACK_APP_TOKEN opens a Socket Mode connection")
 
 
 async def _channels(

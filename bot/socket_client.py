@@ -27,7 +27,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent_host.errors import ConfigurationError
 
-__all__ = ["SocketMode", "start_socket_mode"]
+__all__ = ["SocketMode", "socket_mode_url", "start_socket_mode"]
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,9 @@ async def _close(handler: AsyncSocketModeHandler) -> None:
     await handler.close_async()  # type: ignore[no-untyped-call]
 
 
-async def _open_url(client: AsyncWebClient, app_token: str, api_url: str) -> str:
+async def socket_mode_url(client: AsyncWebClient, app_token: str, api_url: str) -> str:
+    """Where Socket Mode connects (`apps.connections.open` with SLACK_APP_TOKEN), or
+    ConfigurationError saying what to fix: what `serve` starts with, and `check` checks."""
     try:
         response = await client.apps_connections_open(app_token=app_token)
     except SlackApiError as exc:
@@ -82,7 +84,7 @@ async def start_socket_mode(
 ) -> SocketMode:
     """Connect ``bolt`` over Socket Mode; returns once Slack has said hello on the socket."""
     client = AsyncWebClient(base_url=api_url, timeout=10)
-    url = await _open_url(client, app_token, api_url)
+    url = await socket_mode_url(client, app_token, api_url)
     handler = AsyncSocketModeHandler(bolt, app_token, logger=log, web_client=client)
     greeted = asyncio.Event()
 

@@ -131,6 +131,26 @@ async def test_a_token_without_a_scope_countersign_calls_with_fails_naming_it(
     assert "reinstall the app" in token
 
 
+async def test_a_wrong_app_token_fails_naming_it(
+    standin: SlackStandIn, redis_url: str, tmp_path: Path
+) -> None:
+    """Socket Mode with an app-level token Slack refuses: `serve` would not start, so
+    `check` must not pass."""
+    env = good_env(standin, redis_url, tmp_path) | {"SLACK_APP_TOKEN": "xapp-bogus"}
+    done = await check(env, tmp_path)
+
+    assert done.code == 1, done
+    [line] = failures(done)
+    assert line.startswith("FAIL  socket mode: SLACK_APP_TOKEN was refused"), line
+    assert "invalid_auth" in line
+
+    async with SlackStandIn(seed_workspace(), token=TOKEN, app_token="xapp-right") as right:
+        env = good_env(right, redis_url, tmp_path) | {"SLACK_APP_TOKEN": "xapp-right"}
+        done = await check(env, tmp_path)
+    assert done.code == 0, done
+    assert "ok    socket mode: SLACK_APP_TOKEN opens a Socket Mode connection" in done.out
+
+
 async def test_an_unreachable_redis_fails_and_says_what_to_fix(
     standin: SlackStandIn, redis_url: str, tmp_path: Path
 ) -> None:
