@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 from agent_host.approvals import ApprovalRequest
@@ -183,22 +183,19 @@ class MemberChannels:
     async def _list_members(self, channel: str) -> frozenset[str] | None:
         """Everyone in `channel` (`conversations.members`), or None when Slack could not say
         or it has more members than the pages read."""
-        members: set[str] = set()
-        cursor = ""
         try:
-            for _ in range(MAX_PAGES):
-                reply = await self.client.conversations_members(
-                    channel=channel, limit=PAGE, cursor=cursor or None
-                )
-                members.update(m for m in reply.get("members") or [] if isinstance(m, str))
-                cursor = (reply.get("response_metadata") or {}).get("next_cursor") or ""
-                if not cursor:
-                    return frozenset(members)
+            found = await self._all_pages(
+                lambda cursor: self.client.conversations_members(
+                    channel=channel, limit=PAGE, cursor=cursor
+                ),
+                lambda reply: (m for m in reply.get("members") or [] if isinstance(m, str)),
+            )
         except Exception as exc:  # fail closed
             log.warning("conversations.members for %s failed: %s", channel, exc)
             return None
-        log.warning("%s has more than %d members; they are not checked", channel, PAGE * MAX_PAGES)
-        return None
+        if found is None:
+            log.warning("%s has more than %d members; none is checked", channel, PAGE * MAX_PAGES)
+        return found
 
     def _kept(self, answers: dict[str, tuple[float, T]], key: str, max_age: float) -> T | None:
         """What Slack answered for `key` at most `max_age` seconds ago, or None."""
@@ -206,25 +203,38 @@ class MemberChannels:
         return answer[1] if answer is not None and self.clock() - answer[0] < max_age else None
 
     async def _list(self, user_id: str) -> frozenset[str] | None:
-        channels: set[str] = set()
-        cursor = ""
-        for _ in range(MAX_PAGES):
-            reply = await self.client.users_conversations(
+        found = await self._all_pages(
+            lambda cursor: self.client.users_conversations(
                 user=user_id,
                 types="public_channel,private_channel",
                 exclude_archived=True,
                 limit=PAGE,
-                cursor=cursor or None,
+                cursor=cursor,
+            ),
+            lambda reply: (c["id"] for c in reply.get("channels") or [] if isinstance(c, dict)),
+        )
+        if found is None:
+            log.warning(
+                "%s is in more than %d channels; their open routes are not listed",
+                user_id,
+                PAGE * MAX_PAGES,
             )
-            channels |= {c["id"] for c in reply.get("channels") or [] if isinstance(c, dict)}
+        return found
+
+    @staticmethod
+    async def _all_pages(
+        call: Callable[[str | None], Awaitable[Any]], items: Callable[[Any], Iterable[str]]
+    ) -> frozenset[str] | None:
+        """The `items` of every page `call(cursor)` answers, at most MAX_PAGES of them; None
+        when there are more."""
+        found: set[str] = set()
+        cursor = ""
+        for _ in range(MAX_PAGES):
+            reply = await call(cursor or None)
+            found.update(items(reply))
             cursor = (reply.get("response_metadata") or {}).get("next_cursor") or ""
             if not cursor:
-                return frozenset(channels)
-        log.warning(
-            "%s is in more than %d channels; their open routes are not listed",
-            user_id,
-            PAGE * MAX_PAGES,
-        )
+                return frozenset(found)
         return None
 
 

@@ -124,7 +124,7 @@ async def _detail(request: web.Request, request_id: str) -> web.Response:
     if not math.isfinite(wait) or not 0 <= wait <= MAX_WAIT_SECONDS:
         return error(400, f"wait must be a number of seconds from 0 to {MAX_WAIT_SECONDS}")
     external = request.app[HOST_KEY].external
-    stopping = request.app.get(STOPPING) or asyncio.Event()
+    stopping = request.app[STOPPING]
     waiting = asyncio.ensure_future(external.wait(request_id, wait))
     try:
         while not waiting.done() and not stopping.is_set():

@@ -6,8 +6,8 @@ what Slack submits (each element kind has its own shape in `view.state.values`).
     choice   static_select (an enum)   boolean           checkboxes (one box)
     json     plain_text_input, multiline JSON (objects, arrays, unions, long enums)
 
-An argument under a secret-looking name is never pre-filled (the form is no place to show
-it): left empty it keeps its value. An argument whose value does not fit an input
+An argument the message masks (`arguments.hides`: a credential under a credential's name)
+is never pre-filled (the form is no place to show it): left empty it keeps its value. An argument whose value does not fit an input
 (Block Kit caps it at 3000 characters) is listed as not editable here and keeps its value.
 Reading the form back gives the arguments to change, or a problem per input, in words for
 the reviewer; the approval service then validates them with the tool and judges them again.
@@ -22,7 +22,7 @@ from typing import Any
 
 from agent_host.approvals import ApprovalRequest, EditableField, EditForm
 from agent_host.runtime import strict_json
-from bot.blocks.arguments import hides_characters, is_secret_key
+from bot.blocks.arguments import hides, hides_characters
 from bot.blocks.elements import Block, context, section, text
 from bot.blocks.ids import COMMENT_BLOCK, EDIT_INPUT, EDIT_MODAL, edit_block_id
 from bot.blocks.limits import (
@@ -100,8 +100,8 @@ def edit_inputs(form: EditForm) -> tuple[list[EditInput], list[str]]:
     left_out: list[str] = []
     for field in form.fields:
         element = _element_kind(field)
-        secret = is_secret_key(field.name)
         value = form.arguments.get(field.name)
+        secret = hides(field.name, value)  # masked on the message too: typed, never shown
         fits = len(edit_block_id(field.name)) <= ID_MAX and len(shown) < VIEW_INPUTS_MAX
         if not secret and element == "plain_text_input" and _initial_text(field, value) is None:
             fits = False

@@ -140,6 +140,14 @@ def test_a_secret_argument_is_never_shown_in_the_form() -> None:
     assert "Leave empty to keep it" in token["placeholder"]["text"]
 
 
+def test_a_count_under_a_credentials_name_is_edited_as_the_message_shows_it() -> None:
+    """`token_count: 5` is no credential: the message shows it, so the form does too."""
+    count = EditableField("token_count", "integer")
+    view = B.edit_modal(editable(), EditForm("t", (count,), {"token_count": 5}))
+    element = inputs(view)[B.edit_block_id("token_count")]["element"]
+    assert element["initial_value"] == "5"
+
+
 def test_a_value_too_long_for_an_input_is_listed_not_editable() -> None:
     view = B.edit_modal(editable(), form(vendor="v" * 3001, memo={"x": "y" * 4000}))
     check_edit_modal(view)
