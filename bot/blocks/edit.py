@@ -7,8 +7,9 @@ what Slack submits (each element kind has its own shape in `view.state.values`).
     json     plain_text_input, multiline JSON (objects, arrays, unions, long enums)
 
 An argument the message masks (`arguments.hides`: a credential under a credential's name)
-is never pre-filled (the form is no place to show it): left empty it keeps its value. An argument whose value does not fit an input
-(Block Kit caps it at 3000 characters) is listed as not editable here and keeps its value.
+is never pre-filled (the form is no place to show it): left empty it keeps its value. An
+argument whose value does not fit an input (Block Kit caps it at 3000 characters) is listed
+as not editable here and keeps its value.
 Reading the form back gives the arguments to change, or a problem per input, in words for
 the reviewer; the approval service then validates them with the tool and judges them again.
 """
