@@ -128,21 +128,27 @@ class MemberChannels:
         channel: str,
         ask: Callable[[str], Awaitable[T | None]],
         since: float,
+        *,
+        joined: bool = False,
     ) -> T | None:
         """What Slack said of `channel` (through `ask`) when asked at `since` or later: kept
         in `answers` with the time it was asked, or asked now. One lookup at a time: whoever
-        needs it meanwhile waits for the same answer. None when Slack could not say."""
+        needs it meanwhile waits for the same answer, and asks again when that lookup fails
+        (it may have run out of its time just as they came). None when Slack could not say."""
         kept = answers.get(channel)
         if kept is not None and kept[0] >= since:
             return kept[1]
         key = (ask.__name__, channel)
         asking = self._asking.get(key)
-        if asking is None or asking[0] < since:
+        joining = asking is not None and asking[0] >= since and not asking[1].done()
+        if asking is None or not joining:
             began = self.clock()
             task = asyncio.ensure_future(self._ask_and_keep(answers, channel, ask, began))
             asking = self._asking[key] = (began, task)
             task.add_done_callback(lambda _: self._forget(key, task))
         found: T | None = await asyncio.shield(asking[1])  # a waiter's timeout: not the others'
+        if found is None and joining and not joined:
+            return await self._answer(answers, channel, ask, since, joined=True)
         return found
 
     async def _ask_and_keep(

@@ -102,3 +102,22 @@ async def test_a_stalled_lookup_holds_up_nobody_after_it(slack: SlackStandIn) ->
     slack.inject("conversations.members", status=200, delay=3 * LOOKUP_SECONDS)
     assert await channels.outside(REVIEWER, request) == UNCHECKED
     assert await channels.outside(REVIEWER, request) == ""
+
+
+async def test_a_decision_joining_a_lookup_that_runs_out_of_time_asks_again(
+    slack: SlackStandIn,
+) -> None:
+    """A second decision comes just before a stalled lookup runs out of its time: it waited
+    for that lookup, which ends with nothing, so it asks Slack again itself, within its own
+    time, and is let through."""
+    channels = MemberChannels(AsyncWebClient(token=TOKEN, base_url=slack.url, timeout=10))
+    request = make_request(message_channel=PRIVATE)
+    assert await channels.outside(REVIEWER, request) == ""  # conversations.info: kept
+    await asyncio.sleep(DECISION_MAX_AGE)  # the members listed are too old to let anyone in
+    slack.inject("conversations.members", status=200, delay=3 * LOOKUP_SECONDS)
+    first = asyncio.create_task(channels.outside(REVIEWER, request))
+    await asyncio.sleep(0.8 * LOOKUP_SECONDS)
+    second = await channels.outside(REVIEWER, request)
+    assert await first == UNCHECKED
+    assert second == ""
+    assert lookups(slack).count("conversations.members") == 3
