@@ -157,9 +157,11 @@ async def compact_aof(redis: Redis, wait: float) -> str:
 async def _rotate_one(redis: Redis, swap: AsyncScript, keyring: KeyRing, run_id: str) -> bool:
     """True when rotated, False when there was nothing to do; _Damaged when it cannot be."""
     k = K.Keys(run_id)
-    try:
-        blob: Any = await redis.get(k.checkpoint)
-        pause_id: Any = await redis.hget(k.run, "pause_id")
+    try:  # at one moment: a pause between two reads would pair its id with the old blob
+        async with redis.pipeline(transaction=True) as pipe:
+            pipe.get(k.checkpoint)
+            pipe.hget(k.run, "pause_id")
+            blob, pause_id = await pipe.execute()
     except ResponseError as exc:  # WRONGTYPE: the key holds something else than a blob
         raise _Damaged(f"the checkpoint key {k.checkpoint} is not a string ({exc})") from None
     if blob is None or pause_id is None:

@@ -4,6 +4,7 @@ resumably, without clobbering a run that moves on meanwhile; rotated checkpoints
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 import pytest
 import redis as redis_sync
@@ -170,3 +171,47 @@ async def test_rotation_reencrypts_each_requests_context_and_it_still_opens(redi
     assert env_b.store.open_context(rotated).context == opened
     # A context that cannot be opened leaves the request shown without it, never withheld.
     assert make_env(redis).store.open_context(rotated).context is None
+
+
+async def test_a_pause_during_rotation_is_not_reported_as_damage(redis: Redis) -> None:
+    """The run pauses again just as rotation reads its checkpoint: the checkpoint and the
+    pause id it is sealed to are read together, so rotation never pairs the old blob with
+    the new pause id and reports a sound run as damaged; the new pause is left as it is."""
+    env = make_env(redis, keyring=KeyRing.parse(KEY_A))
+    run_id = await env.start("refund-agent", "refund order 123")
+    k = K.Keys(run_id)
+    ring_b = KeyRing.parse(f"{KEY_B},{KEY_A}")
+    next_pause = "req_next"
+    paused_again = ring_b.encrypt(b'{"paused": "again"}', run_id=run_id, request_id=next_pause)
+    paused: list[str] = []
+
+    async def pause_once_read(keys: list[Any]) -> None:
+        if k.checkpoint in keys and not paused:  # the run's next pause lands right now
+            paused.append(next_pause)
+            await redis.set(k.checkpoint, paused_again)
+            await redis.hset(k.run, "pause_id", next_pause)
+
+    class PausingAsRead(Redis):  # type: ignore[type-arg]
+        async def get(self, name: Any) -> Any:  # type: ignore[override]
+            blob = await super().get(name)
+            await pause_once_read([name])
+            return blob
+
+        def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
+            pipe = super().pipeline(transaction, shard_hint)
+            execute = pipe.execute
+
+            async def then_pause(raise_on_error: bool = True) -> Any:
+                read = [a for args, _ in pipe.command_stack for a in args]
+                found = await execute(raise_on_error)
+                await pause_once_read(read)
+                return found
+
+            pipe.execute = then_pause  # type: ignore[method-assign]
+            return pipe
+
+    report = await rotate_checkpoints(PausingAsRead(connection_pool=redis.connection_pool), ring_b)
+    assert paused, "the pause never happened: rotation read the checkpoint some other way"
+    assert report.damaged == {}
+    assert (report.rotated, report.skipped) == (0, 1)
+    assert await redis.get(k.checkpoint) == paused_again
