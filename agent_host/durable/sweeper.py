@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
 
 from agent_host.approvals import ApprovalService
 from agent_host.durable import keys as K
@@ -19,6 +18,7 @@ from agent_host.durable.connections import as_text
 from agent_host.durable.crashpoints import NEVER, CrashPoints
 from agent_host.durable.due import due_now
 from agent_host.durable.ladder import Ladder
+from agent_host.durable.poison import TRANSIENT
 from agent_host.durable.store import RunStore
 from agent_host.durable.streams import trim_acknowledged
 from agent_host.runtime.decisions import Expired
@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 EXPIRED_BY = "countersign (expired)"
 TRIM_EVERY_SECONDS = 60.0
+RETRY_SECONDS = 60  # before a request that could not be read is tried again
 
 
 class Sweeper:
@@ -51,24 +52,52 @@ class Sweeper:
         """Expire every request whose deadline passed; returns how many this sweeper decided.
 
         "Passed" by Redis's clock, the one the compare-and-set checks: a sweeper whose own
-        clock runs ahead cannot expire anything early."""
-        schedules = [shard.deadlines for shard in K.shards()]
-        due: list[Any] = []
-        for members in await due_now(self.store.redis, schedules, self.batch):
-            due += members
-        if due:
+        clock runs ahead cannot expire anything early. One entry that cannot be expired
+        holds up none of the others: it is dropped when it names no request of its shard,
+        or tried again RETRY_SECONDS later when its request cannot be read."""
+        shards = K.shards()
+        due = await due_now(self.store.redis, [shard.deadlines for shard in shards], self.batch)
+        if any(due):
             self.crash.reached("sweeper_after_due")
         expired = 0
-        for raw in due:
-            request_id = as_text(raw)
+        for shard, members in zip(shards, due, strict=True):
+            for member in members:
+                expired += await self._expire(shard, as_text(member))
+        return expired
+
+    async def _expire(self, shard: K.Shard, request_id: str) -> bool:
+        """Expire one entry of `shard`'s deadlines; True when this sweeper decided it."""
+        redis = self.store.redis
+        try:
+            k = K.Keys(request_id)
+        except ValueError:
+            k = None
+        if k is None or k.shard != shard:  # its own shard's entry, if any, is what counts
+            log.warning("dropped a deadline entry naming no request of its shard: %r", request_id)
+            await redis.zrem(shard.deadlines, request_id)
+            return False
+        try:
             result = await self.approvals.decide(
                 request_id, Expired(decided_by=EXPIRED_BY), via="sweeper"
             )
-            if result.outcome == "decided":
-                expired += 1
-            elif result.outcome == "not_found":
-                await self.store.redis.zrem(K.Keys(request_id).shard.deadlines, request_id)
-        return expired
+        except TRANSIENT:
+            raise  # Redis is away: the whole sweep is tried again
+        except Exception:
+            log.exception(
+                "request %s is past its deadline but could not be read to expire it (tried "
+                "again in %gs): repair or delete its hash %s",
+                request_id,
+                RETRY_SECONDS,
+                k.request(request_id),
+            )
+            seconds, _ = await redis.time()
+            await redis.zadd(
+                shard.deadlines, {request_id: (seconds + RETRY_SECONDS) * 1000}, xx=True
+            )
+            return False
+        if result.outcome in ("not_found", "already_decided"):  # nothing left to expire
+            await redis.zrem(shard.deadlines, request_id)
+        return result.outcome == "decided"
 
     async def trim(self) -> int:
         """Trim the shards' resume, outbox and callback streams of acknowledged entries."""

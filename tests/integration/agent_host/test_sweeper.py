@@ -10,7 +10,7 @@ from agent_host.approvals import DEFAULT_EXPIRY_SECONDS, FixedRouter
 from agent_host.durable import keys as K
 from agent_host.durable.sweeper import EXPIRED_BY, Sweeper
 from agent_host.runtime.decisions import DEFAULT_EXPIRED_MESSAGE, Approve
-from tests.support.host_env import FakeClock, make_env, resume_entries
+from tests.support.host_env import Env, FakeClock, make_env, resume_entries
 from tests.support.keyspace import metric, zcard_all
 from tests.support.routers import QuorumRouter
 
@@ -146,6 +146,40 @@ async def test_deadline_of_a_vanished_request_is_dropped(redis: Redis) -> None:
     await redis.zadd(K.Keys(ghost).shard.deadlines, {ghost: 1})
     assert await Sweeper(env.store).sweep() == 0
     assert await zcard_all(redis, "deadlines") == 0
+
+
+async def due_requests_in_every_shard(env: Env) -> list[str]:
+    """Pending requests, at least one in each shard, all past their deadline."""
+    started: list[str] = []
+    while len({K.Keys(r).shard for r in started}) < K.SHARDS:
+        (request,) = await env.requests(await env.start("refund-agent", "refund order 123"))
+        started.append(request.request_id)
+    await env.age(DEFAULT_EXPIRY_SECONDS + 1)
+    return started
+
+
+async def test_an_entry_that_cannot_be_expired_holds_up_no_other(redis: Redis) -> None:
+    """Entries naming no request of their shard (junk, another shard's request) and a
+    request whose hash cannot be read (a field another version wrote) sit before every
+    other deadline: the others still expire, in every shard, on the first sweep. The junk
+    is dropped; the unreadable request keeps its deadline, tried again later."""
+    env = make_env(redis, clock=FakeClock(), router=FixedRouter())
+    unreadable, *due = await due_requests_in_every_shard(env)
+    elsewhere = "req_00000001aaaaaaaaaaaa_0001"
+    home = K.Keys(unreadable).shard
+    assert K.Keys(elsewhere).shard != home
+    await redis.zadd(home.deadlines, {"junk": 1, elsewhere: 1, unreadable: 1})
+    await redis.hset(K.Keys(unreadable).request(unreadable), "route", '{"unknown": 1}')
+
+    assert await Sweeper(env.store).sweep() == len(due)
+    for request_id in due:
+        expired = await env.store.get_request(request_id)
+        assert expired is not None and expired.status == "expired"
+    left = {m: score for m, score in await redis.zrange(home.deadlines, 0, -1, withscores=True)}
+    assert list(left) == [unreadable.encode()]  # kept, and no longer due at once
+    seconds, _ = await redis.time()
+    assert left[unreadable.encode()] > seconds * 1000
+    assert await Sweeper(env.store).sweep() == 0
 
 
 async def test_sweeper_run_loop_expires_and_stops(redis: Redis) -> None:
