@@ -35,7 +35,7 @@ _FENCED = "```\n", "\n```"
 _TITLED = "*Arguments*\n```\n", "\n```"
 
 # Words that make a key name a credential, alone or two run together (`api_key`,
-# `X-Api-Key`, `private_key_pem`, `GitHubToken`, `aws_secret_access_key`).
+# `X-Api-Key`, `private_key_pem`, `GitHubToken`, `aws_secret_access_key`, `ssh_key`).
 _SECRET_WORDS = frozenset(
     {
         "password",
@@ -50,6 +50,15 @@ _SECRET_WORDS = frozenset(
         "credential",
         "credentials",
         "privatekey",
+        "accesskey",
+        "signingkey",
+        "sshkey",
+        "pwd",
+        "passphrase",
+        "passphrases",
+        "cookie",
+        "cookies",
+        "bearer",
     }
 )
 _WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")

@@ -380,16 +380,22 @@ def test_only_credentials_under_credentials_keys_are_masked() -> None:
         "aws_secret_access_key": "aws-secret",
         "private_key_pem": "-----BEGIN PRIVATE",
         "password2": "pw-two",
+        "db_pwd": "hunter2",
+        "ssh_key": "ssh-ed25519 AAAA",
+        "signingKey": "sig-value",
+        "session_cookie": "sid=abc",
+        "gpg_passphrase": "correct horse",
     }
     masked = B.mask_secrets(arguments)
     assert masked["tokens"] == 1000000 and masked["options"] == arguments["options"]
-    for key in ("token", "passwords", "aws_secret_access_key", "private_key_pem", "password2"):
+    hidden_keys = [k for k in arguments if k not in ("to", "tokens", "options")]
+    for key in hidden_keys:
         assert masked[key] == B.MASK, key
     _, body = B.approval_message(make_request(arguments=arguments))
     text = unescape(arguments_text(body))
     for shown in ("1000000", "999999", "wire everything to 0xEVIL", '"token_count": 5'):
         assert shown in text, shown
-    for hidden in ("ghp_in_an_object", "pw-in-a-list", "aws-secret", "BEGIN", "pw-two"):
+    for hidden in ("ghp_in_an_object", "pw-in-a-list", "aws-secret", "BEGIN", "pw-two", "hunter2"):
         assert hidden not in text, hidden
 
 
