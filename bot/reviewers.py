@@ -77,9 +77,9 @@ class SlackReviewerDirectory:
         self._groups[group_id] = (self.clock(), members)
         return members
 
-    async def group_problem(self, group_id: str) -> str | None:
-        """Why the user group `group_id` cannot review (it does not exist, or has nobody in
-        it), saying what to do; None when it can. Asked of Slack now, for `route add`."""
+    async def group_listed(self, group_id: str) -> frozenset[str] | str:
+        """Who is in the user group `group_id`, asked of Slack now (for `route add`); or why
+        it cannot review (it does not exist, or has nobody in it), saying what to do."""
         group = mention(group_id)
         try:
             reply = await asyncio.wait_for(
@@ -94,9 +94,10 @@ class SlackReviewerDirectory:
             return f"Slack refused to list {group} ({inline_code(code)}); try again"
         except (TimeoutError, OSError, aiohttp.ClientError):
             return f"Slack did not answer who is in {group}; try again in a moment"
-        if not reply.get("users"):
+        members = frozenset(u for u in reply.get("users") or [] if isinstance(u, str))
+        if not members:
             return f"the user group {group} has nobody in it, so nobody could decide through it"
-        return None
+        return members
 
     async def memberships(
         self, groups: Iterable[str], within: float

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_host.approvals.routes import RouteSpecError, format_rules, parse_spec
+from agent_host.approvals.routes import RouteRule, RouteSpecError, format_rules, parse_spec
 from agent_host.durable.route_book import RouteBook
 from agent_host.durable.store import RunStore, parse_cursor
 from agent_host.errors import CheckpointError
@@ -37,9 +37,10 @@ from bot.permalinks import Permalinks
 from bot.reviewers import SlackReviewerDirectory
 from bot.visibility import Viewer, Visibility
 
-__all__ = ["CommandReply", "SlashCommands", "help_text"]
+__all__ = ["CommandReply", "SlashCommands", "help_text", "within_reply"]
 
 PAGE = 10
+REPLY_TEXT_MAX = 39_000  # characters of a text reply (Slack refuses one over 40,000)
 LINKS_BUDGET = 0.6  # seconds for the page's chat.getPermalink calls (the reply is due in 3 s)
 ARGUMENTS_MAX = 1500  # characters of a request's arguments shown by `show`
 REASON_MAX = 500  # characters of its reason (as code: the words are never formatting)
@@ -76,6 +77,43 @@ class CommandReply:
     blocks: list[dict[str, Any]] = field(default_factory=list)
 
 
+def within_reply(listing: str, limit: int = REPLY_TEXT_MAX) -> str:
+    """`listing` (one line a route, its last line where anything else goes) cut to whole
+    lines within `limit` characters, saying how many routes were left out: a reply past
+    Slack's limit is refused, and the admin would see no route at all."""
+    if len(listing) <= limit:
+        return listing
+    *lines, last = listing.split("\n")
+    room = limit - len(last) - 200  # the note
+    shown: list[str] = []
+    for line in lines:
+        room -= len(line) + 1
+        if room < 0:
+            break
+        shown.append(line)
+    note = (
+        f"… and {len(lines) - len(shown)} more routes after these, matched in this order, "
+        "not shown: the listing is longer than one Slack message"
+    )
+    return "\n".join([*shown, note, last])
+
+
+def _quorum_problem(rule: RouteRule, groups: dict[str, Any]) -> str:
+    """Why the route's reviewers, its groups' members counted, are too few for its quorum
+    (its requests could only expire), or ""."""
+    if rule.quorum == 1 or not any(r.startswith("S") for r in rule.reviewers):
+        return ""  # a quorum of listed users alone is checked with the rule itself
+    people = {r for r in rule.reviewers if not r.startswith("S")}
+    for reviewer in rule.reviewers:
+        people |= groups.get(reviewer, frozenset())
+    if len(people) >= rule.quorum:
+        return ""
+    return (
+        f"quorum {rule.quorum} needs more approvers than the {len(people)} people its "
+        "reviewers name; lower the quorum or add reviewers"
+    )
+
+
 class SlashCommands:
     def __init__(
         self,
@@ -103,7 +141,8 @@ class SlashCommands:
         if command == "show" and len(rest) == 1:
             return await self.show(viewer, rest[0])
         if command == "routes" and not rest:
-            return format_rules(await self.routes.rules(), self.routes.default_channel)
+            listing = format_rules(await self.routes.rules(), self.routes.default_channel)
+            return within_reply(listing)
         if command == "route" and rest and rest[0] in ("add", "remove"):
             if user_id not in self.admins:
                 return (
@@ -231,11 +270,14 @@ class SlashCommands:
             if check is not None and (problem := await check(channel)):
                 return f":warning: Route not added: {problem}"
         # A user group that does not exist, or has nobody in it, would leave its requests to
-        # nobody (or escalate them to nobody).
+        # nobody (or escalate them to nobody); too few people for the quorum, to expiry.
         groups = [g for g in (*rule.reviewers, rule.escalate_to) if g.startswith("S")]
-        for problem in await asyncio.gather(*map(self.directory.group_problem, groups)):
-            if problem:
-                return f":warning: Route not added: {problem}, then add the route again."
+        listed = await asyncio.gather(*map(self.directory.group_listed, groups))
+        for found in listed:
+            if isinstance(found, str):
+                return f":warning: Route not added: {found}, then add the route again."
+        if too_few := _quorum_problem(rule, dict(zip(groups, listed, strict=True))):
+            return f":warning: Route not added: {too_few}."
         saved = await self.routes.add(rule, user_id)
         return f":white_check_mark: Added route `{saved.id}`.\n" + format_rules(
             [saved], self.routes.default_channel

@@ -56,7 +56,10 @@ _USER_MENTION = re.compile(r"^<@([A-Z0-9]+)(?:\|[^>]*)?>$")
 _GROUP_MENTION = re.compile(r"^<!subteam\^([A-Z0-9]+)(?:\|[^>]*)?>$")
 _DURATION = re.compile(r"^(\d+)\s*([smhd])$")
 _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-_GLOB_FORBIDDEN = re.compile(r"[\s<>&`]")
+# A glob is visible ASCII (no character that hides or reorders text, so what a route's
+# listing shows is what it matches), and none of Slack's markup characters.
+_GLOB = re.compile(r"^[!-~]{1,200}$")
+_GLOB_FORBIDDEN = re.compile(r"[<>&`]")
 _TRUE = {"yes", "true", "on", "1", "y"}
 _FALSE = {"no", "false", "off", "0", "n"}
 
@@ -156,7 +159,16 @@ def _escalation_target(value: str) -> str:
 
 
 def _reviewer_ids(values: Iterable[str]) -> tuple[str, ...]:
-    ids = [_reviewer_id(v) for v in values if v.strip()]
+    """The ids named, each once. An empty entry is refused, not skipped: `reviewers=,`
+    would otherwise make a route anyone in the channel may decide."""
+    values = list(values)
+    if any(not value.strip() for value in values):
+        raise RouteSpecError(
+            "reviewers has an empty entry: list @someone or @group separated by commas, "
+            "or leave reviewers out to let anyone in the channel decide",
+            "reviewers",
+        )
+    ids = [_reviewer_id(v) for v in values]
     return tuple(dict.fromkeys(ids))  # de-duplicated, first mention's order kept
 
 
@@ -207,10 +219,10 @@ class RouteRule:
     def __post_init__(self) -> None:
         for name in ("agent", "tool"):
             glob = getattr(self, name)
-            if not isinstance(glob, str) or not glob or _GLOB_FORBIDDEN.search(glob):
+            if not isinstance(glob, str) or not _GLOB.match(glob) or _GLOB_FORBIDDEN.search(glob):
                 raise RouteSpecError(
-                    f"{name} {glob!r} must be a non-empty glob such as refund-* without "
-                    "spaces or <>&`",
+                    f"{name} {glob!r} must be a glob such as refund-* of 1 to 200 visible "
+                    "ASCII characters, without spaces, invisible characters or <>&`",
                     name,
                 )
         object.__setattr__(self, "min_severity", _severity(str(self.min_severity)))

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from agent_host.approvals.routes import parse_spec
 from agent_host.durable import keys
 from agent_host.examples import ExampleEffects, build_registry
 from agent_host.runtime.agents import Agent, AgentRegistry
@@ -342,6 +343,44 @@ async def test_a_route_naming_a_user_group_nobody_could_decide_through_is_refuse
 
         removed = await approvals(stack, ADMIN, "route remove r1")
         assert "Requests already waiting under it keep it" in removed
+
+
+async def test_a_route_whose_reviewers_are_too_few_for_its_quorum_is_refused(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A quorum its reviewers could never reach, counting its groups' members, would leave
+    every request to expire: refused, saying why. Enough people, users and groups together,
+    is added."""
+    async with running_stack(redis_url, tmp_path) as stack:
+        groups = stack.standin.workspace.usergroups
+        groups.append(UserGroup("S0SOLO", "solo", "Solo", [REVIEWER]))
+        groups.append(UserGroup("S0PAIR", "pair", "Pair", [REVIEWER, "U0REVIEWER2"]))
+        for reviewers in ("<!subteam^S0SOLO>", f"<!subteam^S0SOLO>,<@{REVIEWER}>"):
+            answer = await approvals(
+                stack, ADMIN, f"route add channel={CHANNEL} reviewers={reviewers} quorum=2"
+            )
+            assert ":warning: Route not added: quorum 2 needs more approvers" in answer, answer
+        assert await stack.bot.routes.rules() == []
+        added = await approvals(
+            stack, ADMIN, f"route add channel={CHANNEL} reviewers=<!subteam^S0SOLO>,S0PAIR quorum=2"
+        )
+        assert "Added route `r1`" in added
+
+
+async def test_a_routes_listing_longer_than_one_message_shows_what_fits(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """More routes than one Slack message holds: the listing shows the first ones, in the
+    order they match, says how many more there are, and is never refused by Slack."""
+    async with running_stack(redis_url, tmp_path) as stack:
+        for n in range(150):
+            glob = f"agent-{n:03d}-" + "x" * 190
+            await stack.bot.routes.add(parse_spec(f"agent={glob} channel={CHANNEL}"), ADMIN)
+        listing = await approvals(stack, REVIEWER, "routes")
+        assert "*r1*" in listing and "*r150*" not in listing
+        shown = listing.count("agent `agent-")
+        assert f"… and {150 - shown} more routes after these" in listing
+        assert f"Anything else goes to <#{CHANNEL}>" in listing
 
 
 async def test_route_changes_are_for_admins_only(redis_url: str, tmp_path: Path) -> None:

@@ -124,7 +124,15 @@ def test_durations(text: str, seconds: int) -> None:
         ("channel=C1 channel=C2", "channel is given twice"),
         ("channel=", "channel needs a value"),
         ("channel=C1 refund", "'refund' is not key=value"),
-        ("channel=C1 tool=<b>", "tool '<b>' must be a non-empty glob"),
+        ("channel=C1 tool=<b>", "tool '<b>' must be a glob"),
+        # An empty reviewer would leave a route anyone in the channel may decide.
+        ("channel=C1 reviewers=,", "reviewers has an empty entry"),
+        ("channel=C1 reviewers=U1,,U2", "reviewers has an empty entry"),
+        # A glob that looks like another, or like a name it never matches, is refused.
+        ("channel=C1 agent=cleanup-agent\u200b", r"agent 'cleanup-agent\u200b' must be a glob"),
+        ("channel=C1 tool=\u202efer_eussi", r"tool '\u202efer_eussi' must be a glob"),
+        ("channel=C1 tool=caf\u00e9", "visible ASCII characters"),
+        (f"channel=C1 tool={'x' * 201}", "of 1 to 200 visible"),
     ],
 )
 def test_malformed_specs_say_what_is_wrong_and_show_an_example(spec: str, says: str) -> None:
@@ -377,6 +385,7 @@ def test_load_a_good_routes_file(tmp_path: Path) -> None:
             "field 'allow_self_approval'",
         ),
         ("routes:\n  - {channel: C1, agent: 7}", "field 'agent': must be text"),
+        ("routes:\n  - {channel: C1, reviewers: ['']}", "reviewers has an empty entry"),
     ],
 )
 def test_bad_routes_files_name_the_file_the_route_and_the_field(
