@@ -56,10 +56,10 @@ _USER_MENTION = re.compile(r"^<@([A-Z0-9]+)(?:\|[^>]*)?>$")
 _GROUP_MENTION = re.compile(r"^<!subteam\^([A-Z0-9]+)(?:\|[^>]*)?>$")
 _DURATION = re.compile(r"^(\d+)\s*([smhd])$")
 _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-# A glob is visible ASCII (no character that hides or reorders text, so what a route's
-# listing shows is what it matches), and none of Slack's markup characters.
-_GLOB = re.compile(r"^[!-~]{1,200}$")
-_GLOB_FORBIDDEN = re.compile(r"[<>&`]")
+_GLOB_FORBIDDEN = re.compile(r"[\s<>&`]")
+# A new route's glob is visible ASCII: no character that hides or reorders text, so what
+# its listing shows is what it matches (rules stored before are read as they were).
+_VISIBLE_GLOB = re.compile(r"^[!-~]{1,200}$")
 _TRUE = {"yes", "true", "on", "1", "y"}
 _FALSE = {"no", "false", "off", "0", "n"}
 
@@ -197,6 +197,24 @@ def _severity_rank(severity: Severity | str) -> int:
         return Severity.CRITICAL.rank
 
 
+def _glob_error(name: str, glob: object) -> RouteSpecError:
+    return RouteSpecError(
+        f"{name} {glob!r} must be a glob such as refund-* of 1 to 200 visible ASCII "
+        "characters, without spaces, invisible characters or <>&`",
+        name,
+    )
+
+
+def new_rule(**fields: Any) -> RouteRule:
+    """A rule an admin writes now (`route add`, the routes file): as `RouteRule`, and its
+    globs visible ASCII."""
+    for name in ("agent", "tool"):
+        glob = fields.get(name, "*")
+        if isinstance(glob, str) and not _VISIBLE_GLOB.match(glob):
+            raise _glob_error(name, glob)
+    return RouteRule(**fields)
+
+
 # -- the rule -------------------------------------------------------------------------------
 @dataclass(frozen=True, kw_only=True)
 class RouteRule:
@@ -219,12 +237,8 @@ class RouteRule:
     def __post_init__(self) -> None:
         for name in ("agent", "tool"):
             glob = getattr(self, name)
-            if not isinstance(glob, str) or not _GLOB.match(glob) or _GLOB_FORBIDDEN.search(glob):
-                raise RouteSpecError(
-                    f"{name} {glob!r} must be a glob such as refund-* of 1 to 200 visible "
-                    "ASCII characters, without spaces, invisible characters or <>&`",
-                    name,
-                )
+            if not isinstance(glob, str) or not glob or _GLOB_FORBIDDEN.search(glob):
+                raise _glob_error(name, glob)
         object.__setattr__(self, "min_severity", _severity(str(self.min_severity)))
         object.__setattr__(self, "channel", _channel_id(str(self.channel)))
         if isinstance(self.reviewers, str):
@@ -418,7 +432,7 @@ def parse_spec(text: str) -> RouteRule:
                 fields[f"{name}_seconds"] = parse_duration(values[name], name=name)
         if "escalate_to" in values:
             fields["escalate_to"] = values["escalate_to"]
-        return RouteRule(**fields)
+        return new_rule(**fields)
     except RouteSpecError as exc:
         raise _with_example(str(exc)) from None
 
@@ -494,7 +508,7 @@ def _file_rule(item: Any, where: str) -> RouteRule:
         for name in ("remind_after", "escalate_after"):
             if name in item:
                 fields[f"{name}_seconds"] = parse_duration(item[name], bare_seconds=True, name=name)
-        return RouteRule(**fields)
+        return new_rule(**fields)
     except RouteSpecError as exc:
         failing = {"severity": "min_severity"}.get(exc.field or "", exc.field or "?")
         raise RoutesFileError(f"{where}: field '{failing}': {exc}") from None

@@ -285,6 +285,18 @@ async def test_seeding_nothing_leaves_the_key_absent(redis: Redis) -> None:
     assert await book.seed([parse_spec("channel=C1")]) is True
 
 
+async def test_rules_stored_before_the_visible_glob_check_are_still_read(redis: Redis) -> None:
+    """A glob a new route may no longer have (not ASCII) in a rule stored before: routing
+    goes on as it did, rather than failing closed for every request after an upgrade."""
+    old = RouteRule(id="r1", agent="réfund-*", channel="C1")
+    await redis.set(keys.ROUTES, json.dumps([old.to_dict()]))
+    book = RouteBook(redis, DEFAULT)
+    assert await book.rules() == [old]
+    assert (await book.route("réfund-bot", "issue_refund", "low")).destination == "C1"
+    with pytest.raises(RouteSpecError, match="visible ASCII"):
+        parse_spec("agent=réfund-* channel=C1")
+
+
 async def test_unreadable_rules_fail_closed(redis: Redis) -> None:
     await redis.set(keys.ROUTES, "{not json")
     with pytest.raises(StoreError, match="unreadable"):
