@@ -87,6 +87,13 @@ class OpenAIAgentsAgent(HostedAgent):
         self._editable = editable_by_tool(
             self.name, self._tools, editable or {}, lambda tool: tool.params_json_schema
         )
+        if guarded := [t for t in self._editable if self._tools[t].tool_input_guardrails]:
+            # They check the model's arguments before the call is decided, never the edit.
+            raise ConfigurationError(
+                f"tools {', '.join(guarded)} of agent {self.name!r} have input guardrails, "
+                "which check the model's arguments and not a reviewer's edit: leave them out "
+                "of editable=, or check those limits in the tool itself"
+            )
 
     def tool_schemas(self) -> dict[str, dict[str, Any]]:
         return {name: tool.params_json_schema for name, tool in self._tools.items()}
@@ -227,6 +234,21 @@ def _check_supported(agent: Agent[Any]) -> None:
         raise ConfigurationError(
             f"agent {agent.name!r} has tools countersign cannot gate call by call: {names}; "
             "only function tools can be hosted"
+        )
+    # A call names its tool; two tools one name (in two namespaces, or twice) would be
+    # judged, shown and recorded as one, while the SDK runs whichever the model named.
+    spaced = [t.name for t in agent.tools if getattr(t, "_tool_namespace", None)]
+    if spaced:
+        raise ConfigurationError(
+            f"agent {agent.name!r} has tools in namespaces ({', '.join(spaced)}), which "
+            "countersign cannot gate yet: a call is judged by its tool's name alone; give "
+            "each tool a name of its own instead of a namespace"
+        )
+    tool_names = [t.name for t in agent.tools]
+    if twice := sorted({n for n in tool_names if tool_names.count(n) > 1}):
+        raise ConfigurationError(
+            f"agent {agent.name!r} has more than one tool named {', '.join(twice)}: a call "
+            "is judged by its tool's name, so give each tool a name of its own"
         )
     # `Agent.as_tool()` makes a function tool that runs another agent, whose own tools
     # would run unseen and whose approvals come back as this run's (the SDK marks them).

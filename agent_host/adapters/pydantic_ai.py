@@ -27,16 +27,29 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, ToolDenied
+from pydantic_ai.capabilities import (
+    AbstractCapability,
+    CombinedCapability,
+    DynamicCapability,
+    Hooks,
+    WrapperCapability,
+)
 from pydantic_ai.exceptions import ApprovalRequired, CallDeferred
 from pydantic_ai.messages import (
     ModelMessagesTypeAdapter,
     ModelResponse,
     TextPart,
     ToolCallPart,
+)
+from pydantic_ai.native_tools import (
+    AbstractNativeTool,
+    CodeExecutionTool,
+    MCPServerTool,
+    MemoryTool,
 )
 from pydantic_ai.tools import RunContext, ToolApproved, ToolDefinition
 from pydantic_ai.toolsets import CombinedToolset, FunctionToolset
@@ -87,7 +100,7 @@ class PydanticAIAgent(HostedAgent):
         self._gates = gates_for(
             {name: tool.requires_approval for name, tool in self._tools.items()}, policy
         )
-        self._editable = _editable(self.name, self._tools, editable or {})
+        self._editable = _editable(self.name, self._tools, editable or {}, agent.root_capability)
 
     def tool_schemas(self) -> dict[str, dict[str, Any]]:
         return {name: tool.tool_def.parameters_json_schema for name, tool in self._tools.items()}
@@ -242,12 +255,23 @@ def _invalid(tool: str, exc: ValidationError) -> InvalidArguments:
 
 
 def _editable(
-    agent: str, tools: Mapping[str, Any], editable: Mapping[str, bool | Sequence[str]]
+    agent: str,
+    tools: Mapping[str, Any],
+    editable: Mapping[str, bool | Sequence[str]],
+    root: AbstractCapability[Any],
 ) -> dict[str, tuple[str, ...]]:
     """The adapter's `editable=` by tool (`editable_by_tool`). A tool with its own
     `args_validator` function is refused: it needs the run's context, which an edit checked
     in Slack does not have, so an edited call would skip it."""
     names = editable_by_tool(agent, tools, editable, lambda t: t.tool_def.parameters_json_schema)
+    hooked = [c for c in _capabilities(root) for hook in _TOOL_CALL_HOOKS if _overrides(c, hook)]
+    if names and hooked:
+        raise ConfigurationError(
+            f"agent {agent!r} has capabilities acting on tool calls before they run "
+            f"({', '.join(sorted({type(c).__name__ for c in hooked}))}), which see the "
+            "model's arguments and not a reviewer's edit; leave editable= out, or check "
+            "those limits in the tool itself"
+        )
     for tool in names:
         if tools[tool].args_validator is not None:
             raise ConfigurationError(
@@ -331,12 +355,16 @@ def _as_json(value: Any) -> str:
 
 
 # Native tools the model's provider runs itself, with effects countersign never sees.
-_UNSEEN_NATIVE_TOOLS = ("MCPServerTool", "CodeExecutionTool", "MemoryTool")
+_UNSEEN_NATIVE_TOOLS = (MCPServerTool, CodeExecutionTool, MemoryTool)
+# What a capability may do to a tool call between the model and the call guard.
+_TOOL_CALL_HOOKS = ("before_tool_execute", "wrap_tool_execute")
 
 
 def _check_supported(agent: Agent[Any, Any]) -> None:
     """Refuse what would run without being judged: output functions (the framework calls
-    them with the model's arguments as the run's output) and provider-run tools that act."""
+    them with the model's arguments as the run's output), provider-run tools that act,
+    capabilities countersign cannot see before a run (built by a function for each run),
+    and a handler of deferred calls (it would decide them itself, in place of a person)."""
     if functions := sorted(_output_functions(agent.output_type)):
         raise ConfigurationError(
             f"agent {agent.name!r} has output functions ({', '.join(functions)}), which "
@@ -344,12 +372,46 @@ def _check_supported(agent: Agent[Any, Any]) -> None:
             "them tools (requires_approval=True) and keep a plain output type"
         )
     native = getattr(agent, "_cap_native_tools", None) or []
-    if acting := sorted({type(t).__name__ for t in native} & set(_UNSEEN_NATIVE_TOOLS)):
+    acting = {type(t).__name__ for t in native if isinstance(t, _UNSEEN_NATIVE_TOOLS)}
+    if acting or any(not isinstance(t, AbstractNativeTool) for t in native):
+        found = ", ".join(sorted(acting)) or "given as functions, so unknown until a run"
         raise ConfigurationError(
             f"agent {agent.name!r} has native tools its model's provider runs itself "
-            f"({', '.join(acting)}), whose calls countersign cannot see or gate; remove "
+            f"({found}), whose calls countersign cannot see or gate; remove "
             "them, or expose what they do as function tools"
         )
+    capabilities = list(_capabilities(agent.root_capability))
+    if any(isinstance(c, DynamicCapability) for c in capabilities):
+        raise ConfigurationError(
+            f"agent {agent.name!r} has capabilities built by a function for each run, which "
+            "countersign cannot check before the run; give the capabilities themselves"
+        )
+    if any(_overrides(c, "handle_deferred_tool_calls") for c in capabilities):
+        raise ConfigurationError(
+            f"agent {agent.name!r} handles its deferred tool calls itself "
+            "(HandleDeferredToolCalls), in place of the person countersign would ask; "
+            "remove that capability"
+        )
+
+
+def _capabilities(capability: AbstractCapability[Any]) -> Iterator[AbstractCapability[Any]]:
+    """Every capability of an agent, those combined or wrapped by another included."""
+    if type(capability) is CombinedCapability:
+        for inner in capability.capabilities:
+            yield from _capabilities(inner)
+    elif type(capability) is WrapperCapability:
+        yield from _capabilities(capability.wrapped)
+    else:
+        yield capability
+
+
+def _overrides(capability: AbstractCapability[Any], hook: str) -> bool:
+    """Whether `capability` does something at `hook` (a `Hooks` when a function is
+    registered for it; any other capability when its class defines it)."""
+    if isinstance(capability, Hooks):
+        registry = getattr(capability, "_registry", None)
+        return not isinstance(registry, dict) or bool(registry.get(hook))
+    return getattr(type(capability), hook, None) is not getattr(AbstractCapability, hook)
 
 
 def _output_functions(output: Any) -> set[str]:

@@ -44,6 +44,10 @@ NON_FINITE = (
     "Call it again with a finite number."
 )
 TOO_DEEP = "Tool {tool} was not run: its arguments are {problem}."
+NOT_AN_OBJECT = (
+    "Tool {tool} was not run: its arguments are not a JSON object. Call it again with its "
+    "arguments as one JSON object."
+)
 POLICY = "policy"  # who decided a call the policy let through or refused
 _NOT_RUN: dict[str, Outcome] = {"deny": "denied", "invalid": "invalid"}  # refused, by gate
 
@@ -174,6 +178,11 @@ def _plan(
     if (deep := too_deep_path(call.arguments)) is not None:  # no reviewer could read it
         problem = too_deep_text(deep)
         record.gate, record.result = "invalid", TOO_DEEP.format(tool=call.tool, problem=problem)
+        return record
+    if not isinstance(call.arguments, dict):
+        # A policy judges a call by its arguments' names: it must not judge these as none
+        # (a tool that decodes its input leniently would run them as something else).
+        record.gate, record.result = "invalid", NOT_AN_OBJECT.format(tool=call.tool)
         return record
     try:
         verdict = agent.judge(call, context)

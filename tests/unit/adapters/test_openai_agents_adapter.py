@@ -238,3 +238,65 @@ async def test_the_approvers_comment_reaches_the_model_with_the_tools_result() -
     assert isinstance(done, Succeeded)
     assert "Reviewer U_LEAD commented: Checked in Stripe." in done.output
     assert shop.effects.count(("refund", ("124", 12.5))) == 1
+
+
+class RawArguments(Model):
+    """Calls `tool` with `raw` as its arguments' text, then ends with what the tool said."""
+
+    def __init__(self, tool: str, raw: str) -> None:
+        self.tool, self.raw = tool, raw
+
+    async def get_response(
+        self, system_instructions: Any, input: Any, *args: Any, **kw: Any
+    ) -> ModelResponse:
+        items = input if isinstance(input, list) else []
+        outputs = [
+            i for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"
+        ]
+        if outputs:
+            said = str(outputs[0]["output"])
+            return ModelResponse(output=[assistant_message(said)], usage=Usage(), response_id=None)
+        call = function_call(self.tool, {}, call_id="fc_1")
+        call.arguments = self.raw
+        return ModelResponse(output=[call], usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("the tests do not stream")
+
+
+async def test_a_call_whose_arguments_are_not_an_object_is_not_run() -> None:
+    """The model sends its arguments double-encoded (a JSON string holding the object): a
+    policy reading them as no arguments at all let `prod-db` through unasked, and a tool
+    decoding its input leniently deleted it. Such a call is refused, and the model told."""
+    deleted: list[str] = []
+
+    async def delete_repo(ctx: Any, raw: str) -> str:
+        data = json.loads(raw)
+        data = json.loads(data) if isinstance(data, str) else data  # lenient
+        deleted.append(data["name"])
+        return f"deleted {data['name']}"
+
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    tool = FunctionTool(
+        name="delete_repo",
+        description="Delete a repository.",
+        params_json_schema=schema,
+        on_invoke_tool=delete_repo,
+    )
+
+    def prod_needs_a_person(arguments: Any, context: Any) -> Permission:
+        return Permission.ASK if "prod" in str(arguments.get("name", "")) else Permission.ALLOW
+
+    model = RawArguments("delete_repo", json.dumps(json.dumps({"name": "prod-db"})))
+    agent = Agent(name="support", instructions="Help.", tools=[tool], model=model)
+    hosted = OpenAIAgentsAgent(
+        agent, run_config=NO_TRACES, policy={"delete_repo": prod_needs_a_person}
+    )
+
+    outcome = await runner_for(hosted).run("support", "delete prod-db")
+
+    assert deleted == []
+    assert isinstance(outcome, Succeeded), outcome
+    [call] = outcome.state.calls
+    assert (call.gate, call.outcome) == ("invalid", "invalid")
+    assert "its arguments are not a JSON object" in outcome.output

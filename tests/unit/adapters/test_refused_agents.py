@@ -14,6 +14,12 @@ from typing import Any
 import pytest
 from agents import Agent, function_tool
 from agents.mcp.server import MCPServer
+from agents.tool import tool_namespace
+from agents.tool_guardrails import (
+    ToolGuardrailFunctionOutput,
+    ToolInputGuardrailData,
+    tool_input_guardrail,
+)
 
 from agent_host.adapters.openai_agents import OpenAIAgentsAgent
 from agent_host.errors import ConfigurationError
@@ -76,3 +82,47 @@ def test_an_agent_with_an_agent_as_a_tool_is_refused() -> None:
 def test_the_agent_used_as_a_tool_can_be_registered_on_its_own() -> None:
     hosted = OpenAIAgentsAgent(Agent(name="janitor", tools=[wipe_disk]))
     assert hosted.gates()["wipe_disk"].permission.value == "ask"
+
+
+def test_tools_sharing_a_name_are_refused() -> None:
+    """A call names its tool: two tools of one name (in two namespaces, or twice) would be
+    judged, shown and recorded as one, and a call of the one that needs approval ran as the
+    other's (let through unasked)."""
+
+    @function_tool(needs_approval=True)
+    def delete_account(user: str) -> str:
+        """Delete a real account."""
+        raise AssertionError("never run")
+
+    @function_tool(name_override="delete_account")
+    def delete_sandbox_account(user: str) -> str:
+        """Delete a sandbox account."""
+        raise AssertionError("never run")
+
+    spaced = [
+        *tool_namespace(name="billing", description="Billing", tools=[delete_account]),
+        *tool_namespace(name="sandbox", description="Sandbox", tools=[delete_sandbox_account]),
+    ]
+    with pytest.raises(ConfigurationError, match=r"tools in namespaces \(delete_account"):
+        OpenAIAgentsAgent(Agent(name="ops", tools=spaced))
+    with pytest.raises(ConfigurationError, match="more than one tool named delete_account"):
+        OpenAIAgentsAgent(Agent(name="ops", tools=[delete_account, delete_sandbox_account]))
+
+
+def test_an_editable_tool_with_input_guardrails_is_refused() -> None:
+    """A tool's input guardrail checks the model's arguments before the call is decided: a
+    reviewer's edit (5,000 where the model said 12.50) would run past its limit unchecked."""
+
+    @tool_input_guardrail
+    def at_most_100(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
+        return ToolGuardrailFunctionOutput.allow()
+
+    @function_tool(needs_approval=True, tool_input_guardrails=[at_most_100])
+    def issue_refund(order_id: str, amount: float) -> str:
+        """Refund an order."""
+        raise AssertionError("never run")
+
+    agent = Agent(name="support", tools=[issue_refund])
+    with pytest.raises(ConfigurationError, match="issue_refund of agent 'support' have input"):
+        OpenAIAgentsAgent(agent, editable={"issue_refund": ["amount"]})
+    assert OpenAIAgentsAgent(agent).editable() == {}  # not editable: its guardrail holds
