@@ -39,6 +39,7 @@ from agent_host.adapters.gates import editable_by_tool, gates_for
 from agent_host.adapters.json_schema import check_arguments
 from agent_host.errors import CheckpointError, ConfigurationError, InvalidArguments
 from agent_host.runtime.decisions import Approve
+from agent_host.runtime.fingerprint import same_json
 from agent_host.runtime.hosted import (
     CallGuard,
     Finished,
@@ -162,7 +163,7 @@ def _guarded_tool(tool: FunctionTool, guard: CallGuard) -> FunctionTool:
 
         async def run(arguments: dict[str, Any] | str) -> Any:
             # a reviewer's edited arguments as the tool's JSON input; else the SDK's own
-            edited = arguments != held and isinstance(arguments, dict)
+            edited = isinstance(arguments, dict) and not same_json(arguments, held)
             return await invoke_original(ctx, json.dumps(arguments) if edited else input)
 
         return await guard.run(ctx.tool_call_id, tool.name, held, run)

@@ -60,6 +60,7 @@ from pydantic_core import ValidationError, to_jsonable_python
 from agent_host.adapters.gates import editable_by_tool, gates_for
 from agent_host.errors import CheckpointError, ConfigurationError, InvalidArguments
 from agent_host.runtime.decisions import Answer, Approve
+from agent_host.runtime.fingerprint import same_json
 from agent_host.runtime.hosted import (
     CallGuard,
     Finished,
@@ -227,7 +228,8 @@ class _GuardedToolset(WrapperToolset[Any]):
         async def invoke(run_with: dict[str, Any] | str) -> Any:
             # a reviewer's edited arguments (checked in JSON form) validated back into what
             # the tool takes, by the tool's own validator; else the framework's, as they are
-            valid = tool_args if run_with == arguments else _python_args(tool, run_with)
+            edited = not same_json(run_with, arguments)
+            valid = _python_args(tool, run_with) if edited else tool_args
             return await self.wrapped.call_tool(name, valid, inner, tool)
 
         try:

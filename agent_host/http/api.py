@@ -20,6 +20,7 @@ from agent_host.durable.host import Host
 from agent_host.durable.store import parse_cursor
 from agent_host.errors import CountersignError, StoreUnavailable, UnknownAgentError
 from agent_host.runtime import strict_json
+from agent_host.runtime.fingerprint import same_json
 
 __all__ = [
     "HOST_KEY",
@@ -147,7 +148,9 @@ async def run_detail(request: web.Request) -> web.Response:
                     "tool": c.tool,
                     "arguments": c.arguments,
                     # what it ran with when a reviewer edited the arguments before approving
-                    "edited_arguments": c.run_arguments if c.run_arguments != c.arguments else None,
+                    "edited_arguments": None
+                    if same_json(c.run_arguments, c.arguments)
+                    else c.run_arguments,
                     "outcome": c.outcome,
                     "result": c.result,
                 }

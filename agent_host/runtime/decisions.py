@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter
 
+from agent_host.runtime.fingerprint import same_json
+
 __all__ = [
     "DEFAULT_EXPIRED_MESSAGE",
     "DEFAULT_REJECT_MESSAGE",
@@ -111,7 +113,7 @@ def argument_changes(before: dict[str, Any], after: dict[str, Any]) -> list[tupl
     return [
         (name, before.get(name, MISSING), after.get(name, MISSING))
         for name in names
-        if name not in before or name not in after or before[name] != after[name]
+        if name not in before or name not in after or not same_json(before[name], after[name])
     ]
 
 

@@ -13,12 +13,18 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["canonical_json", "describe_changes", "fingerprint_of"]
+__all__ = ["canonical_json", "describe_changes", "fingerprint_of", "same_json"]
 
 
 def canonical_json(value: Any) -> str:
     """`value` as JSON with sorted keys and no spaces: the same text for the same value."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def same_json(first: Any, second: Any) -> bool:
+    """Whether two values are the same JSON: Python calls `1`, `1.0` and `True` equal, but
+    a tool given one is not given the other."""
+    return canonical_json(first) == canonical_json(second)
 
 
 def fingerprint_of(parts: Mapping[str, Any]) -> str:

@@ -260,6 +260,8 @@ class CallGuard:
     ledger: ExecutionLedger
     decided: list[CallRecord] = field(default_factory=list)
     results: dict[str, str] = field(default_factory=dict)  # call id -> what the tool returned
+    # call id -> why a decided call did not give a result: it raised, or was not run
+    unfinished: dict[str, str] = field(default_factory=dict)
     _used: set[str] = field(default_factory=set)
 
     def approved_by_policy(self, framework_id: str) -> bool:
@@ -280,7 +282,9 @@ class CallGuard:
         if record is None:
             same_id = [r for r in self.decided if r.model_call_id == framework_id]
             if same_id:
-                return NOT_WHAT_WAS_APPROVED.format(call_id=same_id[0].call_id)
+                refusal = NOT_WHAT_WAS_APPROVED.format(call_id=same_id[0].call_id)
+                self.unfinished.setdefault(same_id[0].call_id, refusal)
+                return refusal
             return NOT_SEEN
         self._used.add(record.call_id)
         # Keyed by the call's hash too: after a crash the framework asks its model again for
@@ -294,8 +298,11 @@ class CallGuard:
         if claim.status == "in_doubt":
             self.results[record.call_id] = UNKNOWN_OUTCOME
             return UNKNOWN_OUTCOME
-        # a tool's exception is the framework's to report
-        value = await invoke(record.run_arguments)
+        try:
+            value = await invoke(record.run_arguments)
+        except Exception as exc:  # the framework's to report; what it did is unknown
+            self.unfinished[record.call_id] = RAISED.format(error=f"{type(exc).__name__}: {exc}")
+            raise
         text = as_text(value)
         await self.ledger.finish(self.run_id, entry, text)
         self.results[record.call_id] = text
@@ -314,6 +321,12 @@ class CallGuard:
             ):
                 return record
         return None
+
+
+RAISED = (
+    "The tool raised {error} once it had started: what it did before that is unknown. It "
+    "was not run again; check its effect before retrying."
+)
 
 
 def _with_note(value: Any, record: CallRecord) -> Any:

@@ -249,8 +249,9 @@ def _settle(state: RunState, guard: CallGuard) -> None:
             record.result = record.result or decision.text()
         elif isinstance(decision, Expired):
             record.outcome, record.result = "expired", decision.text()
-        else:  # approved, yet the framework did not run it
-            record.outcome, record.result = "unknown_outcome", NOT_RUN_BY_FRAMEWORK
+        else:  # approved, yet no result: it raised, was refused, or was never run
+            why = guard.unfinished.get(record.call_id, NOT_RUN_BY_FRAMEWORK)
+            record.outcome, record.result = "unknown_outcome", why
 
 
 async def _step(

@@ -37,7 +37,7 @@ from agent_host.runtime.agents import Agent, AgentRegistry
 from agent_host.runtime.checkpoint import CallRecord, RunState, call_hash
 from agent_host.runtime.decisions import Answer, Approve, Decision, Expired, Reject, RequestChanges
 from agent_host.runtime.editing import with_reviewer_note
-from agent_host.runtime.fingerprint import canonical_json
+from agent_host.runtime.fingerprint import canonical_json, same_json
 from agent_host.runtime.hosted import HostedAgent, as_text
 from agent_host.runtime.hosted_runner import HostedRunner
 from agent_host.runtime.journal import NO_JOURNAL, TurnJournal
@@ -388,7 +388,7 @@ def _check_edit(
             f"{where} cannot be used: only a call approved once, as it waited for approval, "
             "can be edited; nothing was run"
         )
-    if decision.original_arguments != record.arguments:
+    if not same_json(decision.original_arguments, record.arguments):
         raise DecisionMismatchError(f"{where} were made on other arguments; nothing was run")
     edited = decision.edited_arguments or {}
     changed = [name for name, _, _ in decision.changes()]

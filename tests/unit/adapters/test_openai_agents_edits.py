@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from agents import Agent, function_tool
 
 from agent_host.adapters.json_schema import check_arguments
 from agent_host.adapters.openai_agents import OpenAIAgentsAgent
@@ -18,6 +19,7 @@ from agent_host.runtime.runner import Succeeded
 from tests.support.edit_decisions import edit
 from tests.unit.adapters.test_openai_agents_adapter import (
     LOOKUP,
+    NO_TRACES,
     REFUND,
     Scripted,
     Shop,
@@ -217,3 +219,31 @@ def test_the_schema_check_passes_what_fits_and_fails_closed_on_what_it_does_not_
     unknown = {"type": "object", "properties": {"a": {"type": "string", "uniqueWords": True}}}
     with pytest.raises(InvalidArguments, match="uniqueWords"):
         check_arguments("t", unknown, {"a": "x"})
+
+
+async def test_an_edit_python_calls_equal_but_json_does_not_runs_as_edited() -> None:
+    """`1` edited to `true`: equal to Python, another value to the tool. The tool gets the
+    `true` the reviewer approved, and the model is told of the change."""
+    seen: list[Any] = []
+
+    @function_tool(needs_approval=True)
+    def set_limit(account: str, limit: int | bool) -> str:
+        """Set an account's limit; true means unlimited."""
+        seen.append(limit)
+        return f"limit {limit!r}"
+
+    model = Scripted([("set_limit", {"account": "a", "limit": 1}, "fc_1")])
+    agent = Agent(name="support", instructions="Help.", tools=[set_limit], model=model)
+    runner = runner_for(
+        OpenAIAgentsAgent(agent, run_config=NO_TRACES, editable={"set_limit": ["limit"]})
+    )
+    outcome = await paused(runner)
+    [pending] = outcome.pending
+
+    check, approve = await edit(runner, outcome.state, pending, {"limit": True}, "U_LEAD")
+    assert check.ok and check.changed and approve is not None
+    done = await runner.resume(outcome.state, {pending.call_id: approve})
+
+    assert isinstance(done, Succeeded)
+    assert seen == [True] and isinstance(seen[0], bool)
+    assert "(limit: 1 -> true)" in done.output

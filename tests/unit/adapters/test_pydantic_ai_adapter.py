@@ -323,3 +323,33 @@ async def test_the_approvers_comment_reaches_the_model_with_the_tools_result() -
 
     assert isinstance(done, Succeeded)
     assert "refunded 12.5\n\nReviewer U_LEAD commented: Checked in Stripe." in done.output
+
+
+async def test_an_approved_tool_that_raised_is_recorded_as_started_not_as_never_run() -> None:
+    """The refund moved the money, then raised (a bank timeout): the run's record says the
+    tool raised once started and its effect is unknown, never "the framework did not run
+    this call", which would invite running it again."""
+    moved: list[float] = []
+    agent: Agent[None, str] = Agent(scripted([REFUND]), name="support")
+
+    @agent.tool_plain(requires_approval=True)
+    def issue_refund(order_id: str, amount: float) -> str:
+        """Refund an order."""
+        moved.append(amount)
+        raise RuntimeError("bank timeout after the money moved")
+
+    runner = runner_for(PydanticAIAgent(agent))
+    outcome = await runner.run("support", "Refund order 124.")
+    assert isinstance(outcome, Paused), outcome
+    [pending] = outcome.pending
+
+    done = await runner.resume(
+        outcome.state, {pending.call_id: Approve(decided_by="U_LEAD", call_hash=pending.call_hash)}
+    )
+
+    assert moved == [12.5]
+    record = done.state.call(pending.call_id)
+    assert record is not None and record.outcome == "unknown_outcome"
+    assert record.result is not None
+    assert "raised RuntimeError: bank timeout after the money moved" in record.result
+    assert "did not run" not in record.result

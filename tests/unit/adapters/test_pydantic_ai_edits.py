@@ -7,13 +7,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic_ai import Agent
+from pydantic_ai.messages import ToolCallPart
 
 from agent_host.adapters.pydantic_ai import PydanticAIAgent
 from agent_host.errors import ConfigurationError, InvalidDecisionError
 from agent_host.runtime.decisions import Approve
 from agent_host.runtime.hosted import ToolGate
 from agent_host.runtime.policy import Severity, Verdict
-from agent_host.runtime.runner import Succeeded
+from agent_host.runtime.runner import Paused, Succeeded
 from tests.support.edit_decisions import edit
 from tests.unit.adapters.test_pydantic_ai_adapter import (
     LOOKUP,
@@ -165,3 +167,30 @@ def test_a_tool_with_an_args_validator_function_cannot_be_made_editable() -> Non
 
     with pytest.raises(ConfigurationError, match="args_validator"):
         PydanticAIAgent(agent, editable={"issue_refund": ["amount"]})
+
+
+async def test_an_edit_python_calls_equal_but_json_does_not_runs_as_edited() -> None:
+    """`1` edited to `true`: equal to Python, another value to the tool. The tool gets the
+    `true` the reviewer approved, and the model is told of the change."""
+    seen: list[Any] = []
+    call = ToolCallPart("set_limit", {"account": "a", "limit": 1}, tool_call_id="c1")
+    agent: Agent[None, str] = Agent(scripted([call]), name="support")
+
+    @agent.tool_plain(requires_approval=True)
+    def set_limit(account: str, limit: int | bool) -> str:
+        """Set an account's limit; true means unlimited."""
+        seen.append(limit)
+        return f"limit {limit!r}"
+
+    runner = runner_for(PydanticAIAgent(agent, editable={"set_limit": ["limit"]}))
+    outcome = await runner.run("support", "Lift the limit.")
+    assert isinstance(outcome, Paused), outcome
+    [pending] = outcome.pending
+
+    check, approve = await edit(runner, outcome.state, pending, {"limit": True}, "U_LEAD")
+    assert check.ok and check.changed and approve is not None
+    done = await runner.resume(outcome.state, {pending.call_id: approve})
+
+    assert isinstance(done, Succeeded)
+    assert seen == [True] and isinstance(seen[0], bool)
+    assert "(limit: 1 -> true)" in done.output
