@@ -1,8 +1,10 @@
 """Who sees which approval request through `/approvals` (docs/SECURITY.md, section 7).
 
-A member sees a request when it is routed to the channel the command was typed in (everyone
-there sees its message anyway), or when the member may decide it as a *named* reviewer —
-directly or through a user group — under the route's self-approval rule. Admins see all.
+A member sees a request when it is routed, or one of its messages posted, to the channel
+the command was typed in (everyone there sees that message anyway), when a copy of it was
+escalated to them (they may decide it), or when the member may decide it as a *named*
+reviewer — directly or through a user group — under the route's self-approval rule. Admins
+see all.
 
 A route without named reviewers may be decided by anyone in its channel. Being in a channel
 cannot be checked without a Slack call per channel, and guessing would show a private
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 
 from agent_host.approvals import ApprovalRequest
 from agent_host.durable.store import PendingPage, RunStore
-from bot.member_channels import among_its_people
+from bot.member_channels import among_its_people, escalated_to
 from bot.reviewers import SlackReviewerDirectory, judge
 
 __all__ = ["Viewer", "Visibility"]
@@ -47,15 +49,22 @@ class Viewer:
     _deadline: float = field(default_factory=lambda: time.monotonic() + LOOKUP_BUDGET)
 
     def here(self, request: ApprovalRequest) -> bool:
-        """Routed (or, after a fallback, posted) to the channel the command was typed in."""
+        """Routed (or, after a fallback or an escalation, posted) to the channel the command
+        was typed in."""
         channel = self.channel_id
-        return bool(channel) and channel in (request.route.destination, request.message_channel)
+        return bool(channel) and (
+            channel == request.route.destination or channel in request.channels()
+        )
+
+    def shown_anyway(self, request: ApprovalRequest) -> bool:
+        """Seen without asking Slack: posted here, or escalated to this member."""
+        return self.here(request) or escalated_to(self.user_id, request)
 
     async def visible(self, requests: Sequence[ApprovalRequest]) -> list[ApprovalRequest]:
         """The requests this member may see, in their order."""
         if self.admin:
             return list(requests)
-        named = [r for r in requests if not self.here(r) and r.route.reviewers]
+        named = [r for r in requests if not self.shown_anyway(r) and r.route.reviewers]
         await self._learn_groups(named)
         decidable = set()
         for request in named:
@@ -64,7 +73,7 @@ class Viewer:
                 decidable.add(request.request_id)
             elif any(self._groups.get(g, ()) is None for g in request.route.reviewers):
                 self.unsure = True
-        return [r for r in requests if self.here(r) or r.request_id in decidable]
+        return [r for r in requests if self.shown_anyway(r) or r.request_id in decidable]
 
     async def _learn_groups(self, requests: Sequence[ApprovalRequest]) -> None:
         """The members of the reviewer groups these requests name, each group asked about

@@ -21,6 +21,8 @@ from agent_host.durable.outbox import Outbox
 from agent_host.durable.sweeper import Sweeper
 from bot import blocks
 from slack_sandbox.workspace import Channel
+from tests.integration.bot.test_bot_commands import approvals, listed_ids
+from tests.integration.bot.test_bot_home import private_request
 from tests.support.keyspace import xrange_all, zcard_all
 from tests.support.stack import (
     ADMIN,
@@ -362,3 +364,25 @@ async def test_bad_ladder_values_are_refused_and_change_nothing(
             assert text.startswith(":warning:") and says in text, text
         listing = await stack.standin.slash(ADMIN, CHANNEL, "/approvals", "routes")
         assert "No routes" in listing.json()["text"]
+
+
+async def test_whoever_a_request_was_escalated_to_finds_it_in_approvals(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Escalated to someone outside the private channel of a route without named
+    reviewers: they may decide it (from their copy), so `/approvals pending all` lists it
+    for them and `show` shows it, wherever they type it; someone else outside still sees
+    none of it."""
+    async with running_stack(redis_url, tmp_path) as stack:
+        request = await private_request(stack, f"escalate_after=1s escalate_to=<@{OUTSIDER}>")
+        [copy] = (await _escalated(stack, request.request_id)).escalations
+
+        listing = await approvals(stack, OUTSIDER, "pending all", CHANNEL)
+        assert request.request_id in listed_ids(listing)
+        shown = await approvals(stack, OUTSIDER, f"show {request.request_id}", CHANNEL)
+        assert "*delete_file* requested by" in shown and not shown.startswith("No request")
+        in_the_copys_channel = await approvals(stack, OUTSIDER, "pending all", copy.channel)
+        assert request.request_id in listed_ids(in_the_copys_channel)
+
+        stranger = await approvals(stack, REVIEWER2, "pending all", CHANNEL)
+        assert request.request_id not in listed_ids(stranger)
