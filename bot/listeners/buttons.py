@@ -29,6 +29,7 @@ from bot.home import HomeTab
 from bot.listeners.after_ack import Replies
 from bot.listeners.budget import LISTENER_BUDGET
 from bot.listeners.replies import (
+    ALREADY_VOTED,
     NOT_FOUND,
     UNAVAILABLE,
     UNCONFIRMED,
@@ -142,6 +143,8 @@ async def _on_click(
         request, in_home=click.from_home
     )
     if _opens_form(click.action_id, seen_whole):
+        if click.action_id in _APPROVING and click.user in request.approvals:
+            return ALREADY_VOTED  # a form would only be refused once filled in
         eligibility = await approvals.may_decide(click.user, request)
         if not eligibility.allowed:
             return f":no_entry: Not allowed: {eligibility.reason}."

@@ -6,6 +6,7 @@ from agent_host.approvals import ApprovalRequest, DecideResult
 from bot.mrkdwn import mention
 
 __all__ = [
+    "ALREADY_VOTED",
     "FOREIGN",
     "NOT_FOUND",
     "UNAVAILABLE",
@@ -19,6 +20,7 @@ UNAVAILABLE = (
     ":hourglass: countersign could not record your decision right now (its database is not "
     "reachable). Nothing was changed; please click again in a moment."
 )
+ALREADY_VOTED = "You have already approved this request; another reviewer must approve too."
 UNCONFIRMED = (
     ":warning: countersign could not confirm your decision in time. If the message still "
     "shows its buttons, click again; if your decision was recorded, you will be told so."
@@ -46,7 +48,7 @@ def result_text(result: DecideResult) -> str:
             f"{request.route.quorum} approvals."
         )
     if result.outcome == "duplicate_vote":
-        return "You have already approved this request; another reviewer must approve too."
+        return ALREADY_VOTED
     if result.outcome == "already_decided" and request is not None:
         return already_decided(request)
     if result.outcome == "hash_mismatch":

@@ -9,7 +9,7 @@ from typing import Any
 from agent_host.durable.route_book import parse_spec
 from agent_host.durable.sweeper import EXPIRED_BY
 from bot import blocks
-from slack_sandbox import AppUnreachable
+from slack_sandbox import AppUnreachable, workspace_to_dict
 from slack_sandbox.workspace import User, UserGroup
 from tests.support.stack import (
     ADMIN,
@@ -64,6 +64,12 @@ async def test_quorum_of_two_needs_two_different_reviewers(redis_url: str, tmp_p
         await stack.click(REVIEWER, request, blocks.APPROVE)
         texts = await stack.wait_ephemerals(REVIEWER, 2)
         assert "already approved" in texts[1]
+        # A form to approve again is not opened to be refused once filled in: told at once.
+        await stack.click(REVIEWER, request, blocks.APPROVE_COMMENT)
+        texts = await stack.wait_ephemerals(REVIEWER, 3)
+        assert "already approved" in texts[2]
+        views = workspace_to_dict(stack.standin.workspace)["views"]
+        assert not [v for v in views if v["view"].get("callback_id") == blocks.COMMENT_MODAL]
         current = await stack.host.store.get_request(request.request_id)
         assert current is not None and current.status == "pending"
         assert current.approvals == [REVIEWER]
