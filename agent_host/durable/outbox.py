@@ -198,17 +198,19 @@ class Outbox:
 
     async def _reroute(self, request: ApprovalRequest, failure: DeliveryFailed) -> None:
         """Post it where someone will see it, saying why; then tell the administrators,
-        whether or not the fallback took it."""
+        whether or not the fallback took it. The fallback message is recorded only once
+        they were told: a redelivery finds no message, so it posts and tells again rather
+        than taking the request as delivered and telling nobody."""
         rerouted, fallback_failure = None, None
         try:
             rerouted = await self.notifier.request_rerouted(request, failure)
         except DeliveryFailed as again:  # it stays dead-lettered; the admins still hear
             fallback_failure = again
             await self.store.record_delivery_failure(request.request_id, again, "request_rerouted")
+        await self.notifier.request_undeliverable(request, failure, rerouted, fallback_failure)
         if rerouted is not None:
             await self.store.set_message_ref(request.request_id, rerouted.channel, rerouted.ts)
             await self.store.count_delivered(request.request_id)
-        await self.notifier.request_undeliverable(request, failure, rerouted, fallback_failure)
 
     async def _run_finished(self, run_id: str, request_ids: str | None) -> WithAck | None:
         if request_ids is None:  # written before FINISH named them

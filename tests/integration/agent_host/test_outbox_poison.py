@@ -143,3 +143,52 @@ async def test_slack_or_redis_saying_not_now_is_retried_as_long_as_it_lasts(
     assert notifier.attempts == POISON_AFTER + 3 and notifier.told == []
     current = await env.store.get_request(request.request_id)
     assert current is not None and current.delivery != "undeliverable"
+
+
+class StoppedBeforeTelling(FailingNotifier):
+    """Slack refuses the post for good; the fallback takes it; the process stops (an error
+    of its own here) before the administrators are told, once."""
+
+    def __init__(self) -> None:
+        super().__init__(DeliveryFailed("not_in_channel", "C-secret"))
+        self.fallbacks = 0
+
+    async def request_rerouted(
+        self, request: ApprovalRequest, failure: DeliveryFailed
+    ) -> MessageRef | None:
+        self.fallbacks += 1
+        return MessageRef("C-fallback", f"2.{self.fallbacks}")
+
+    async def request_undeliverable(
+        self,
+        request: ApprovalRequest,
+        failure: DeliveryFailed,
+        rerouted: MessageRef | None,
+        fallback_failure: DeliveryFailed | None = None,
+    ) -> None:
+        if self.fallbacks == 1:
+            raise RuntimeError("stopped before the administrators were told")
+        await super().request_undeliverable(request, failure, rerouted, fallback_failure)
+
+
+async def test_a_fallback_post_is_not_taken_as_delivered_before_the_admins_are_told(
+    redis: Redis,
+) -> None:
+    """Stopped between the fallback post and telling the administrators: the retry did
+    not post again, took the request as delivered, and nobody was ever told. Now it posts
+    again and tells them; the message recorded is the one they were told of."""
+    env = make_env(redis)
+    run_id = await env.start("refund-agent", "refund order 123")
+    [request] = await env.requests(run_id)
+    notifier = StoppedBeforeTelling()
+    outbox = Outbox(env.store, notifier, "stopping", idle_ms=100)
+
+    async def told() -> bool | None:
+        return True if notifier.told else None
+
+    await deliver_until(redis, outbox, told)
+
+    assert notifier.told == [(request.request_id, "not_in_channel")]
+    current = await env.store.get_request(request.request_id)
+    assert current is not None and current.delivery == "undeliverable"
+    assert (current.message_channel, current.message_ts) == ("C-fallback", "2.2")
