@@ -30,7 +30,15 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agents import Agent, FunctionTool, MessageOutputItem, RunConfig, Runner, RunResult
+from agents import (
+    Agent,
+    FunctionTool,
+    MessageOutputItem,
+    RunConfig,
+    RunHooks,
+    Runner,
+    RunResult,
+)
 from agents import RunState as SDKRunState
 from agents.items import ItemHelpers, ToolApprovalItem
 from agents.tool_context import ToolContext
@@ -72,6 +80,11 @@ class OpenAIAgentsAgent(HostedAgent):
         editable: Mapping[str, bool | Sequence[str]] | None = None,
     ) -> None:
         _check_supported(agent)
+        if run_config is not None and getattr(run_config, "sandbox", None) is not None:
+            raise ConfigurationError(
+                f"agent {agent.name!r}: run_config has a sandbox, whose tools the SDK adds to "
+                "each run and would run unseen; countersign cannot gate them yet"
+            )
         self.agent = agent
         self.name = name or agent.name
         self.rules = rules or RuleSet()
@@ -114,20 +127,21 @@ class OpenAIAgentsAgent(HostedAgent):
         return check_arguments(tool, found.params_json_schema, arguments)
 
     async def start(self, input: str, guard: CallGuard) -> Step:
-        guarded = self._guarded(guard)
+        guarded, only_guarded = self._guarded(guard)
         result = await Runner.run(
             guarded,
             input,
             context=self.context,
             max_turns=self.max_turns,
             run_config=self.run_config,
+            hooks=only_guarded,
         )
         return _step(result)
 
     async def resume(
         self, state: str, decisions: Sequence[HostedDecision], guard: CallGuard
     ) -> Step:
-        guarded = self._guarded(guard)
+        guarded, only_guarded = self._guarded(guard)
         try:
             run_state = await SDKRunState.from_string(guarded, state)
         except Exception as exc:
@@ -141,18 +155,40 @@ class OpenAIAgentsAgent(HostedAgent):
             context=self.context,
             max_turns=self.max_turns,
             run_config=self.run_config,
+            hooks=only_guarded,
         )
         return _step(result)
 
-    def _guarded(self, guard: CallGuard) -> Agent[Any]:
-        """This run's copy of the agent: every function tool stops for a decision, and runs
-        through the call guard once decided."""
-        return self.agent.clone(
-            tools=[
-                _guarded_tool(t, guard) if isinstance(t, FunctionTool) else t
-                for t in self.agent.tools
-            ]
-        )
+    def _guarded(self, guard: CallGuard) -> tuple[Agent[Any], _OnlyGuardedTools]:
+        """This run's copy of the agent, whose function tools stop for a decision and run
+        through the call guard once decided; and the run hooks that fail the run before
+        any other tool runs (one a hook of the agent added, or another kind of tool)."""
+        try:  # it may have changed since it was registered: this run fails, saying how
+            _check_supported(self.agent)
+        except ConfigurationError as exc:
+            raise ToolNotGuarded(str(exc)) from None
+        tools = [_guarded_tool(t, guard) for t in self.agent.tools if isinstance(t, FunctionTool)]
+        only = _OnlyGuardedTools({id(t.on_invoke_tool) for t in tools})
+        return self.agent.clone(tools=tools), only
+
+
+class ToolNotGuarded(RuntimeError):
+    """A tool was about to run that countersign did not gate; the run fails instead."""
+
+
+class _OnlyGuardedTools(RunHooks[Any]):
+    """Before any local tool runs: only this run's guarded function tools may."""
+
+    def __init__(self, guarded: set[int]) -> None:
+        self.guarded = guarded
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        if not (isinstance(tool, FunctionTool) and id(tool.on_invoke_tool) in self.guarded):
+            raise ToolNotGuarded(
+                f"tool {getattr(tool, 'name', '?')!r} was added to agent {agent.name!r} after "
+                "countersign checked it (by a hook, a capability or a sandbox), so it was "
+                "not run: declare it with the agent's tools"
+            )
 
 
 def _guarded_tool(tool: FunctionTool, guard: CallGuard) -> FunctionTool:
@@ -218,6 +254,13 @@ def _last_words(result: RunResult) -> str:
 
 def _check_supported(agent: Agent[Any]) -> None:
     """Only function tools can be gated call by call; refuse what would run unseen."""
+    if capabilities := getattr(agent, "capabilities", None):
+        names = ", ".join(type(c).__name__ for c in capabilities)
+        raise ConfigurationError(
+            f"agent {agent.name!r} has capabilities ({names}), whose tools the SDK adds to "
+            "each run and would run unseen: countersign cannot gate them yet; use an Agent "
+            "with function tools of your own"
+        )
     if agent.handoffs:
         raise ConfigurationError(
             f"agent {agent.name!r} has handoffs, which countersign cannot gate yet: the "

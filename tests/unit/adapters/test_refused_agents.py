@@ -12,8 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from agents import Agent, function_tool
+from agents import Agent, AgentHooks, RunConfig, WebSearchTool, function_tool
 from agents.mcp.server import MCPServer
+from agents.sandbox import SandboxAgent, SandboxRunConfig
+from agents.sandbox.sandboxes.unix_local import UnixLocalSandboxClient
 from agents.tool import tool_namespace
 from agents.tool_guardrails import (
     ToolGuardrailFunctionOutput,
@@ -23,6 +25,8 @@ from agents.tool_guardrails import (
 
 from agent_host.adapters.openai_agents import OpenAIAgentsAgent
 from agent_host.errors import ConfigurationError
+from agent_host.runtime.runner import Failed
+from tests.unit.adapters.test_openai_agents_adapter import NO_TRACES, Scripted, runner_for
 
 
 class FakeMCPServer(MCPServer):
@@ -126,3 +130,52 @@ def test_an_editable_tool_with_input_guardrails_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="issue_refund of agent 'support' have input"):
         OpenAIAgentsAgent(agent, editable={"issue_refund": ["amount"]})
     assert OpenAIAgentsAgent(agent).editable() == {}  # not editable: its guardrail holds
+
+
+def test_a_sandbox_agent_and_a_sandbox_run_config_are_refused() -> None:
+    """A SandboxAgent's capabilities (a shell, a file system) add tools to each run that
+    ran with no pause, no policy and no record."""
+    with pytest.raises(ConfigurationError, match=r"has capabilities \(Filesystem, Shell"):
+        OpenAIAgentsAgent(SandboxAgent(name="ops"))
+    config = RunConfig(sandbox=SandboxRunConfig(client=UnixLocalSandboxClient()))
+    with pytest.raises(ConfigurationError, match="run_config has a sandbox"):
+        OpenAIAgentsAgent(Agent(name="ops", tools=[wipe_disk]), run_config=config)
+
+
+class AddsToolOnStart(AgentHooks[Any]):
+    """The agent's own hook adds a tool when a run starts (the SDK lets hooks change it)."""
+
+    def __init__(self, tool: Any) -> None:
+        self.tool = tool
+
+    async def on_start(self, context: Any, agent: Any) -> None:
+        if all(t.name != self.tool.name for t in agent.tools):
+            agent.tools = [*agent.tools, self.tool]
+
+
+async def test_a_tool_added_once_the_agent_was_checked_fails_the_run_unrun() -> None:
+    """A tool an agent hook adds as the run starts, or one appended to the agent after it
+    was registered, is not one countersign gated: the run fails before it runs, saying so,
+    instead of running it unjudged."""
+    wired: list[float] = []
+
+    @function_tool
+    def wire_money(amount: float) -> str:
+        """Wire money."""
+        wired.append(amount)
+        return "wired"
+
+    model = Scripted([("wire_money", {"amount": 1000.0}, "fc_1")])
+    hooked = Agent(name="ops", tools=[], hooks=AddsToolOnStart(wire_money), model=model)
+    outcome = await runner_for(OpenAIAgentsAgent(hooked, run_config=NO_TRACES)).run("support", "go")
+    assert isinstance(outcome, Failed), outcome
+    assert "tool 'wire_money' was added to agent 'ops' after countersign checked it" in (
+        outcome.error
+    )
+
+    later = Agent(name="ops", tools=[], model=model)
+    hosted = OpenAIAgentsAgent(later, run_config=NO_TRACES)
+    later.tools.append(WebSearchTool())
+    outcome = await runner_for(hosted).run("support", "go")
+    assert isinstance(outcome, Failed) and "only function tools can be hosted" in outcome.error
+    assert wired == []
