@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, ToolDenied
@@ -36,6 +36,7 @@ from pydantic_ai.capabilities import (
     CombinedCapability,
     DynamicCapability,
     Hooks,
+    Instrumentation,
     WrapperCapability,
 )
 from pydantic_ai.exceptions import ApprovalRequired, CallDeferred
@@ -266,13 +267,17 @@ def _editable(
     `args_validator` function is refused: it needs the run's context, which an edit checked
     in Slack does not have, so an edited call would skip it."""
     names = editable_by_tool(agent, tools, editable, lambda t: t.tool_def.parameters_json_schema)
-    hooked = [c for c in _capabilities(root) for hook in _TOOL_CALL_HOOKS if _overrides(c, hook)]
+    hooked = [
+        c
+        for c in _capabilities(root)
+        if not isinstance(c, Instrumentation)  # traces a call; checks nothing
+        and any(_acts_at(c, hook) for hook in _TOOL_CALL_HOOKS)
+    ]
     if names and hooked:
         raise ConfigurationError(
             f"agent {agent!r} has capabilities acting on tool calls before they run "
-            f"({', '.join(sorted({type(c).__name__ for c in hooked}))}), which see the "
-            "model's arguments and not a reviewer's edit; leave editable= out, or check "
-            "those limits in the tool itself"
+            f"({_names(hooked)}), which see the model's arguments and not a reviewer's "
+            "edit; leave editable= out, or check those limits in the tool itself"
         )
     for tool in names:
         if tools[tool].args_validator is not None:
@@ -358,15 +363,25 @@ def _as_json(value: Any) -> str:
 
 # Native tools the model's provider runs itself, with effects countersign never sees.
 _UNSEEN_NATIVE_TOOLS = (MCPServerTool, CodeExecutionTool, MemoryTool)
-# What a capability may do to a tool call between the model and the call guard.
-_TOOL_CALL_HOOKS = ("before_tool_execute", "wrap_tool_execute")
+# Where a capability meets a tool call between the model and the call guard: it would
+# check the model's arguments, never a reviewer's edit.
+_TOOL_CALL_HOOKS = (
+    "before_tool_validate",
+    "wrap_tool_validate",
+    "after_tool_validate",
+    "before_tool_execute",
+    "wrap_tool_execute",
+)
+# The base classes' hooks, which pass everything on and do nothing of their own.
+_PASSING_ON = (AbstractCapability, CombinedCapability, WrapperCapability, Hooks)
 
 
 def _check_supported(agent: Agent[Any, Any]) -> None:
     """Refuse what would run without being judged: output functions (the framework calls
     them with the model's arguments as the run's output), provider-run tools that act,
     capabilities countersign cannot see before a run (built by a function for each run),
-    and a handler of deferred calls (it would decide them itself, in place of a person)."""
+    a toolset wrapped by a capability of your own (its calls would not reach the call
+    guard), and a handler of deferred calls (it would decide them in place of a person)."""
     if functions := sorted(_output_functions(agent.output_type)):
         raise ConfigurationError(
             f"agent {agent.name!r} has output functions ({', '.join(functions)}), which "
@@ -388,42 +403,62 @@ def _check_supported(agent: Agent[Any, Any]) -> None:
             f"agent {agent.name!r} has capabilities built by a function for each run, which "
             "countersign cannot check before the run; give the capabilities themselves"
         )
-    if any(_overrides(c, "handle_deferred_tool_calls") for c in capabilities):
+    if handlers := _names(c for c in capabilities if _acts_at(c, "handle_deferred_tool_calls")):
         raise ConfigurationError(
-            f"agent {agent.name!r} handles its deferred tool calls itself "
-            "(HandleDeferredToolCalls), in place of the person countersign would ask; "
-            "remove that capability"
+            f"agent {agent.name!r} handles its deferred tool calls itself ({handlers}), in "
+            "place of the person countersign would ask; remove that capability"
+        )
+    own = [c for c in capabilities if not type(c).__module__.startswith("pydantic_ai.")]
+    if wrapping := _names(c for c in own if _acts_at(c, "get_wrapper_toolset")):
+        raise ConfigurationError(
+            f"agent {agent.name!r} has capabilities wrapping its toolset ({wrapping}), whose "
+            "own tools would run without reaching countersign; give their tools to the "
+            "agent as function tools instead"
         )
 
 
 def _capabilities(capability: AbstractCapability[Any]) -> Iterator[AbstractCapability[Any]]:
-    """Every capability of an agent, those combined or wrapped by another included."""
-    if type(capability) is CombinedCapability:
+    """Every capability of an agent, those combined or wrapped by another included (a
+    combining or wrapping one too, unless it is the plain container)."""
+    if type(capability) not in (CombinedCapability, WrapperCapability):
+        yield capability
+    if isinstance(capability, CombinedCapability):
         for inner in capability.capabilities:
             yield from _capabilities(inner)
-    elif type(capability) is WrapperCapability:
+    elif isinstance(capability, WrapperCapability):
         yield from _capabilities(capability.wrapped)
-    else:
-        yield capability
 
 
-def _overrides(capability: AbstractCapability[Any], hook: str) -> bool:
-    """Whether `capability` does something at `hook` (a `Hooks` when a function is
-    registered for it; any other capability when its class defines it)."""
+def _acts_at(capability: AbstractCapability[Any], hook: str) -> bool:
+    """Whether `capability` does something of its own at `hook`: its class defines it
+    (not merely passing it on, as the base classes do), or, for `Hooks`, a function is
+    registered for it."""
+    defined = getattr(type(capability), hook, None)
+    if all(defined is not getattr(base, hook, None) for base in _PASSING_ON):
+        return True
     if isinstance(capability, Hooks):
         registry = getattr(capability, "_registry", None)
         return not isinstance(registry, dict) or bool(registry.get(hook))
-    return getattr(type(capability), hook, None) is not getattr(AbstractCapability, hook)
+    return False
+
+
+def _names(capabilities: Iterable[AbstractCapability[Any]]) -> str:
+    return ", ".join(sorted({type(c).__name__ for c in capabilities}))
 
 
 def _output_functions(output: Any) -> set[str]:
     """The names of the functions an output spec would call (through any of its wrappers)."""
     if isinstance(output, list | tuple):
         return set().union(*(_output_functions(o) for o in output)) if output else set()
+    if output is None or isinstance(output, type):
+        return set()
     if inspect.isfunction(output) or inspect.ismethod(output):
         return {output.__name__}
     for attribute in ("output", "outputs", "output_function"):
         inner = getattr(output, attribute, None)
-        if inner is not None and inner is not output and not isinstance(output, type):
+        if inner is not None and inner is not output:
             return _output_functions(inner)
+    if callable(output):  # a partial, a callable object: called like a function
+        inner = getattr(output, "func", output)
+        return {str(getattr(inner, "__name__", type(output).__name__))}
     return set()

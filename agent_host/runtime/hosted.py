@@ -300,8 +300,9 @@ class CallGuard:
             return UNKNOWN_OUTCOME
         try:
             value = await invoke(record.run_arguments)
-        except Exception as exc:  # the framework's to report; what it did is unknown
-            self.unfinished[record.call_id] = RAISED.format(error=f"{type(exc).__name__}: {exc}")
+        except BaseException as exc:  # the framework's to report (a timeout cancels it)
+            error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            self.unfinished[record.call_id] = RAISED.format(error=error)
             raise
         text = as_text(value)
         await self.ledger.finish(self.run_id, entry, text)
@@ -324,8 +325,8 @@ class CallGuard:
 
 
 RAISED = (
-    "The tool raised {error} once it had started: what it did before that is unknown. It "
-    "was not run again; check its effect before retrying."
+    "The call failed once it was let through ({error}): whether the tool acted before that "
+    "is unknown. It was not run again; check its effect before retrying."
 )
 
 

@@ -7,6 +7,7 @@ ledger stand in for the worker and Redis here.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -300,3 +301,31 @@ async def test_a_call_whose_arguments_are_not_an_object_is_not_run() -> None:
     [call] = outcome.state.calls
     assert (call.gate, call.outcome) == ("invalid", "invalid")
     assert "its arguments are not a JSON object" in outcome.output
+
+
+async def test_an_approved_tool_that_timed_out_is_recorded_as_started_not_as_never_run() -> None:
+    """The SDK cancels a tool past its timeout, after it began moving money: the record says
+    the call failed once let through, never that the framework did not run it."""
+    started: list[float] = []
+
+    @function_tool(needs_approval=True, timeout=0.05)
+    async def wire(amount: float) -> str:
+        """Wire money."""
+        started.append(amount)
+        await asyncio.sleep(5)
+        return "wired"
+
+    model = Scripted([("wire", {"amount": 5.0}, "fc_1")])
+    agent = Agent(name="support", instructions="Help.", tools=[wire], model=model)
+    runner = runner_for(OpenAIAgentsAgent(agent, run_config=NO_TRACES))
+    outcome = await paused(runner)
+    [pending] = outcome.pending
+
+    done = await runner.resume(
+        outcome.state, {pending.call_id: Approve(decided_by="U_LEAD", call_hash=pending.call_hash)}
+    )
+
+    assert started == [5.0]
+    record = done.state.call(pending.call_id)
+    assert record is not None and record.outcome == "unknown_outcome"
+    assert record.result is not None and "failed once it was let through" in record.result

@@ -351,5 +351,5 @@ async def test_an_approved_tool_that_raised_is_recorded_as_started_not_as_never_
     record = done.state.call(pending.call_id)
     assert record is not None and record.outcome == "unknown_outcome"
     assert record.result is not None
-    assert "raised RuntimeError: bank timeout after the money moved" in record.result
+    assert "failed once it was let through (RuntimeError: bank timeout" in record.result
     assert "did not run" not in record.result

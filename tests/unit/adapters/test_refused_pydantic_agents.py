@@ -8,14 +8,28 @@ tool the provider runs itself (an MCP server, code execution) acted unseen.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from typing import Any
 
 import pytest
 from pydantic_ai import Agent, RunContext, ToolOutput
-from pydantic_ai.capabilities import HandleDeferredToolCalls, Hooks
+from pydantic_ai.capabilities import (
+    AbstractCapability,
+    HandleDeferredToolCalls,
+    Hooks,
+    Instrumentation,
+    PrefixTools,
+    ToolSearch,
+    Toolset,
+)
 from pydantic_ai.capabilities.native_tool import NativeTool
 from pydantic_ai.models.test import TestModel
 from pydantic_ai.native_tools import CodeExecutionTool, MCPServerTool, WebSearchTool
+from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, WrapperToolset
+from pydantic_ai.toolsets.abstract import ToolsetTool
+from pydantic_core import SchemaValidator, core_schema
 
 from agent_host.adapters.pydantic_ai import PydanticAIAgent
 from agent_host.errors import ConfigurationError
@@ -100,15 +114,38 @@ def test_capabilities_built_for_each_run_are_refused() -> None:
         PydanticAIAgent(agent)
 
 
-def test_an_editable_tool_of_an_agent_with_tool_call_hooks_is_refused() -> None:
-    """A hook before a tool runs checks the model's arguments, not a reviewer's edit: an
-    edited 5,000 would pass a limit of 100 it never saw."""
+class CheckedBeforeRunning(Hooks[None]):
+    """Checks a refund's amount in a method of its own, not a registered function."""
+
+    async def before_tool_execute(self, ctx: Any, *, call: Any, tool_def: Any, args: Any) -> Any:
+        return args
+
+
+def registered_hook(hook: str) -> Hooks[None]:
     hooks: Hooks[None] = Hooks()
 
-    @hooks.on.before_tool_execute(tools=["issue_refund"])
     async def at_most_100(ctx: Any, *, call: Any, tool_def: Any, args: Any) -> Any:
         return args
 
+    getattr(hooks.on, hook)(at_most_100)
+    return hooks
+
+
+@pytest.mark.parametrize(
+    "hooks",
+    [
+        registered_hook("before_tool_execute"),
+        registered_hook("after_tool_validate"),
+        registered_hook("before_tool_validate"),
+        CheckedBeforeRunning(),
+    ],
+    ids=["before_tool_execute", "after_tool_validate", "before_tool_validate", "subclass"],
+)
+def test_an_editable_tool_of_an_agent_with_tool_call_hooks_is_refused(
+    hooks: Hooks[None],
+) -> None:
+    """A hook validating or running a tool call checks the model's arguments, not a
+    reviewer's edit: an edited 5,000 would pass a limit of 100 it never saw."""
     agent: Agent[None, str] = Agent(TestModel(), capabilities=[hooks], name="support")
 
     @agent.tool_plain(requires_approval=True)
@@ -116,6 +153,60 @@ def test_an_editable_tool_of_an_agent_with_tool_call_hooks_is_refused() -> None:
         """Refund an order."""
         raise AssertionError("never run")
 
-    with pytest.raises(ConfigurationError, match=r"acting on tool calls before they run \(Hooks"):
+    with pytest.raises(ConfigurationError, match=r"acting on tool calls before they run \("):
         PydanticAIAgent(agent, editable={"issue_refund": ["amount"]})
     assert PydanticAIAgent(agent).editable() == {}  # not editable: its hook holds
+
+
+@dataclasses.dataclass
+class NotifyToolset(WrapperToolset[Any]):
+    """Adds a `notify_customer` tool around the agent's own toolset, and runs it itself."""
+
+    async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
+        schema = {"type": "object", "properties": {"text": {"type": "string"}}}
+        notify = ToolsetTool(
+            toolset=self,
+            tool_def=ToolDefinition(name="notify_customer", parameters_json_schema=schema),
+            max_retries=1,
+            args_validator=SchemaValidator(core_schema.dict_schema()),
+        )
+        return {**await super().get_tools(ctx), "notify_customer": notify}
+
+
+@dataclasses.dataclass
+class Notify(AbstractCapability[Any]):
+    def get_wrapper_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any] | None:
+        return NotifyToolset(wrapped=toolset)
+
+
+def test_a_capability_of_your_own_wrapping_the_toolset_is_refused() -> None:
+    """Its own tools ran outside the call guard: judged by nobody, recorded nowhere."""
+    agent: Agent[None, str] = Agent(TestModel(), capabilities=[Notify()], name="support")
+
+    with pytest.raises(ConfigurationError, match=r"capabilities wrapping its toolset \(Notify\)"):
+        PydanticAIAgent(agent)
+
+
+def test_an_output_function_given_as_a_partial_is_refused() -> None:
+    agent: Agent[None, Any] = Agent(
+        TestModel(), output_type=ToolOutput(functools.partial(transfer)), name="payouts"
+    )
+
+    with pytest.raises(ConfigurationError, match=r"output functions \(transfer\)"):
+        PydanticAIAgent(agent)
+
+
+def test_ordinary_capabilities_are_accepted_and_tools_stay_editable() -> None:
+    """What wraps tools without acting on a call (tracing, prefixed names, tool search) is
+    no reason to refuse an agent, nor to keep its tools from being edited."""
+    inner = Toolset(FunctionToolset(tools=[transfer]))
+    capabilities: list[Any] = [Instrumentation(), PrefixTools(inner, prefix="pay"), ToolSearch()]
+    agent: Agent[None, str] = Agent(TestModel(), capabilities=capabilities, name="support")
+
+    @agent.tool_plain(requires_approval=True)
+    def issue_refund(order_id: str, amount: float) -> str:
+        """Refund an order."""
+        raise AssertionError("never run")
+
+    hosted = PydanticAIAgent(agent, editable={"issue_refund": ["amount"]})
+    assert hosted.editable() == {"issue_refund": ("amount",)}
