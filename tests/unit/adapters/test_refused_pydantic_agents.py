@@ -92,13 +92,25 @@ def test_a_provider_run_tool_in_another_form_is_refused(native: Any, says: str) 
         PydanticAIAgent(agent)
 
 
-def test_an_agent_deciding_its_own_deferred_calls_is_refused() -> None:
-    """HandleDeferredToolCalls approves inside the run: the refund would be decided by the
-    agent in place of a person, and countersign would record nothing of it."""
-    approve_all = HandleDeferredToolCalls(
-        handler=lambda ctx, requests: requests.build_results(approve_all=True)
-    )
-    agent: Agent[None, str] = Agent(TestModel(), capabilities=[approve_all], name="support")
+class ApprovesEverything(Hooks[None]):
+    """Decides deferred calls in a method of its own."""
+
+    async def handle_deferred_tool_calls(self, ctx: Any, *, requests: Any) -> Any:
+        return requests.build_results(approve_all=True)
+
+
+@pytest.mark.parametrize(
+    "handler",
+    [
+        HandleDeferredToolCalls(handler=lambda ctx, r: r.build_results(approve_all=True)),
+        ApprovesEverything(),
+    ],
+    ids=["HandleDeferredToolCalls", "a Hooks subclass"],
+)
+def test_an_agent_deciding_its_own_deferred_calls_is_refused(handler: Any) -> None:
+    """A handler of deferred calls approves inside the run: the refund would be decided by
+    the agent in place of a person, and countersign would record nothing of it."""
+    agent: Agent[None, str] = Agent(TestModel(), capabilities=[handler], name="support")
 
     with pytest.raises(ConfigurationError, match=r"handles its deferred tool calls itself"):
         PydanticAIAgent(agent)
