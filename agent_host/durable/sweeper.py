@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 import logging
 
+from redis.exceptions import ResponseError
+
 from agent_host.approvals import ApprovalService
 from agent_host.durable import keys as K
 from agent_host.durable.connections import as_text
@@ -80,9 +82,9 @@ class Sweeper:
             result = await self.approvals.decide(
                 request_id, Expired(decided_by=EXPIRED_BY), via="sweeper"
             )
-        except TRANSIENT:
-            raise  # Redis is away: the whole sweep is tried again
-        except Exception:
+        except Exception as exc:
+            if isinstance(exc, TRANSIENT) and not _damaged(exc):
+                raise  # Redis is away: the whole sweep is tried again
             log.exception(
                 "request %s is past its deadline but could not be read to expire it (tried "
                 "again in %gs): repair or delete its hash %s",
@@ -130,3 +132,9 @@ class Sweeper:
                     log.warning("stream trim failed (%s); next try in %gs", exc, self.trim_every)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.interval)
+
+
+def _damaged(exc: BaseException) -> bool:
+    """Redis answered, about the data: a request key holding another type than a hash."""
+    cause = exc if isinstance(exc, ResponseError) else exc.__cause__
+    return isinstance(cause, ResponseError) and str(cause).startswith("WRONGTYPE")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from redis.asyncio import Redis
 
 from agent_host.approvals import DEFAULT_EXPIRY_SECONDS, FixedRouter
@@ -158,18 +159,24 @@ async def due_requests_in_every_shard(env: Env) -> list[str]:
     return started
 
 
-async def test_an_entry_that_cannot_be_expired_holds_up_no_other(redis: Redis) -> None:
+@pytest.mark.parametrize("damage", ["a field another version wrote", "a key of another type"])
+async def test_an_entry_that_cannot_be_expired_holds_up_no_other(redis: Redis, damage: str) -> None:
     """Entries naming no request of their shard (junk, another shard's request) and a
-    request whose hash cannot be read (a field another version wrote) sit before every
-    other deadline: the others still expire, in every shard, on the first sweep. The junk
-    is dropped; the unreadable request keeps its deadline, tried again later."""
+    request that cannot be read sit before every other deadline: the others still expire,
+    in every shard, on the first sweep. The junk is dropped; the unreadable request keeps
+    its deadline, tried again later."""
     env = make_env(redis, clock=FakeClock(), router=FixedRouter())
     unreadable, *due = await due_requests_in_every_shard(env)
     elsewhere = "req_00000001aaaaaaaaaaaa_0001"
     home = K.Keys(unreadable).shard
     assert K.Keys(elsewhere).shard != home
     await redis.zadd(home.deadlines, {"junk": 1, elsewhere: 1, unreadable: 1})
-    await redis.hset(K.Keys(unreadable).request(unreadable), "route", '{"unknown": 1}')
+    key = K.Keys(unreadable).request(unreadable)
+    if damage == "a key of another type":
+        await redis.delete(key)
+        await redis.set(key, "not a hash")
+    else:
+        await redis.hset(key, "route", '{"unknown": 1}')
 
     assert await Sweeper(env.store).sweep() == len(due)
     for request_id in due:
