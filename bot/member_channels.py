@@ -42,6 +42,10 @@ PAGE = 1000  # the largest page of users.conversations and conversations.members
 MAX_PAGES = 10
 
 
+class _RanOutOfTime(Exception):
+    """A shared lookup got no answer from Slack within LOOKUP_SECONDS."""
+
+
 class MemberChannels:
     def __init__(
         self,
@@ -133,8 +137,9 @@ class MemberChannels:
     ) -> T | None:
         """What Slack said of `channel` (through `ask`) when asked at `since` or later: kept
         in `answers` with the time it was asked, or asked now. One lookup at a time: whoever
-        needs it meanwhile waits for the same answer, and asks again when that lookup fails
-        (it may have run out of its time just as they came). None when Slack could not say."""
+        needs it meanwhile waits for the same answer, and asks again when that lookup ran out
+        of its time (just as they came); a lookup Slack refused is not asked again. None when
+        Slack could not say."""
         kept = answers.get(channel)
         if kept is not None and kept[0] >= since:
             return kept[1]
@@ -146,9 +151,12 @@ class MemberChannels:
             task = asyncio.ensure_future(self._ask_and_keep(answers, channel, ask, began))
             asking = self._asking[key] = (began, task)
             task.add_done_callback(lambda _: self._forget(key, task))
-        found: T | None = await asyncio.shield(asking[1])  # a waiter's timeout: not the others'
-        if found is None and joining and not joined:
-            return await self._answer(answers, channel, ask, since, joined=True)
+        try:
+            found: T | None = await asyncio.shield(asking[1])  # a waiter's timeout only
+        except _RanOutOfTime:
+            if joining and not joined:  # as this decision came: one of its own
+                return await self._answer(answers, channel, ask, since, joined=True)
+            return None
         return found
 
     async def _ask_and_keep(
@@ -158,14 +166,14 @@ class MemberChannels:
         ask: Callable[[str], Awaitable[T | None]],
         began: float,
     ) -> T | None:
-        """`ask`, given LOOKUP_SECONDS (a stalled lookup holds up nobody after it), its
-        answer kept with the time it was asked, however late it comes."""
+        """`ask`, given LOOKUP_SECONDS (a stalled lookup holds up nobody after it: past them
+        it raises _RanOutOfTime), its answer kept with the time it was asked."""
         try:
             async with asyncio.timeout(LOOKUP_SECONDS):
                 found = await ask(channel)
         except TimeoutError:
             log.warning("%s for %s took over %gs", ask.__name__, channel, LOOKUP_SECONDS)
-            return None
+            raise _RanOutOfTime from None
         kept = answers.get(channel)
         if found is not None and (kept is None or kept[0] <= began):
             answers[channel] = (began, found)
@@ -174,6 +182,8 @@ class MemberChannels:
     def _forget(self, key: tuple[str, str], task: asyncio.Future[Any]) -> None:
         if (asking := self._asking.get(key)) is not None and asking[1] is task:
             del self._asking[key]
+        if not task.cancelled():
+            task.exception()  # read, even when every waiter gave up before it ended
 
     async def _ask_public(self, channel: str) -> bool | None:
         """Whether `channel` is public (`conversations.info`): only when Slack says it is

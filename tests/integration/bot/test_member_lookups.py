@@ -121,3 +121,17 @@ async def test_a_decision_joining_a_lookup_that_runs_out_of_time_asks_again(
     assert await first == UNCHECKED
     assert second == ""
     assert lookups(slack).count("conversations.members") == 3
+
+
+async def test_a_refused_lookup_is_not_asked_again_by_those_waiting_for_it(
+    slack: SlackStandIn,
+) -> None:
+    """Slack refuses the lookup (an error, at once): the five decisions waiting for it are
+    told to try again, and Slack is asked once, not once more by each of them."""
+    channels = MemberChannels(AsyncWebClient(token=TOKEN, base_url=slack.url, timeout=10))
+    request = make_request(message_channel=PRIVATE)
+    slack.inject("conversations.info", status=500, delay=0.2)
+    slack.inject("conversations.members", status=500, delay=0.2)
+    answers = await asyncio.gather(*(channels.outside(REVIEWER, request) for _ in range(5)))
+    assert answers == [UNCHECKED] * 5
+    assert sorted(lookups(slack)) == ["conversations.info", "conversations.members"]
