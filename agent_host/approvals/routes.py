@@ -385,8 +385,8 @@ def parse_spec(text: str) -> RouteRule:
     for token in _TOKEN.findall(text):
         pair = _PAIR.match(token)
         if pair is None:
-            if last == "reviewers" and token.startswith("<"):  # reviewers=<@U1> <@U2>
-                values["reviewers"] += f",{token}"
+            if last == "reviewers" and token.startswith("<"):  # reviewers=<@U1>, <@U2>
+                values["reviewers"] = values["reviewers"].rstrip(",") + f",{token}"
                 continue
             raise _with_example(f"{token!r} is not key=value")
         key, value = pair.group(1).lower(), pair.group(2)

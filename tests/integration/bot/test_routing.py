@@ -77,6 +77,9 @@ def test_mentions_separated_by_spaces_continue_the_reviewers() -> None:
     )
     assert rule.reviewers == ("U0ALICE", "S0FIN")
     assert (rule.channel, rule.tool) == ("C0APPROVALS", "x")
+    # as Slack sends `reviewers=@alice, @finance`: a comma, then a space
+    rule = parse_spec("reviewers=<@U0ALICE>, <!subteam^S0FIN|@finance> channel=C0APPROVALS")
+    assert rule.reviewers == ("U0ALICE", "S0FIN")
 
 
 def test_spec_details() -> None:
