@@ -50,17 +50,25 @@ _SECRET_WORDS = frozenset(
         "credential",
         "credentials",
         "privatekey",
+        "privatekeys",
         "accesskey",
+        "accesskeys",
         "signingkey",
+        "signingkeys",
         "sshkey",
-        "pwd",
+        "sshkeys",
         "passphrase",
         "passphrases",
         "cookie",
         "cookies",
         "bearer",
+        "bearers",
+        "authorizations",
     }
 )
+# Words that name a credential only after another word (`db_pwd`): alone, `pwd` is more
+# often a working directory, which a reviewer must see.
+_SECRET_AFTER_A_NAME = frozenset({"pwd", "pwds"})
 _WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 
 
@@ -70,6 +78,8 @@ def is_secret_key(key: object) -> bool:
     or `secretary_note` do not."""
     words = [word.lower() for word in _WORDS.findall(str(key))]
     pairs = (first + second for first, second in itertools.pairwise(words))
+    if len(words) > 1 and words[-1] in _SECRET_AFTER_A_NAME:
+        return True
     return any(word in _SECRET_WORDS for word in (*words, *pairs))
 
 

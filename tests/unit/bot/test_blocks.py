@@ -382,13 +382,16 @@ def test_only_credentials_under_credentials_keys_are_masked() -> None:
         "password2": "pw-two",
         "db_pwd": "hunter2",
         "ssh_key": "ssh-ed25519 AAAA",
+        "deploy_ssh_keys": ["ssh-rsa BBBB"],
         "signingKey": "sig-value",
         "session_cookie": "sid=abc",
         "gpg_passphrase": "correct horse",
     }
+    arguments["pwd"] = "/srv/prod"  # alone: a working directory, where a command runs
     masked = B.mask_secrets(arguments)
     assert masked["tokens"] == 1000000 and masked["options"] == arguments["options"]
-    hidden_keys = [k for k in arguments if k not in ("to", "tokens", "options")]
+    assert masked["pwd"] == "/srv/prod"
+    hidden_keys = [k for k in arguments if k not in ("to", "tokens", "options", "pwd")]
     for key in hidden_keys:
         assert masked[key] == B.MASK, key
     _, body = B.approval_message(make_request(arguments=arguments))
