@@ -25,7 +25,7 @@ from agent_host.errors import CountersignError, InvalidArguments
 from agent_host.runtime.agents import Agent
 from agent_host.runtime.checkpoint import call_hash
 from agent_host.runtime.editing import EditableAgent, EditableTool
-from agent_host.runtime.fingerprint import canonical_json
+from agent_host.runtime.fingerprint import canonical_json, same_json
 from agent_host.runtime.hosted import HostedAgent
 from agent_host.runtime.policy import Permission, Severity
 
@@ -199,7 +199,8 @@ class ArgumentEditor:
         errors = {
             str(name): f"{tool.name} does not let a reviewer edit {name}"
             for name, value in edited.items()
-            if name not in editable and (name not in original or original[name] != value)
+            if name not in editable
+            and (name not in original or not same_json(original[name], value))
         }
         if errors:
             return EditCheck(errors=errors)

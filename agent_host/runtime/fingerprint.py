@@ -22,9 +22,20 @@ def canonical_json(value: Any) -> str:
 
 
 def same_json(first: Any, second: Any) -> bool:
-    """Whether two values are the same JSON: Python calls `1`, `1.0` and `True` equal, but
-    a tool given one is not given the other."""
-    return canonical_json(first) == canonical_json(second)
+    """Whether two values are the same JSON value. Python calls `1` and `True` equal, but a
+    tool given one is not given the other; `250` and `250.0` are one JSON number (many
+    languages write the second as the first)."""
+    if isinstance(first, bool) or isinstance(second, bool):
+        return type(first) is type(second) and first == second
+    if isinstance(first, int | float) and isinstance(second, int | float):
+        return first == second
+    if isinstance(first, Mapping) and isinstance(second, Mapping):
+        return first.keys() == second.keys() and all(
+            same_json(value, second[key]) for key, value in first.items()
+        )
+    if isinstance(first, list | tuple) and isinstance(second, list | tuple):
+        return len(first) == len(second) and all(map(same_json, first, second))
+    return type(first) is type(second) and first == second
 
 
 def fingerprint_of(parts: Mapping[str, Any]) -> str:

@@ -192,6 +192,19 @@ async def test_only_editable_arguments_may_change() -> None:
     assert set(unknown.errors) == {"extra"}
     same = await editor_.check(request, {"vendor": "acme", "amount": 10})  # unchanged: fine
     assert same.ok and same.changed
+    # One JSON number however it is written (250 from JavaScript for 250.0): no change.
+    # A flag where a number was is another value, though Python calls True equal to 1.
+    fixed = payout_request(fingerprint, editable=("vendor",))
+    assert (await editor_.check(fixed, {"amount": 250, "vendor": "acme"})).ok
+    one = {**ORIGINAL, "amount": 1}
+    counted = payout_request(
+        fingerprint,
+        editable=("vendor",),
+        arguments=one,
+        call_hash=call_hash(fingerprint, "pay_vendor", one),
+    )
+    as_flag = await editor_.check(counted, {"amount": True})
+    assert as_flag.errors == {"amount": "pay_vendor does not let a reviewer edit amount"}
 
 
 async def test_an_edit_never_raises_the_severity() -> None:
