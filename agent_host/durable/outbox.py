@@ -200,7 +200,8 @@ class Outbox:
         """Post it where someone will see it, saying why; then tell the administrators,
         whether or not the fallback took it. The fallback message is recorded only once
         they were told: a redelivery finds no message, so it posts and tells again rather
-        than taking the request as delivered and telling nobody."""
+        than taking the request as delivered and telling nobody. (The first fallback
+        message is then not the one updated; its buttons still decide the request.)"""
         rerouted, fallback_failure = None, None
         try:
             rerouted = await self.notifier.request_rerouted(request, failure)
