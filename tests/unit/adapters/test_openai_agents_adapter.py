@@ -29,6 +29,12 @@ from agent_host.runtime.runner import Failed, Paused, Runner, Succeeded
 NO_TRACES = RunConfig(tracing_disabled=True)
 
 
+def tool_outputs(input: Any) -> list[dict[str, Any]]:
+    """The tools' outputs in a model's input, in order."""
+    items = input if isinstance(input, list) else []
+    return [i for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"]
+
+
 class Scripted(Model):
     """Turn n (counted by the tool outputs in the input) answers with `turns[n]`'s calls."""
 
@@ -38,10 +44,7 @@ class Scripted(Model):
     async def get_response(
         self, system_instructions: Any, input: Any, *args: Any, **kw: Any
     ) -> ModelResponse:
-        items = input if isinstance(input, list) else []
-        outputs = [
-            i for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"
-        ]
+        outputs = tool_outputs(input)
         answered, seen = 0, 0
         while answered < len(self.turns) and len(outputs) >= seen + len(self.turns[answered]):
             seen += len(self.turns[answered])
@@ -250,10 +253,7 @@ class RawArguments(Model):
     async def get_response(
         self, system_instructions: Any, input: Any, *args: Any, **kw: Any
     ) -> ModelResponse:
-        items = input if isinstance(input, list) else []
-        outputs = [
-            i for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"
-        ]
+        outputs = tool_outputs(input)
         if outputs:
             said = str(outputs[0]["output"])
             return ModelResponse(output=[assistant_message(said)], usage=Usage(), response_id=None)
