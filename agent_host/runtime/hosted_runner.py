@@ -30,7 +30,7 @@ from agent_host.runtime.journal import NO_JOURNAL, TurnJournal
 from agent_host.runtime.ledger import ExecutionLedger
 from agent_host.runtime.messages import Message
 from agent_host.runtime.outcomes import Failed, Paused, RunOutcome, Succeeded
-from agent_host.runtime.policy import Permission, Severity, Verdict
+from agent_host.runtime.policy import Permission, Severity, judged
 from agent_host.runtime.strict_json import non_finite_path, too_deep_path, too_deep_text
 
 __all__ = ["HostedRunner"]
@@ -184,17 +184,8 @@ def _plan(
         # (a tool that decodes its input leniently would run them as something else).
         record.gate, record.result = "invalid", NOT_AN_OBJECT.format(tool=call.tool)
         return record
-    try:
-        verdict = agent.judge(call, context)
-    except Exception as exc:  # the framework has not validated the arguments yet
-        log.warning(
-            "run %s: the policy for %s raised %s; a person decides",
-            state.run_id,
-            call.tool,
-            type(exc).__name__,
-        )
-        reason = f"countersign's policy could not judge these arguments ({type(exc).__name__})"
-        verdict = Verdict.ask(reason, Severity.HIGH, allow_always=False)
+    # the framework has not validated the arguments yet: a policy may fail on them
+    verdict = judged(lambda: agent.judge(call, context), call.tool, state.run_id)
     record.reason, record.severity = verdict.reason, verdict.severity.value
     record.allow_always = verdict.allow_always
     if verdict.permission is Permission.DENY:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import fnmatch
+import logging
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -19,6 +20,8 @@ import yaml
 
 from agent_host.errors import PolicyRuleError
 
+log = logging.getLogger(__name__)
+
 __all__ = [
     "Permission",
     "PermissionFunction",
@@ -27,6 +30,7 @@ __all__ = [
     "Severity",
     "Verdict",
     "confidence_gate",
+    "judged",
     "load_rules",
 ]
 
@@ -267,6 +271,21 @@ def to_verdict(
         return result if result.reason else replace(result, reason=default_reason)
     if isinstance(result, bool):
         result = Permission.ASK if result else Permission.ALLOW
+    if not isinstance(result, Permission):
+        raise TypeError(
+            f"a permission function returned {result!r}; return a Permission, a Verdict or a bool"
+        )
     if result is Permission.ALLOW:
         return Verdict.allow()
     return Verdict(result, default_reason, default_severity)
+
+
+def judged(judge: Callable[[], Verdict], tool: str, run_id: str) -> Verdict:
+    """`judge()`, or, when an operator's permission function fails (raises, or returns
+    something else than a verdict), a person decides: ASK at high severity, once."""
+    try:
+        return judge()
+    except Exception as exc:
+        log.warning("run %s: the policy for %s raised %s; a person decides", run_id, tool, exc)
+        reason = f"countersign's policy could not judge these arguments ({type(exc).__name__})"
+        return Verdict.ask(reason, Severity.HIGH, allow_always=False)

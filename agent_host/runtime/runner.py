@@ -45,7 +45,7 @@ from agent_host.runtime.ledger import UNKNOWN_OUTCOME, ExecutionLedger, InMemory
 from agent_host.runtime.messages import Message, ToolCall
 from agent_host.runtime.outcomes import Failed, Paused, RunOutcome, Succeeded
 from agent_host.runtime.pause import PauseRequest
-from agent_host.runtime.policy import Permission, Severity, Verdict
+from agent_host.runtime.policy import Permission, Severity, Verdict, judged
 from agent_host.runtime.tools import InvalidArguments, ToolContext
 
 __all__ = ["Failed", "Paused", "RunOutcome", "Runner", "Succeeded"]
@@ -295,7 +295,8 @@ def _plan(state: RunState, agent: Agent, proposed: ToolCall, call_id: str) -> Ca
         arguments = tool.validate(proposed.arguments)
     except InvalidArguments as exc:
         return _invalid(state, base, proposed, f"{exc}. Fix the arguments and call the tool again.")
-    verdict = agent.judge(tool, arguments, _policy_context(state))
+    context = _policy_context(state)
+    verdict = judged(lambda: agent.judge(tool, arguments, context), tool.name, state.run_id)
     if not tool.allow_always:
         verdict = replace(verdict, allow_always=False)
     record = CallRecord(

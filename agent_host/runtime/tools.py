@@ -106,8 +106,21 @@ class Tool:
             raise InvalidArguments(
                 f"invalid arguments for {self.name}: {problems}", by_argument
             ) from exc
-        arguments = model.model_dump(mode="json")
+        # The JSON form is what the policy judges, the reviewer sees and `invoke` runs
+        # with: it must give the tool the very values validated (an alias, a secret, an
+        # excluded field would not), or the call is refused.
+        arguments = model.model_dump(mode="json", by_alias=True)
         _refuse_unfit(self.name, arguments)  # "nan" or "inf" given to a float field
+        try:
+            same = self.arguments_model.model_validate(arguments) == model
+        except ValidationError:
+            same = False
+        if not same:
+            raise InvalidArguments(
+                f"invalid arguments for {self.name}: their JSON form would give the tool other "
+                "values than these (a secret, an excluded field), so no one could see what "
+                "would run; the tool's parameters must be plain JSON values"
+            )
         return arguments
 
     def judge(self, arguments: Mapping[str, Any], context: Mapping[str, Any]) -> Verdict:

@@ -143,6 +143,34 @@ def test_permission_function_results_are_normalised(returned: Any, expected: Ver
     assert gated.judge({"target": "x"}, {}) == expected
 
 
+def broken_policy(arguments: Any, context: Any) -> Any:
+    raise KeyError("dry_run")
+
+
+@pytest.mark.parametrize(
+    "permission",
+    [broken_policy, lambda a, c: None, lambda a, c: "deny"],
+    ids=["raises", "returns None", "returns text"],
+)
+async def test_a_permission_function_that_fails_sends_the_call_to_a_person(
+    permission: Any,
+) -> None:
+    """A policy that raises, or returns no verdict, crashed the whole turn (retried, the
+    model asked again each time): the call now goes to a person, at high severity, and
+    nothing of the turn runs before they decide."""
+    rec = Recorder()
+    model = scripted([tc("call_0_1", "gated", target="a")], reply("done"))
+    tools = [counting_tool(rec, "gated", permission)]
+
+    outcome = await Runner(registry_of("a", tools, model)).run("a", "go")
+
+    assert isinstance(outcome, Paused), outcome
+    [pending] = outcome.pending
+    assert pending.severity == "high" and not pending.allow_always
+    assert "policy could not judge these arguments" in pending.reason
+    assert rec.invocations == []
+
+
 async def test_permission_function_sees_arguments_and_run_context() -> None:
     seen: list[tuple[dict[str, Any], dict[str, Any]]] = []
 

@@ -8,11 +8,12 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, SecretStr
 
 from agent_host.errors import ToolDefinitionError
 from agent_host.runtime.messages import ModelResponse, ToolCall
 from agent_host.runtime.models.scripted import call, reply
+from agent_host.runtime.policy import Permission
 from agent_host.runtime.runner import Runner, Succeeded
 from agent_host.runtime.tools import InvalidArguments, Tool, ToolContext, tool
 from tests.support.agents import (
@@ -326,3 +327,53 @@ async def test_typed_parameters_arrive_as_their_annotated_types() -> None:
 
     assert outcome.state.calls[0].outcome == "executed"
     assert received == {"to": Address, "amount": Decimal}
+
+
+class DeleteOptions(BaseModel):
+    dry_run: bool = Field(False, alias="dryRun")
+
+
+class Page(BaseModel):
+    size: int = Field(10, exclude=True)
+
+
+async def test_a_call_is_judged_shown_and_run_with_the_same_values() -> None:
+    """A nested model with an alias: the model sends `dryRun` (the name its schema shows).
+    The policy judged `dry_run: true` and let it through, but the tool ran with the
+    default, a real delete. Now what is judged and shown is what the tool gets."""
+    deleted: list[bool] = []
+
+    def dry_runs_only(arguments: Any, context: Any) -> Permission:
+        return Permission.ALLOW if arguments["options"]["dryRun"] else Permission.ASK
+
+    @tool(permission=dry_runs_only)
+    def delete_table(table: str, options: DeleteOptions) -> str:
+        deleted.append(options.dry_run)
+        return "would delete" if options.dry_run else "deleted"
+
+    calls = [tc("c1", "delete_table", table="customers", options={"dryRun": True})]
+    model = scripted(calls, reply("done"))
+    outcome = await Runner(registry_of("d", [delete_table], model)).run("d", "go")
+
+    assert outcome.state.calls[0].gate == "allow"
+    assert outcome.state.calls[0].arguments == {"table": "customers", "options": {"dryRun": True}}
+    assert deleted == [True]
+
+
+def test_arguments_whose_json_form_gives_the_tool_other_values_are_refused() -> None:
+    """A secret is written out masked and an excluded field not at all: the tool would get
+    the mask, or the default, instead of what the model sent; no one could see that."""
+
+    @tool
+    def login(user: str, password: SecretStr) -> str:
+        return user
+
+    @tool
+    def list_orders(page: Page) -> str:
+        return str(page.size)
+
+    with pytest.raises(InvalidArguments, match="their JSON form would give the tool other"):
+        login.validate({"user": "ann", "password": "hunter2"})
+    with pytest.raises(InvalidArguments, match="their JSON form would give the tool other"):
+        list_orders.validate({"page": {"size": 1000000}})
+    assert list_orders.validate({"page": {}}) == {"page": {}}
