@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agent_host.errors import UnknownAgentError
+from agent_host.errors import ToolDefinitionError, UnknownAgentError
 from agent_host.runtime.fingerprint import describe_changes, fingerprint_of
 from agent_host.runtime.messages import ToolSpec
 from agent_host.runtime.models.base import Model
@@ -32,6 +32,15 @@ class Agent:
     model: Model
     rules: RuleSet = field(default_factory=RuleSet)  # operator overrides, checked first
     max_turns: int = 20
+
+    def __post_init__(self) -> None:
+        names = [t.name for t in self.tools]
+        if twice := sorted({name for name in names if names.count(name) > 1}):
+            # A call names its tool: the approval's hash would cover one, and the other run.
+            raise ToolDefinitionError(
+                f"agent {self.name!r} has more than one tool named {', '.join(twice)}; "
+                "give each tool a name of its own (tool(name=...))"
+            )
 
     def tool(self, name: str) -> Tool | None:
         return next((t for t in self.tools if t.name == name), None)

@@ -360,9 +360,11 @@ def parse_arguments(raw: str | Mapping[str, Any] | None) -> dict[str, Any] | str
 
 
 def as_text(value: Any) -> str:
+    """A tool's result as text that can be stored and shown: a lone surrogate (no
+    character at all) is written as its escape, rather than failing the record."""
     if isinstance(value, str):
-        return value
+        return value.encode("utf-8", "backslashreplace").decode()
     try:
-        return json.dumps(value, default=str)
+        return json.dumps(value, default=str)  # ASCII, non-ASCII escaped
     except (TypeError, ValueError):
-        return str(value)
+        return as_text(str(value))

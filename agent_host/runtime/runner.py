@@ -241,7 +241,7 @@ class Runner:
                 tool.name,
                 type(exc).__name__,
             )
-            record.outcome, record.result = "error", f"Tool {tool.name} failed: {exc}"
+            record.outcome, record.result = "error", as_text(f"Tool {tool.name} failed: {exc}")
         await self.ledger.finish(state.run_id, record.call_id, record.result or "")
 
 

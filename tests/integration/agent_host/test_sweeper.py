@@ -167,9 +167,9 @@ async def test_an_entry_that_cannot_be_expired_holds_up_no_other(redis: Redis, d
     its deadline, tried again later."""
     env = make_env(redis, clock=FakeClock(), router=FixedRouter())
     unreadable, *due = await due_requests_in_every_shard(env)
-    elsewhere = "req_00000001aaaaaaaaaaaa_0001"
     home = K.Keys(unreadable).shard
-    assert K.Keys(elsewhere).shard != home
+    ghosts = (f"req_{n:08x}aaaaaaaaaaaa_0001" for n in range(1, 100))
+    elsewhere = next(g for g in ghosts if K.Keys(g).shard != home)  # a request of another
     await redis.zadd(home.deadlines, {"junk": 1, elsewhere: 1, unreadable: 1})
     key = K.Keys(unreadable).request(unreadable)
     if damage == "a key of another type":

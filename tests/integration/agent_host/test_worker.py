@@ -482,3 +482,30 @@ async def test_an_entry_naming_no_or_other_requests_reads_the_pause_requests_afr
     assert len(fresh_reads) == 1
     assert await env.status(run_id) == "succeeded" and env.effects.count("refund") == 1
     assert await _latency_count(redis, run_id) == 1
+
+
+async def test_a_result_that_is_not_text_is_recorded_escaped_and_the_tool_runs_once(
+    redis: Redis,
+) -> None:
+    """A tool's result holding a lone surrogate (no character at all) could not be sealed
+    into the ledger: the call stayed started, the run retried and was given up, and the
+    result was lost. It is recorded with the surrogate escaped; the run goes on."""
+    ran: list[str] = []
+
+    @tool(permission=Permission.ASK)
+    def read_file(path: str) -> str:
+        ran.append(path)
+        return "bytes \udc80 of " + path
+
+    model = ScriptedModel.from_turns([tc("m1", "read_file", path="/x")], reply("done"))
+    env = make_env(redis, registry=registry_of("reader", [read_file], model))
+    run_id = await env.start("reader", "read /x")
+    (request,) = await env.pending_requests(run_id)
+    assert (await env.store.decide(request.request_id, Approve(decided_by="bob"))).resume_queued
+    await env.drain()
+
+    assert await env.status(run_id) == "succeeded"
+    assert ran == ["/x"]
+    record = (await env.final_state(run_id)).call(request.call_id)
+    assert record is not None and record.outcome == "executed"
+    assert record.result == "bytes \\udc80 of /x"

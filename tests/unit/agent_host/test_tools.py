@@ -377,3 +377,19 @@ def test_arguments_whose_json_form_gives_the_tool_other_values_are_refused() -> 
     with pytest.raises(InvalidArguments, match="their JSON form would give the tool other"):
         list_orders.validate({"page": {"size": 1000000}})
     assert list_orders.validate({"page": {}}) == {"page": {}}
+
+
+def test_an_agent_with_two_tools_of_one_name_is_refused() -> None:
+    """A call names its tool: the first would run, while the agent's fingerprint (what an
+    approval binds to) described the last."""
+
+    @tool(name="delete")
+    def delete_file(path: str) -> str:
+        return path
+
+    @tool(name="delete")
+    def delete_repository(name: str) -> str:
+        return name
+
+    with pytest.raises(ToolDefinitionError, match="more than one tool named delete"):
+        registry_of("ops", [delete_file, delete_repository], scripted(reply("ok"))).build("ops")
