@@ -14,7 +14,7 @@ import aiohttp
 from agent_host.errors import ConfigurationError, ModelError
 from agent_host.runtime.messages import Message, ModelResponse, ToolCall, ToolSpec
 from agent_host.runtime.models.base import check_allow_model_requests
-from agent_host.runtime.strict_json import non_finite_path, too_deep_path
+from agent_host.runtime.strict_json import non_finite_path, not_text_path, too_deep_path
 from agent_host.settings import ModelSettings
 
 __all__ = ["DEFAULT_BASE_URL", "OpenAIChatModel", "model_from_settings"]
@@ -77,8 +77,12 @@ def _parse_reply(text: str) -> ModelResponse:
 
     try:
         body = json.loads(text)
+    except RecursionError:
+        raise malformed("nested too deeply to read") from None
     except ValueError:
         raise malformed("not JSON") from None
+    if (where := not_text_path(body)) is not None:  # it could be neither shown nor stored
+        raise malformed(f"{where} holds a lone UTF-16 surrogate, which is not text")
     choices = body.get("choices") if isinstance(body, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise malformed("no choices")

@@ -25,6 +25,7 @@ __all__ = [
     "TooDeep",
     "loads",
     "non_finite_path",
+    "not_text_path",
     "too_deep_path",
     "too_deep_text",
 ]
@@ -66,6 +67,12 @@ def loads(text: str | bytes) -> Any:
     if _SURROGATE.search(text) and (where := _first(value, _not_text)) is not None:
         raise NotText(f"{where} holds a lone UTF-16 surrogate, which is not text")
     return value
+
+
+def not_text_path(value: Any) -> str | None:
+    """Where in `value` (parsed without `loads`) a string or a key holds a lone UTF-16
+    surrogate, or None."""
+    return _first(value, _not_text)
 
 
 def non_finite_path(value: Any) -> str | None:

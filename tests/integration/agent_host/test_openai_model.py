@@ -271,10 +271,22 @@ async def test_timeout_retries_then_fails(
     assert fake.attempts == 2
 
 
+def with_call(call_id: str, name: str, content: str = "") -> str:
+    call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}}
+    return json.dumps({"choices": [{"message": {"content": content, "tool_calls": [call]}}]})
+
+
 @pytest.mark.parametrize(
     "body",
-    ["this is not json", json.dumps({"id": "x", "object": "chat.completion"})],
-    ids=["not-json", "no-choices"],
+    [
+        "this is not json",
+        json.dumps({"id": "x", "object": "chat.completion"}),
+        with_call("c1", "read\udc80"),
+        with_call("\udfff", "read"),
+        with_call("c1", "read", content="hi \ud800"),
+        "[" * 5000 + "]" * 5000,
+    ],
+    ids=["not-json", "no-choices", "name-not-text", "id-not-text", "content-not-text", "deep"],
 )
 async def test_malformed_reply(
     endpoint: tuple[FakeEndpoint, str], make_model: Callable[..., OpenAIChatModel], body: str
