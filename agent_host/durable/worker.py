@@ -221,12 +221,20 @@ class ResumeWorker:
         await self._fail(run_id, pause_id, reason, await self._as_far_as_known(run_id, pause_id))
 
     async def _as_far_as_known(self, run_id: str, pause_id: str) -> RunState | None:
-        """The run's last saved state (its progress, else the checkpoint of `pause_id`) with
-        what the ledger recorded of its calls since; None when it cannot be read."""
+        """The run's last saved state (its progress, else the checkpoint of `pause_id` with
+        the pause's decisions, a reviewer's edit included) with what the ledger recorded of
+        its calls since; None when it cannot be read."""
         try:
             state = await self.progress.load(run_id, pause_id)
             if state is None:
                 state = await self.store.load_checkpoint(run_id, pause_id)
+                try:
+                    decisions = await self.store.decisions_for(run_id, pause_id)
+                except SealedFieldError:  # shown as the checkpoint has them
+                    decisions = {}
+                for record in state.calls:  # the checkpoint was taken before they came
+                    if record.decision is None and record.outcome is None:
+                        record.decision = decisions.get(record.call_id)
             return with_recorded(state, await self.ledger.recorded(run_id))
         except TRANSIENT:
             raise

@@ -296,6 +296,8 @@ async def test_a_run_given_up_after_its_approved_call_ran_records_that_it_ran(
     record = (await env.final_state(run_id)).call(request.call_id)
     assert record is not None and record.outcome == "executed"
     assert record.result is not None and "order 1" in record.result
+    # and who approved it (with their edit, had they made one): the checkpoint had neither
+    assert record.decision is not None and record.decision.decided_by == "bob"
 
 
 async def test_redis_away_is_waited_out_however_many_resumes_it_fails(redis: Redis) -> None:
