@@ -302,3 +302,9 @@ def _check_supported(agent: Agent[Any]) -> None:
             "countersign cannot gate yet: their tools would run unseen; register each agent "
             "separately"
         )
+    # The Codex tool runs a coding agent's commands behind one call: unseen, one by one.
+    if codex := [t.name for t in agent.tools if getattr(t, "_is_codex_tool", False)]:
+        raise ConfigurationError(
+            f"agent {agent.name!r} has the Codex tool ({', '.join(codex)}), whose commands "
+            "would run unseen behind one approved call; countersign cannot gate it yet"
+        )

@@ -9,6 +9,7 @@ and again.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -179,3 +180,11 @@ async def test_a_tool_added_once_the_agent_was_checked_fails_the_run_unrun() -> 
     outcome = await runner_for(hosted).run("support", "go")
     assert isinstance(outcome, Failed) and "only function tools can be hosted" in outcome.error
     assert wired == []
+
+
+def test_an_agent_with_the_codex_tool_is_refused() -> None:
+    """One approved call of it would run a coding agent's commands, none of them seen."""
+    codex = dataclasses.replace(wipe_disk, name="codex", _is_codex_tool=True)
+
+    with pytest.raises(ConfigurationError, match=r"has the Codex tool \(codex\)"):
+        OpenAIAgentsAgent(Agent(name="ops", tools=[codex]))
