@@ -90,13 +90,17 @@ class CallRecord(BaseModel):
     decision: Decision | None = None
     outcome: Outcome | None = None
     result: str | None = None
+    # The reviewer's edited arguments an approved call ran with, kept when its tool then
+    # asked a question (the answer takes the approval's place as its decision). Written
+    # only when set: a checkpoint without it reads as before.
+    edited_run: dict[str, Any] | None = Field(None, exclude_if=lambda value: value is None)
 
     @property
     def run_arguments(self) -> dict[str, Any] | str:
         """The arguments the tool runs with: a reviewer's edited ones, else the model's."""
         if isinstance(self.decision, Approve) and self.decision.edited_arguments is not None:
             return self.decision.edited_arguments
-        return self.arguments
+        return self.edited_run if self.edited_run is not None else self.arguments
 
     @property
     def waiting(self) -> bool:

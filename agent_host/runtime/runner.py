@@ -229,6 +229,8 @@ class Runner:
             value = await tool.invoke(arguments, ctx)
             record.outcome, record.result = "executed", as_text(value)
         except PauseRequest as request:
+            if isinstance(record.decision, Approve):  # what it ran with stays on record
+                record.edited_run = record.decision.edited_arguments
             record.gate, record.question = "question", request.question
             record.severity, record.reason = str(request.severity), request.question
             record.allow_always, record.decision = False, None

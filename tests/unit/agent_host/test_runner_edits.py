@@ -11,9 +11,13 @@ import pytest
 from agent_host.errors import DecisionMismatchError, InvalidDecisionError
 from agent_host.examples import ExampleEffects
 from agent_host.runtime.checkpoint import RunState, call_hash
-from agent_host.runtime.decisions import Approve
+from agent_host.runtime.decisions import Answer, Approve
+from agent_host.runtime.models.scripted import reply
+from agent_host.runtime.pause import pause
+from agent_host.runtime.policy import Permission
 from agent_host.runtime.runner import Paused, Runner, Succeeded
-from tests.support.agents import roundtrip, tool_messages
+from agent_host.runtime.tools import tool
+from tests.support.agents import registry_of, roundtrip, scripted, tc, tool_messages
 from tests.support.edit_agents import PAYOUT_AGENT, SANCTIONED, with_payouts
 
 
@@ -146,3 +150,32 @@ async def test_an_edit_of_an_argument_the_tool_keeps_fixed_fails_closed() -> Non
     with pytest.raises(InvalidDecisionError, match="change vendor, which pay_vendor does not"):
         await runner.resume(state, {"call_0_1": edit(state, vendor="other")})
     assert effects.events == []
+
+
+async def test_an_edited_call_whose_tool_then_asks_keeps_what_it_ran_with() -> None:
+    """The reviewer edits 900 to 100 and approves; the tool pays 100, then asks a question.
+    The answer takes the approval's place as the call's decision: the record (and the API
+    reading it) still says it ran with 100, not the model's 900."""
+    paid: list[float] = []
+
+    @tool(permission=Permission.ASK, editable=["amount"])
+    def pay(vendor: str, amount: float) -> str:
+        paid.append(amount)
+        pause(f"Paid {amount}; mark the invoice settled?")
+
+    model = scripted([tc("m1", "pay", vendor="acme", amount=900.0)], reply("done"))
+    runner = Runner(registry_of("payer", [pay], model))
+    first = await runner.run("payer", "pay acme")
+    assert isinstance(first, Paused)
+    state = roundtrip(first.state)
+    asked = await runner.resume(state, {"call_0_1": edit(state, amount=100.0)})
+    assert isinstance(asked, Paused)
+
+    answer = Answer(decided_by="U0REVIEWER", text="yes")
+    done = await runner.resume(roundtrip(asked.state), {"call_0_1": answer})
+
+    assert isinstance(done, Succeeded) and paid == [100.0]
+    record = done.state.call("call_0_1")
+    assert record is not None and record.result == "yes"
+    assert record.arguments == {"vendor": "acme", "amount": 900.0}  # the model's, as proposed
+    assert record.run_arguments == {"vendor": "acme", "amount": 100.0}
