@@ -285,7 +285,8 @@ def judged(judge: Callable[[], Verdict], tool: str, run_id: str) -> Verdict:
     something else than a verdict), a person decides: ASK at high severity, once."""
     try:
         return judge()
-    except Exception as exc:
-        log.warning("run %s: the policy for %s raised %s; a person decides", run_id, tool, exc)
-        reason = f"countersign's policy could not judge these arguments ({type(exc).__name__})"
+    except Exception as exc:  # only its type: its text may quote the arguments
+        error = type(exc).__name__
+        log.warning("run %s: the policy for %s raised %s; a person decides", run_id, tool, error)
+        reason = f"countersign's policy could not judge these arguments ({error})"
         return Verdict.ask(reason, Severity.HIGH, allow_always=False)
