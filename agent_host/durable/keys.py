@@ -164,7 +164,7 @@ class Keys:
         self.run = base  # hash: status, agent, pause id, counters
         self.checkpoint = f"{base}:checkpoint"  # encrypted RunState of the current pause
         self.requests = f"{base}:requests"  # list of the run's request ids, in order
-        self.ledger = f"{base}:ledger"  # hash call_id -> started | done:<result>
+        self.ledger = f"{base}:ledger"  # hash call_id -> started | done:<result> | failed:<error>
         self.audit = f"{base}:audit"  # stream of the run's state changes
         # hash pause_id, turn, blob: the run as it was right after its latest model response
         # (encrypted), so a worker that takes over replays that response instead of asking

@@ -25,7 +25,7 @@ from redis.exceptions import ResponseError
 
 from agent_host.durable import keys as K
 from agent_host.durable.connections import as_text
-from agent_host.durable.redis_ledger import DONE, RESULT_FIELD
+from agent_host.durable.redis_ledger import FINISHED, RESULT_FIELD
 from agent_host.durable.sealed_fields import FieldSealer
 from agent_host.durable.sealed_records import REQUEST_CLEAR, RUN_CLEAR
 from agent_host.errors import SealedFieldError
@@ -193,7 +193,9 @@ async def reseal_run(
         plan.swaps.append((request_id, vote, fresh))
         planned.add(vote)
     for call_id, value in ledger.items():
-        if value.startswith(DONE):  # `done:` + the sealed result; `started` has none
+        # `done:` or `failed:` + the sealed result; `started` has none
+        prefix = next((p for p in FINISHED if value.startswith(p)), None)
+        if prefix is not None:
             plan.value(
                 k.ledger,
                 call_id,
@@ -201,7 +203,7 @@ async def reseal_run(
                 where="ledger",
                 record_id=call_id,
                 sealed_as=RESULT_FIELD,
-                prefix=DONE,
+                prefix=prefix,
             )
     return Resealed(await plan.execute(script, k.audit), plan.damaged)
 

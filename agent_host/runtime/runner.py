@@ -41,7 +41,7 @@ from agent_host.runtime.fingerprint import canonical_json, same_json
 from agent_host.runtime.hosted import HostedAgent, as_text
 from agent_host.runtime.hosted_runner import HostedRunner
 from agent_host.runtime.journal import NO_JOURNAL, TurnJournal
-from agent_host.runtime.ledger import UNKNOWN_OUTCOME, ExecutionLedger, InMemoryLedger
+from agent_host.runtime.ledger import UNKNOWN_OUTCOME, ExecutionLedger, Finished, InMemoryLedger
 from agent_host.runtime.messages import Message, ToolCall
 from agent_host.runtime.outcomes import Failed, Paused, RunOutcome, Succeeded
 from agent_host.runtime.pause import PauseRequest
@@ -217,8 +217,8 @@ class Runner:
         arguments = record.run_arguments  # a reviewer's edited arguments, checked in _apply
         assert tool is not None and isinstance(arguments, dict)  # planned as valid
         claim = await self.ledger.claim(state.run_id, record.call_id)
-        if claim.status == "finished":
-            record.outcome, record.result = "executed", claim.result
+        if claim.status == "finished":  # as it ended: a tool that raised stays an error
+            record.outcome, record.result = claim.outcome, claim.result
             return
         if claim.status == "in_doubt" and not tool.idempotent:
             log.warning("run %s call %s: outcome unknown, not re-run", state.run_id, record.call_id)
@@ -244,7 +244,8 @@ class Runner:
                 type(exc).__name__,
             )
             record.outcome, record.result = "error", as_text(f"Tool {tool.name} failed: {exc}")
-        await self.ledger.finish(state.run_id, record.call_id, record.result or "")
+        outcome: Finished = "error" if record.outcome == "error" else "executed"
+        await self.ledger.finish(state.run_id, record.call_id, record.result or "", outcome)
 
 
 def _record_response(state: RunState, agent: Agent, text: str, tool_calls: list[ToolCall]) -> None:

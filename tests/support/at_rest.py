@@ -11,7 +11,7 @@ from typing import Any
 
 from agent_host.durable.connections import as_text
 from agent_host.durable.crypto import kid_of
-from agent_host.durable.redis_ledger import DONE
+from agent_host.durable.redis_ledger import FINISHED
 from agent_host.durable.sealed_fields import PREFIX
 
 __all__ = ["files_holding", "keys_holding", "raw_contents", "sealed_kids"]
@@ -65,12 +65,13 @@ def files_holding(directory: Path, needle: str) -> list[Path]:
 
 async def sealed_kids(redis: Any) -> dict[str, set[str]]:
     """key -> the key ids of every sealed value stored under it (hash values, stream
-    values, the ledger's `done:` results)."""
+    values, the ledger's `done:` and `failed:` results)."""
     kids: dict[str, set[str]] = {}
     for key, (_, chunks) in (await raw_contents(redis)).items():
         for chunk in chunks:
             text = chunk.decode(errors="replace")
-            text = text[len(DONE) :] if text.startswith(DONE) else text
+            for prefix in FINISHED:
+                text = text.removeprefix(prefix)
             if text.startswith(PREFIX):
                 blob = base64.b64decode(text[len(PREFIX) :])
                 kids.setdefault(key, set()).add(kid_of(blob))

@@ -14,13 +14,14 @@ from redis.asyncio import Redis
 from agent_host.approvals import ApprovalService, Route
 from agent_host.durable import keys as K
 from agent_host.durable.crypto import KeyRing, generate_key
-from agent_host.durable.redis_ledger import DONE, RedisLedger
+from agent_host.durable.redis_ledger import DONE, FAILED, RedisLedger
 from agent_host.durable.rotation import rotate_checkpoints
 from agent_host.durable.sealed_fields import PREFIX, FieldSealer, is_sealed
 from agent_host.durable.sealed_records import SealedRecords
 from agent_host.durable.sealed_rotation import RESEAL, reseal_run
 from agent_host.errors import SealedFieldError
 from agent_host.runtime.decisions import Answer, Approve, Reject
+from agent_host.runtime.ledger import Claim
 from tests.support.at_rest import files_holding, keys_holding, sealed_kids
 from tests.support.host_env import Env, make_env
 from tests.support.redis_fixtures import RedisServerFactory
@@ -164,6 +165,36 @@ async def test_a_recorded_result_that_cannot_be_read_is_refused_not_rerun(redis:
         assert "failed authentication" in str(exc)
     else:
         raise AssertionError("a result copied to another call was accepted")
+
+
+async def test_a_tool_failure_in_the_ledger_is_sealed_read_back_as_a_failure_and_rotated(
+    redis: Redis,
+) -> None:
+    """A call whose tool raised is recorded as a failure: a worker taking over after a crash
+    replays it as the error it was, never as a call that executed."""
+    secret = canary()
+    env = make_env(redis, keyring=KeyRing.parse(KEY_A))
+    run_id = await env.start("cleanup-agent", "remove /srv/a.docx")
+    ledger = RedisLedger(redis, KeyRing.parse(KEY_A))
+    failure = f"Tool issue_refund failed: card {secret} declined"
+    assert (await ledger.claim(run_id, "call_7_1")).status == "claimed"
+    await ledger.finish(run_id, "call_7_1", failure, "error")
+    await ledger.claim(run_id, "call_7_2")
+    await ledger.finish(run_id, "call_7_2", "Refund issued")
+
+    stored = await hget(redis, K.Keys(run_id).ledger, "call_7_1")
+    assert stored.startswith(FAILED + PREFIX) and await keys_holding(redis, secret) == []
+    assert await ledger.claim(run_id, "call_7_1") == Claim("finished", failure, "error")
+    assert await ledger.claim(run_id, "call_7_2") == Claim("finished", "Refund issued")
+    recorded = await ledger.recorded(run_id)
+    assert (recorded["call_7_1"].outcome, recorded["call_7_2"].outcome) == ("error", "executed")
+
+    ring = KeyRing.parse(f"{KEY_B},{KEY_A}")
+    await rotate_checkpoints(redis, ring)
+
+    assert (await sealed_kids(redis))[K.Keys(run_id).ledger] == {"kB"}
+    rotated = RedisLedger(redis, KeyRing.parse(KEY_B))
+    assert await rotated.claim(run_id, "call_7_1") == Claim("finished", failure, "error")
 
 
 class Plaintext(FieldSealer):

@@ -9,7 +9,7 @@ import pytest
 from agent_host.examples import ExampleEffects, build_registry
 from agent_host.runtime.agents import AgentRegistry
 from agent_host.runtime.decisions import Approve
-from agent_host.runtime.ledger import Claim, InMemoryLedger
+from agent_host.runtime.ledger import Claim, InMemoryLedger, with_recorded
 from agent_host.runtime.models.scripted import reply
 from agent_host.runtime.runner import UNKNOWN_OUTCOME, Paused, Runner, Succeeded
 from agent_host.runtime.tools import tool
@@ -123,4 +123,57 @@ async def test_tool_failures_are_recorded_as_finished() -> None:
 
     assert isinstance(outcome, Succeeded)
     assert outcome.state.calls[0].outcome == "error"
-    assert ledger.entries[("run_err", "call_0_1")] == "Tool flaky failed: gateway timeout"
+    failure = "Tool flaky failed: gateway timeout"
+    assert ledger.entries[("run_err", "call_0_1")] == failure
+    assert await ledger.claim("run_err", "call_0_1") == Claim("finished", failure, "error")
+
+
+async def test_a_failed_call_replayed_from_the_ledger_stays_a_failure() -> None:
+    """A worker taking over after a crash replays the ledger: a tool that raised is told
+    to the model, and recorded, as the failure it was, not as a call that executed."""
+    calls = 0
+
+    async def flaky(target: str) -> str:
+        nonlocal calls
+        calls += 1
+        raise ConnectionError("gateway timeout")
+
+    ledger = InMemoryLedger()
+    model = scripted([tc("call_0_1", "flaky", target="x")], reply("done"))
+    first = await Runner(registry_of("a", [tool(flaky)], model), ledger).run(
+        "a", "go", run_id="run_err"
+    )
+    spy = SpyModel(scripted([tc("call_0_1", "flaky", target="x")], reply("done")))
+    again = await Runner(registry_of("a", [tool(flaky)], spy), ledger).run(
+        "a", "go", run_id="run_err"
+    )
+
+    assert calls == 1
+    assert isinstance(first, Succeeded) and isinstance(again, Succeeded)
+    record = again.state.calls[0]
+    assert (record.outcome, record.result) == ("error", first.state.calls[0].result)
+    assert spy.last_tool_messages() == {"call_0_1": "Tool flaky failed: gateway timeout"}
+
+
+async def test_a_run_stopped_early_records_a_failed_call_as_failed() -> None:
+    """What a run given up records of its calls comes from the ledger, failures included."""
+
+    async def flaky(target: str) -> str:
+        raise ConnectionError("gateway timeout")
+
+    ledger = InMemoryLedger()
+    model = scripted([tc("c1", "flaky", target="x"), tc("c2", "charge", target="y")], reply("ok"))
+    registry = registry_of("a", [tool(flaky), counting_tool(Recorder(), "charge")], model)
+    ran = await Runner(registry, ledger).run("a", "go", run_id="run_x")
+    assert isinstance(ran, Succeeded)
+    before = ran.state.model_copy(deep=True)  # the calls as the checkpoint had them
+    for record in before.calls:
+        record.outcome, record.result = None, None
+    recorded = {r.call_id: await ledger.claim("run_x", r.call_id) for r in before.calls}
+
+    final = with_recorded(before, recorded)
+
+    assert [(r.outcome, r.result) for r in final.calls] == [
+        ("error", "Tool flaky failed: gateway timeout"),
+        ("executed", "charge done: y"),
+    ]
