@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from agent_host.errors import InvalidArguments, ToolDefinitionError
 from agent_host.runtime import strict_json
+from agent_host.runtime.fingerprint import canonical_json
 from agent_host.runtime.policy import (
     Permission,
     PermissionFunction,
@@ -76,6 +77,11 @@ class Tool:
         schema.pop("title", None)
         return json.dumps(schema)
 
+    @functools.cached_property
+    def _has_sets(self) -> bool:
+        """Whether some argument holds a set (whose JSON form `validate` puts in order)."""
+        return '"uniqueItems": true' in self._schema_json
+
     def describe_policy(self) -> str:
         return describe_permission(self.permission)
 
@@ -110,6 +116,8 @@ class Tool:
         # with: it must give the tool the very values validated (an alias, a secret, an
         # excluded field would not), or the call is refused.
         arguments = model.model_dump(mode="json", by_alias=True)
+        if self._has_sets:
+            arguments = _sets_in_order(arguments, model.model_dump(by_alias=True))
         _refuse_unfit(self.name, arguments)  # "nan" or "inf" given to a float field
         try:
             same = self.arguments_model.model_validate(arguments) == model
@@ -150,6 +158,25 @@ class Tool:
             return await self.function(**kwargs)
         # Sync tools run in a thread so a slow one never blocks the event loop.
         return await asyncio.to_thread(self.function, **kwargs)
+
+
+def _sets_in_order(as_json: Any, as_python: Any) -> Any:
+    """`as_json` with each list that is a set in `as_python` (the same arguments, dumped as
+    Python) sorted by its items' canonical JSON. A set has no order, and Python's differs
+    from process to process (string hashing): a call hashed and shown by one process would
+    not be the call another checks an approval or an edit against. (Sets inside a set's
+    items stay as they are.)"""
+    if isinstance(as_python, set | frozenset) and isinstance(as_json, list):
+        return sorted(as_json, key=canonical_json)
+    if isinstance(as_python, Mapping) and isinstance(as_json, dict):
+        return {
+            key: _sets_in_order(value, as_python[key]) if key in as_python else value
+            for key, value in as_json.items()
+        }
+    same_list = isinstance(as_python, list | tuple) and isinstance(as_json, list)
+    if same_list and len(as_python) == len(as_json):
+        return [_sets_in_order(j, p) for j, p in zip(as_json, as_python, strict=True)]
+    return as_json
 
 
 def _refuse_unfit(tool_name: str, arguments: Mapping[str, Any]) -> None:

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 import threading
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -393,3 +398,51 @@ def test_an_agent_with_two_tools_of_one_name_is_refused() -> None:
 
     with pytest.raises(ToolDefinitionError, match="more than one tool named delete"):
         registry_of("ops", [delete_file, delete_repository], scripted(reply("ok"))).build("ops")
+
+
+SETS_IN_ANOTHER_PROCESS = """
+import json, sys
+from pydantic import BaseModel
+from agent_host.runtime.checkpoint import call_hash
+from agent_host.runtime.tools import tool
+
+class Labels(BaseModel):
+    names: frozenset[str]
+    pairs: list[set[str]]
+
+def tag(repos: set[str], labels: Labels, owners: dict[str, set[str]] | None = None) -> str:
+    return "tagged"
+
+arguments = tool(tag).validate(json.loads(sys.argv[1]))
+print(json.dumps([arguments, call_hash("fp", "tag", arguments)]))
+"""
+
+
+def test_a_set_argument_has_one_json_form_in_every_process() -> None:
+    """Python orders a set of strings differently in each process: the call a reviewer saw
+    (and its hash, and an edit's) must be the one every other process checks and runs."""
+    words = ["prod-db", "billing", "web", "auth", "cache", "queue", "search", "mail"]
+    raw = {
+        "repos": words,
+        "labels": {"names": words[::-1], "pairs": [words[:4], words[4:]]},
+        "owners": {"ops": words[2:6]},
+    }
+    forms = {
+        subprocess.run(
+            [sys.executable, "-c", SETS_IN_ANOTHER_PROCESS, json.dumps(raw)],
+            env=os.environ | {"PYTHONHASHSEED": str(seed)},
+            cwd=Path(__file__).resolve().parents[3],  # the repository: agent_host imports
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in range(6)
+    }
+
+    assert len(forms) == 1
+    [[arguments, _]] = [json.loads(form) for form in forms]
+    assert arguments == {
+        "repos": sorted(words),
+        "labels": {"names": sorted(words), "pairs": [sorted(words[:4]), sorted(words[4:])]},
+        "owners": {"ops": sorted(words[2:6])},
+    }
