@@ -57,6 +57,7 @@ class Service:
                 self.bot.bolt,
                 app_token=self.settings.slack_app_token,
                 api_url=self.settings.slack_api_url,
+                foreground=self.bot.foreground,
             )
             log.info("SLACK_APP_TOKEN is set: Socket Mode, POST /slack/events is not used")
         else:

@@ -5,8 +5,11 @@ token, ``xapp-…``, scope ``connections:write``) set, ``countersign serve`` cal
 ``apps.connections.open`` at ``SLACK_API_URL`` and connects to the URL it answers; Slack then
 sends clicks, modal submissions and slash commands as envelopes on that socket, Bolt's
 Socket Mode adapter hands each to the very listeners ``POST /slack/events`` would, and
-acknowledges it with the listener's response. The HTTP server still serves the API, health
-and metrics.
+acknowledges it with the listener's response. As at ``POST /slack/events``, a payload not
+shaped as Slack sends it is refused before Bolt routes it (logged, not acknowledged: Slack
+tells the person their action failed), and while a request is handled the outbox and the
+workers wait their turn (`Foreground`). The HTTP server still serves the API, health and
+metrics.
 
 Start-up fails fast with a :class:`~agent_host.errors.ConfigurationError` when the token is
 refused or no connection is greeted in time (the SDK's own connect loop would retry a
@@ -23,9 +26,13 @@ import aiohttp
 from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
+from slack_sdk.socket_mode.aiohttp import SocketModeClient
+from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agent_host.durable.foreground import Foreground
 from agent_host.errors import ConfigurationError
+from bot.parsing import well_formed
 
 __all__ = ["SocketMode", "socket_mode_url", "start_socket_mode"]
 
@@ -79,13 +86,37 @@ async def socket_mode_url(client: AsyncWebClient, app_token: str, api_url: str) 
     return url
 
 
+class _Handler(AsyncSocketModeHandler):
+    """Bolt's handler, with what the HTTP endpoint does around each request."""
+
+    def __init__(self, bolt: AsyncApp, foreground: Foreground, **options: Any) -> None:
+        super().__init__(bolt, **options)
+        self.foreground = foreground
+
+    async def handle(  # type: ignore[override]  # narrowed as Bolt's own handler does
+        self, client: SocketModeClient, req: SocketModeRequest
+    ) -> None:
+        if not well_formed(req.payload):
+            log.warning("refused a malformed Socket Mode %s payload (not acknowledged)", req.type)
+            return
+        with self.foreground.serving():  # the outbox and the workers wait meanwhile
+            await super().handle(client, req)
+
+
 async def start_socket_mode(
-    bolt: AsyncApp, *, app_token: str, api_url: str, connect_within: float = 10.0
+    bolt: AsyncApp,
+    *,
+    app_token: str,
+    api_url: str,
+    foreground: Foreground | None = None,
+    connect_within: float = 10.0,
 ) -> SocketMode:
     """Connect ``bolt`` over Socket Mode; returns once Slack has said hello on the socket."""
     client = AsyncWebClient(base_url=api_url, timeout=10)
     url = await socket_mode_url(client, app_token, api_url)
-    handler = AsyncSocketModeHandler(bolt, app_token, logger=log, web_client=client)
+    handler = _Handler(
+        bolt, foreground or Foreground(), app_token=app_token, logger=log, web_client=client
+    )
     greeted = asyncio.Event()
 
     async def on_message(_client: Any, message: dict[str, Any], _raw: str | None) -> None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import copy
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -150,6 +151,41 @@ async def test_reject_modal_submission_over_the_socket(redis_url: str, tmp_path:
         assert stack.effects.count("refund") == 0
         decided = await stack.decided(request.request_id)
         assert decided.status == "rejected" and decided.decided_by == REVIEWER
+
+
+async def test_over_the_socket_a_malformed_payload_is_refused_and_requests_go_first(
+    redis_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As at POST /slack/events: a payload not shaped as Slack sends it never reaches Bolt
+    (the HTTP endpoint answers 400; here it is not acknowledged), and while a request is
+    handled, the outbox and the workers wait their turn."""
+    async with socket_stack(redis_url, tmp_path) as stack:
+        run_id = await stack.start_run("refund-agent", "refund order 123")
+        [request] = await stack.pending_requests(run_id)
+        served: list[str] = []
+        serving = stack.bot.foreground.serving
+
+        @contextlib.contextmanager
+        def noted() -> Iterator[None]:
+            with serving():
+                served.append("in flight")
+                yield
+
+        stack.bot.foreground.serving = noted  # type: ignore[method-assign]
+        assert (await stack.click(REVIEWER, request, blocks.REJECT)).status == 200
+        assert served == ["in flight"]
+        [envelope] = _envelopes(stack.standin, "interactive")
+        malformed = copy.deepcopy(envelope["payload"])
+        malformed["message"]["blocks"] = {"not": "a list of blocks"}
+
+        with pytest.raises(TimeoutError):
+            await stack.standin.socket_mode.deliver("interactive", malformed, within=1.0)
+
+        assert "refused a malformed Socket Mode interactive payload" in caplog.text
+        assert served == ["in flight"]  # it never reached Bolt
+        assert len(stack.standin.socket_mode.acks) == 1  # the first click's only
+        await stack.assert_still_waiting(run_id, request.request_id)
+        assert stack.effects.count("refund") == 0
 
 
 async def test_wrong_app_token_is_refused_and_serve_fails_with_a_clear_error(
