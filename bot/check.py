@@ -7,6 +7,7 @@ approvals may go to, each reported as one line: ok, or what is wrong and how to 
     routes file   COUNTERSIGN_ROUTES_FILE parses
     agents        COUNTERSIGN_AGENTS loads, and every agent builds with a model
     redis         REDIS_URL answers PING (unset: redis-server is installed)
+    keys in use   every waiting run's checkpoint is under a key the ring holds
     slack token   auth.test accepts SLACK_BOT_TOKEN
     channel …     the bot may post in the default channel and every routed one
 
@@ -16,6 +17,7 @@ Nothing is written, to Redis or to Slack.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -24,8 +26,9 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 
 from agent_host.approvals.routes import RouteRule, load_routes_file
+from agent_host.durable.crypto import KeyRing
 from agent_host.durable.host import KEY_FILE, load_keyring, load_registry
-from agent_host.durable.reach import reach_redis
+from agent_host.durable.reach import RedisReach, reach_redis
 from agent_host.errors import ConfigurationError, StoreUnavailable
 from bot.delivery import channel_problem, error_code, how_to_fix
 from bot.slack_settings import ServiceSettings, load_settings
@@ -61,12 +64,16 @@ async def run_checks() -> list[Finding]:
         return [_fail("settings", str(exc))]
     findings = [Finding("settings", "the environment parses")]
     findings.append(_slack_settings(settings))
-    findings.append(_keys(settings))
+    ring, finding = _keys(settings)
+    findings.append(finding)
     file_rules, finding = _routes_file(settings)
     findings.append(finding)
     findings.append(_agents(settings))
-    redis_rules, finding = await _redis(settings)
+    reach, finding = await _redis(settings)
     findings.append(finding)
+    if reach is not None and reach.waiting_under is not None:
+        findings.append(_keys_in_use(reach.waiting_under, ring))
+    redis_rules = reach.routes if reach is not None else []
     session, client = web_client(settings)
     try:
         finding = await _auth(client, settings)
@@ -101,18 +108,44 @@ def _slack_settings(settings: ServiceSettings) -> Finding:
     return failed or Finding("slack settings", f"token and signing secret set; requests: {mode}")
 
 
-def _keys(settings: ServiceSettings) -> Finding:
+def _keys(settings: ServiceSettings) -> tuple[KeyRing | None, Finding]:
     key_file = settings.data_dir / KEY_FILE
     if not settings.encryption_keys and not key_file.exists():
-        return Finding(
+        return None, Finding(
             "keys",
             f"COUNTERSIGN_ENCRYPTION_KEYS is unset: the first start generates a key into "
             f"{key_file}; set it instead when several processes share Redis",
         )
     ring, failed = _guarded("keys", lambda: load_keyring(settings, create=False))
     if ring is None:
-        return failed or _fail("keys", "no key ring")
-    return Finding("keys", f"{len(ring.kids)} key(s), new checkpoints under {ring.active_kid!r}")
+        return None, failed or _fail("keys", "no key ring")
+    kids = f"{len(ring.kids)} key(s), new checkpoints under {ring.active_kid!r}"
+    return ring, Finding("keys", kids)
+
+
+def _keys_in_use(waiting_under: Counter[str], ring: KeyRing | None) -> Finding:
+    """Whether every waiting run can be resumed with the ring's keys."""
+    waiting = sum(waiting_under.values())
+    known = set(ring.kids) if ring is not None else set()
+    gone = {kid: n for kid, n in sorted(waiting_under.items()) if kid and kid not in known}
+    unreadable = waiting_under.get("", 0)
+    if ring is None and waiting:
+        return _fail("keys in use", f"{waiting} waiting run(s), but no key ring to open them")
+    if gone:
+        which = ", ".join(f"{n} under {kid!r}" for kid, n in gone.items())
+        return _fail(
+            "keys in use",
+            f"{which} of {waiting} waiting run(s): COUNTERSIGN_ENCRYPTION_KEYS no longer holds "
+            "that key, so they fail when decided. Put it back after the active key, run "
+            "`countersign keys rotate`, then remove it",
+        )
+    if unreadable:
+        return _fail(
+            "keys in use",
+            f"{unreadable} of {waiting} waiting run(s) have a missing or damaged checkpoint: "
+            "they fail when decided; `countersign keys rotate` names them",
+        )
+    return Finding("keys in use", f"{waiting} waiting run(s), each under a key the ring holds")
 
 
 def _routes_file(settings: ServiceSettings) -> tuple[list[RouteRule], Finding]:
@@ -133,12 +166,12 @@ def _agents(settings: ServiceSettings) -> Finding:
     return Finding("agents", f"{settings.agents}: {names}")
 
 
-async def _redis(settings: ServiceSettings) -> tuple[list[RouteRule], Finding]:
+async def _redis(settings: ServiceSettings) -> tuple[RedisReach | None, Finding]:
     try:
         reach = await reach_redis(settings)
     except (ConfigurationError, StoreUnavailable) as exc:
-        return [], _fail("redis", str(exc))
-    return reach.routes, Finding("redis", reach.where)
+        return None, _fail("redis", str(exc))
+    return reach, Finding("redis", reach.where)
 
 
 async def _auth(client: Any, settings: ServiceSettings) -> Finding:

@@ -38,7 +38,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from agent_host.errors import CheckpointDecryptError, ConfigurationError, SealedFieldError
 
-__all__ = ["ENV_VAR", "KeyRing", "generate_key", "kid_of"]
+__all__ = ["ENV_VAR", "HEADER_BYTES", "KeyRing", "generate_key", "kid_in_header", "kid_of"]
 
 ENV_VAR = "COUNTERSIGN_ENCRYPTION_KEYS"
 VERSION = 1
@@ -63,6 +63,21 @@ def generate_key(kid: str | None = None) -> str:
 def kid_of(blob: bytes) -> str:
     """The id of the key a blob was encrypted under (no key needed)."""
     return _split(blob)[0]
+
+
+HEADER_BYTES = 2 + 255  # the most an envelope's header can take: version, length, key id
+
+
+def kid_in_header(start: bytes) -> str | None:
+    """The key id in an envelope's first HEADER_BYTES (or all of it), or None if they are
+    not an envelope's header."""
+    end = 2 + start[1] if len(start) >= 2 else 0
+    if not end or start[0] not in (VERSION, COMPRESSED) or len(start) < end:
+        return None
+    try:
+        return start[2:end].decode("ascii")
+    except UnicodeDecodeError:
+        return None
 
 
 class KeyRing:

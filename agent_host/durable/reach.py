@@ -1,15 +1,20 @@
-"""Whether the configured Redis answers, for `countersign check`: PING, and the routes
-kept there (their channels are checked too). Nothing is written."""
+"""Whether the configured Redis answers, for `countersign check`: PING, the routes kept
+there (their channels are checked too), and the keys the waiting runs' checkpoints were
+encrypted under (each must still be in the key ring). Nothing is written."""
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from redis.exceptions import RedisError
 
 from agent_host.approvals.routes import RouteRule
-from agent_host.durable.connections import embedded_dir, open_redis, redacted
+from agent_host.durable import keys as K
+from agent_host.durable.connections import as_text, embedded_dir, open_redis, redacted
+from agent_host.durable.crypto import HEADER_BYTES, kid_in_header
 from agent_host.durable.redis_server import find_executable
 from agent_host.durable.route_book import RouteBook
 from agent_host.errors import ConfigurationError, StoreUnavailable
@@ -24,6 +29,8 @@ PING_SECONDS = 5.0
 class RedisReach:
     where: str  # what answered (or would be used), in words
     routes: list[RouteRule] = field(default_factory=list)
+    # key id -> how many waiting runs' checkpoints are encrypted under it (None: not read)
+    waiting_under: Counter[str] | None = None
 
 
 async def reach_redis(settings: Settings) -> RedisReach:
@@ -49,6 +56,7 @@ async def reach_redis(settings: Settings) -> RedisReach:
         routes = await asyncio.wait_for(
             RouteBook(redis, settings.default_channel).rules(), PING_SECONDS
         )
+        waiting_under = await _waiting_under(redis)
     except (RedisError, OSError, TimeoutError) as exc:
         why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         raise StoreUnavailable(
@@ -56,4 +64,30 @@ async def reach_redis(settings: Settings) -> RedisReach:
         ) from exc
     finally:
         await redis.aclose()
-    return RedisReach(f"Redis at {redacted(url)} answered PING", routes)
+    return RedisReach(f"Redis at {redacted(url)} answered PING", routes, waiting_under)
+
+
+async def _waiting_under(redis: Any) -> Counter[str]:
+    """The key ids of the waiting runs' checkpoints, counted: from each shard's pending
+    index, the first bytes of each run's checkpoint (never SCAN, never a whole blob).
+    A checkpoint that is missing or not an envelope counts under ""."""
+    kids: Counter[str] = Counter()
+    for shard in K.shards():
+        checkpoints = sorted(
+            {_checkpoint_of(as_text(r)) for r in await redis.zrange(shard.pending, 0, -1)} - {""}
+        )
+        for start in range(0, len(checkpoints), 1000):
+            async with redis.pipeline(transaction=False) as pipe:
+                for key in checkpoints[start : start + 1000]:
+                    pipe.getrange(key, 0, HEADER_BYTES - 1)
+                heads = await pipe.execute()
+            kids.update(kid_in_header(head) or "" for head in heads)
+    return kids
+
+
+def _checkpoint_of(request_id: str) -> str:
+    """The checkpoint key of a request's run ("" for a member that is not a request id)."""
+    try:
+        return K.Keys(request_id).checkpoint
+    except ValueError:
+        return ""

@@ -9,11 +9,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from redis.asyncio import Redis
 
-from agent_host.durable.crypto import generate_key
+from agent_host.durable.crypto import KeyRing, generate_key
 from agent_host.durable.redis_server import free_port
 from slack_sandbox import SlackStandIn, seed_workspace
 from slack_sandbox.workspace import Channel
+from tests.support.host_env import make_env
 from tests.support.processes import Finished, inherited_env, run_cli
 
 TOKEN = "xoxb-check-token"
@@ -80,7 +82,8 @@ async def test_a_good_configuration_passes(
     assert "ok    redis: Redis at redis://" in done.out
     assert "ok    slack token: bot @countersign (U0BOT)" in done.out
     assert "ok    agents: agent_host.examples:default_registry: cleanup-agent" in done.out
-    assert "countersign check: all 9 checks passed" in done.out
+    assert "ok    keys in use: 0 waiting run(s), each under a key the ring holds" in done.out
+    assert "countersign check: all 10 checks passed" in done.out
     assert not [name for name, _ in standin.core.calls if name.startswith("chat.")]
 
 
@@ -100,7 +103,7 @@ async def test_channels_the_bot_cannot_post_in_fail_with_the_fix(
         f"FAIL  channel {ARCHIVED} (route agent-2/*): #{ARCHIVED} is archived: unarchive it, "
         "or choose another channel.",
     ], done.out
-    assert "countersign check: 2 of 11 checks failed" in done.out
+    assert "countersign check: 2 of 12 checks failed" in done.out
 
 
 async def test_a_wrong_token_fails_and_names_the_variable(
@@ -149,6 +152,33 @@ async def test_a_wrong_app_token_fails_naming_it(
         done = await check(env, tmp_path)
     assert done.code == 0, done
     assert "ok    socket mode: SLACK_APP_TOKEN opens a Socket Mode connection" in done.out
+
+
+async def test_waiting_runs_under_a_key_no_longer_in_the_ring_fail_the_check(
+    standin: SlackStandIn, redis_url: str, tmp_path: Path
+) -> None:
+    """An operator about to retire a key learns which waiting runs still need it, before
+    a reviewer's decision finds out."""
+    old, new = generate_key("kOld"), generate_key("kNew")
+    async with Redis.from_url(redis_url) as redis:
+        env = make_env(redis, keyring=KeyRing.parse(old))
+        for name in ("a", "b"):
+            await env.start("cleanup-agent", f"remove /srv/{name}.docx")
+        settled = make_env(redis, keyring=KeyRing.parse(f"{new},{old}"))
+        await settled.start("cleanup-agent", "remove /srv/c.docx")
+    base = good_env(standin, redis_url, tmp_path)
+
+    retired = await check(base | {"COUNTERSIGN_ENCRYPTION_KEYS": new}, tmp_path)
+    both = await check(base | {"COUNTERSIGN_ENCRYPTION_KEYS": f"{new},{old}"}, tmp_path)
+
+    assert retired.code == 1, retired
+    assert failures(retired) == [
+        "FAIL  keys in use: 2 under 'kOld' of 3 waiting run(s): COUNTERSIGN_ENCRYPTION_KEYS no "
+        "longer holds that key, so they fail when decided. Put it back after the active key, "
+        "run `countersign keys rotate`, then remove it"
+    ], retired.out
+    assert both.code == 0, both
+    assert "ok    keys in use: 3 waiting run(s), each under a key the ring holds" in both.out
 
 
 async def test_an_unreachable_redis_fails_and_says_what_to_fix(

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_host.durable.crypto import KeyRing, generate_key, kid_of
+from agent_host.durable.crypto import HEADER_BYTES, KeyRing, generate_key, kid_in_header, kid_of
 from agent_host.errors import CheckpointDecryptError, ConfigurationError
 
 OLD = generate_key("old")
@@ -170,3 +170,12 @@ RING = KeyRing.parse(f"{NEW},{OLD}")
 def test_any_bytes_round_trip(plaintext: bytes, run_id: str, request_id: str) -> None:
     blob = RING.encrypt(plaintext, run_id=run_id, request_id=request_id)
     assert RING.decrypt(blob, run_id=run_id, request_id=request_id) == plaintext
+
+
+def test_the_key_id_is_read_from_an_envelopes_first_bytes_alone() -> None:
+    ring = KeyRing.parse(generate_key("k-" + "x" * 62))
+    for size in (10, 600):  # stored as it is, and compressed
+        blob = ring.encrypt(os.urandom(size), run_id="run_1", request_id="req_1")
+        assert kid_in_header(blob[:HEADER_BYTES]) == kid_of(blob) == "k-" + "x" * 62
+    for junk in (b"", b"\x01", b"\x01\x09short", b"\x07\x02kA", b"\x01\x02\xff\xfe"):
+        assert kid_in_header(junk) is None
