@@ -226,6 +226,7 @@ class ApprovalService:
             decision = decision.model_copy(
                 update={
                     "route_id": request.route.route_id,
+                    "destination": request.route.destination,
                     "severity": request.severity,
                     "standing_of": request.request_id,
                 }

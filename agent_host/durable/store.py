@@ -718,12 +718,15 @@ def _apply_standing_approval(
     request: ApprovalRequest, standing: Approve | None, now: float
 ) -> None:
     """Record `request` as approved if a standing approval ("approve for this run") covers
-    it: the same route, the same or a lower severity, and a route where one person may
-    decide alone. Anything else is asked again (invariant 14, docs/ARCHITECTURE.md)."""
+    it: the same route, still to the same channel (its members are who may decide), the
+    same or a lower severity, and a route where one person may decide alone. Anything else
+    is asked again (invariant 14, docs/ARCHITECTURE.md)."""
     if standing is None or request.kind != "approval" or not request.allow_always:
         return  # (allow_always: the call's policy, and its route, allow approving for the run)
     route = request.route
     if not route.allows_standing_approval or route.route_id != standing.route_id:
+        return
+    if route.destination != standing.destination:  # the route moved to another channel
         return
     if standing.severity.lower() not in list(Severity):
         return  # a scope of unknown severity covers nothing

@@ -43,10 +43,12 @@ class _Base(BaseModel):
 class Approve(_Base):
     kind: Literal["approve"] = "approve"
     # "Approve for this run": later calls of this tool in the run are approved too, but
-    # only those that resolve to `route_id` at `severity` or lower (the approval service
-    # stamps both from the request it was given on).
+    # only those that resolve to `route_id`, still posted to `destination`, at `severity`
+    # or lower (the approval service stamps them from the request it was given on).
     always: bool = False
     route_id: str = ""
+    # (not written when empty: only a standing approval has one)
+    destination: str = Field("", exclude_if=lambda value: not value)
     severity: str = ""
     standing_of: str = ""  # set on a call approved by a standing approval: its request id
     # The reviewer's words with the approval (seed 003's `feedback` on `approved`): shown on

@@ -90,6 +90,60 @@ async def test_a_call_its_policy_keeps_out_of_standing_approvals_is_asked_again(
     assert rec.targets("deploy") == ["staging"]
 
 
+class MovingOpenRoute:
+    """One open route (anyone in its channel decides alone) whose channel an administrator
+    changes: the default channel moved, a route rule edited to another channel."""
+
+    def __init__(self) -> None:
+        self.destination = "C-SUPPORT"
+
+    async def route(self, agent: str, tool: str, severity: str) -> Route:
+        return Route(route_id="default", destination=self.destination, expiry_seconds=3600)
+
+
+async def test_a_standing_approval_does_not_follow_its_route_to_another_channel(
+    redis: Redis,
+) -> None:
+    """ "Approve for this run" was given by a member of the channel the route posted to. Once
+    the route posts elsewhere, the people there decide: the next call is asked again."""
+    rec = Recorder()
+    router = MovingOpenRoute()
+    registry = registry_of(
+        "deployer",
+        [_low_deploy(rec)],
+        scripted(
+            [tc("m1", "deploy", target="staging-1")],
+            [tc("m2", "deploy", target="staging-2")],
+            reply("done"),
+        ),
+    )
+    env = make_env(redis, router=router, registry=registry)
+    service = ApprovalService(env.store)
+    run_id = await env.start("deployer", "deploy twice")
+    (first,) = await env.requests(run_id)
+    router.destination = "C-FINANCE"  # meanwhile, the administrator moves the route
+
+    always = Approve(decided_by="U1", call_hash=first.call_hash, always=True)
+    assert (await service.decide(first.request_id, always, via="slack")).outcome == "decided"
+    await env.drain()
+
+    second = (await env.requests(run_id))[1]
+    assert (second.route.route_id, second.route.destination) == ("default", "C-FINANCE")
+    assert second.status == "pending", f"{second.status} by {second.decided_by}, unseen there"
+    assert rec.targets("deploy") == ["staging-1"]
+    assert Approve(decided_by="U2").model_dump().get("destination") is None  # only standing
+
+
+def _low_deploy(rec: Recorder) -> Any:
+    @tool(permission=lambda arguments, context: Verdict.ask("deploys", Severity.LOW))
+    def deploy(target: str) -> str:
+        """Deploy to a target."""
+        rec.invocations.append(("deploy", "", target))
+        return f"deployed {target}"
+
+    return deploy
+
+
 async def test_a_replica_whose_clock_lags_posts_requests_that_can_still_be_decided(
     redis: Redis,
 ) -> None:
