@@ -104,7 +104,7 @@ class MovingOpenRoute:
 async def test_a_standing_approval_does_not_follow_its_route_to_another_channel(
     redis: Redis,
 ) -> None:
-    """ "Approve for this run" was given by a member of the channel the route posted to. Once
+    """Approve for this run was given by a member of the channel the route posted to. Once
     the route posts elsewhere, the people there decide: the next call is asked again."""
     rec = Recorder()
     router = MovingOpenRoute()
