@@ -3,8 +3,8 @@
 A claim on a call that already finished returns its result (and whether the tool returned
 it or raised) instead of running it again; a claim on a call that started but never
 finished (its worker died mid-call) is in doubt and is reported, not re-run, unless the
-tool is idempotent. The Redis ledger lives in
-`agent_host.durable.store`; this in-memory one serves the pure core and the tests.
+tool is idempotent. The Redis ledger lives in `agent_host.durable.redis_ledger`; this
+in-memory one serves the pure core and the tests.
 """
 
 from __future__ import annotations
@@ -75,9 +75,9 @@ class InMemoryLedger:
 def with_recorded(state: RunState, recorded: Mapping[str, Claim]) -> RunState:
     """A copy of `state` with what the ledger recorded of its calls that have no outcome
     yet: one that finished was executed (with its result) or failed (with its error), one
-    that started and never
-    finished has an unknown outcome (a tool's question still waiting for its answer stays
-    as it is). What a run that stops early did is then in its final state."""
+    that started and never finished has an unknown outcome (a tool's question still
+    waiting for its answer stays as it is). What a run that stops early did is then in its
+    final state."""
     state = state.model_copy(deep=True)
     for record in state.calls:
         claim = recorded.get(record.call_id) or recorded.get(hosted_entry(record))
