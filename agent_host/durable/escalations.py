@@ -4,10 +4,12 @@ Each runs from an outbox entry the ladder wrote when it claimed the step, so it 
 until the chat side takes it or refuses it for good. Whatever was posted is recorded
 (`Ladder.record_reminder`, `Ladder.record_copy`) before the entry is acknowledged: a
 redelivered entry finds it and posts nothing again. A request decided meanwhile gets no
-reminder and no new copy. The calls of a bulk message share its thread: the first of a
-route's calls to come due reminds there for all of that route's calls
-(`BulkBook.claim_reminder`), and is escalated for them: one note per destination linking
-the message, not a copy of each call.
+reminder and no new copy; the copies it already has are brought up to date (a decision
+taken while they were being posted may have missed them). The calls of a bulk message
+share its thread: the first of a route's calls to come due reminds there for all of that
+route's calls (`BulkBook.claim_reminder`), and is escalated for them: one note per
+destination linking the message, not a copy of each call. That call's step is done as
+long as any of them waits, even once it is decided itself: the others left it to it.
 """
 
 from __future__ import annotations
@@ -35,14 +37,17 @@ class LadderDelivery:
 
     async def remind(self, request: ApprovalRequest) -> None:
         """A reply in the thread of the request's message, mentioning its reviewers."""
-        if request.decided or request.reminder_ts:
+        if request.reminder_ts or (request.decided and not request.only_in_bulk):
             return
         if not request.message_ts:
             if request.delivery == "undeliverable":
                 return  # it never reached chat: there is no thread to remind in
             raise RetryLater(f"request {request.request_id} is not posted yet")
-        if request.only_in_bulk and not await self.book.claim_reminder(request):
-            return  # another call of the message's (of its route) reminds in its thread
+        if request.only_in_bulk:
+            if not await self.book.claim_reminder(request):
+                return  # another call of the message's (of its route) reminds in its thread
+            if not await self._route_waits_in_bulk(request):
+                return
         try:
             ref = await self.notifier.request_reminded(request)
         except DeliveryFailed as failure:  # e.g. the message was deleted
@@ -57,11 +62,13 @@ class LadderDelivery:
     async def escalate(self, request: ApprovalRequest) -> None:
         """A copy of the request at each of its escalation's destinations, linking the
         original; then every message of the request is brought up to date."""
-        if request.decided:
+        if request.decided and not request.only_in_bulk:
+            if request.escalations:  # posted before a decision whose update missed them
+                await self._refresh(request.request_id)
             return
         if not request.message_ts and request.delivery != "undeliverable":
             raise RetryLater(f"request {request.request_id} is not posted yet: nothing to link")
-        if request.only_in_bulk:
+        if request.only_in_bulk:  # (decided or not: it escalates for its route's calls)
             await self._escalate_bulk(request)
             return
         try:
@@ -120,6 +127,18 @@ class LadderDelivery:
                 continue
             await self.book.record_escalation(bulk.bulk_id, route_id, target, ref.ts)
             await self.store.count_delivered(request.request_id)
+
+    async def _route_waits_in_bulk(self, request: ApprovalRequest) -> bool:
+        """Whether any call of `request`'s bulk message and route still waits."""
+        if not request.decided:
+            return True
+        bulk = await self.book.get(request.bulk_id)
+        if bulk is None:
+            return False
+        route_id = request.route.route_id
+        return any(
+            not r.decided for r in await self.book.requests(bulk) if r.route.route_id == route_id
+        )
 
     async def _refresh(self, request_id: str) -> None:
         """Update every message of the request as it is now: the original shows where it

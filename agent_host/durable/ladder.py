@@ -4,11 +4,11 @@ PAUSE and CREATE_EXTERNAL put a request's steps in its shard's ladder, a sorted 
 members are `<step>|<request id>` scored by when the step is due (Redis's clock, as the
 deadlines); DECIDE takes them out with the decision. The sweeper claims due steps with
 LADDER_STEP, one script that removes the member (of several sweepers, only one removes
-it), checks that the request still waits, and writes the step's audit entry and its outbox
-entry in the same step: a claimed step is never lost, never repeated, and never taken for
-a decided request. The outbox then does the step's Slack side (`escalations`), at least
-once; what it posted is recorded here, so a redelivered entry posts nothing again
-(invariant 18, docs/ARCHITECTURE.md).
+it), checks that the request still waits (decided, or past its deadline, it gets no step),
+and writes the step's audit entry and its outbox entry in the same step: a claimed step is
+never lost, never repeated, and never taken for a decided request. The outbox then does
+the step's Slack side (`escalations`), at least once; what it posted is recorded here, so
+a redelivered entry posts nothing again (invariant 18, docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations
@@ -35,17 +35,22 @@ _OUTBOX_TYPE = {"remind": REMINDED, "escalate": ESCALATED}
 _EVENT = {"remind": "reminded", "escalate": "escalated"}  # their audit events
 LADDER_ACTOR = "countersign (escalation)"
 
-Claim = Literal["claimed", "taken", "decided", "gone"]
+Claim = Literal["claimed", "taken", "decided", "past_deadline", "gone"]
 
 # KEYS: ladder, request, run audit, OUTBOX
 # ARGV: member, request id, step, audit event, outbox type, actor
-# 'taken': another sweeper claimed it first; 'decided': the request no longer waits (its
-# step is dropped); 'gone': no such request.
+# 'taken': another sweeper claimed it first; 'decided': the request no longer waits, and
+# 'past_deadline': it is only left to expire (the sweeper had not reached it yet), so its
+# step is dropped; 'gone': no such request.
 LADDER_STEP = """
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 'taken' end
-local f = redis.call('HMGET', KEYS[2], 'status', 'call_hash', 'route')
+local f = redis.call('HMGET', KEYS[2], 'status', 'call_hash', 'route', 'expires_at')
 if not f[1] then return 'gone' end
 if f[1] ~= 'pending' then return 'decided' end
+local t = redis.call('TIME')
+local now_n = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local deadline = tonumber(f[4] or '')
+if deadline and now_n > deadline then return 'past_deadline' end
 local detail = ''
 local ok, route = pcall(cjson.decode, f[3] or '')
 if ok and type(route) == 'table' then
@@ -55,8 +60,7 @@ if ok and type(route) == 'table' then
     detail = table.concat(route['reviewers'], ',')
   end
 end
-local t = redis.call('TIME')
-local now = string.format('%.6f', tonumber(t[1]) + tonumber(t[2]) / 1000000)
+local now = string.format('%.6f', now_n)
 redis.call('XADD', KEYS[3], '*', 'at', now, 'actor', ARGV[6], 'event', ARGV[4],
   'request_id', ARGV[2], 'call_hash', f[2] or '', 'detail', detail)
 redis.call('XADD', KEYS[4], '*', 'type', ARGV[5], 'request_id', ARGV[2])

@@ -211,6 +211,24 @@ async def test_a_decided_request_gets_no_step_even_from_a_sweeper_that_saw_it_du
     assert await zrange_all(redis, "ladder") == {}
 
 
+async def test_a_request_past_its_deadline_gets_no_step_before_the_sweeper_expires_it(
+    redis: Redis,
+) -> None:
+    """After an outage, more requests are past their deadline than one sweep expires: their
+    steps come due too, yet none is paged for (its buttons could only say it expired)."""
+    env = make_env(redis, router=StaticRouter(LADDER))
+    rid = await _request_id(env)
+    await env.age(3700)  # its deadline passed; the sweeper has not expired it yet
+    await _due_now(redis)
+
+    assert await Sweeper(env.store).ladder.climb() == 0
+
+    assert await _steps(redis, rid) == ([], [])
+    assert await zrange_all(redis, "ladder") == {}  # dropped, not retried
+    request = await env.store.get_request(rid)
+    assert request is not None and request.status == "pending"  # the sweeper's to expire
+
+
 async def test_a_malformed_ladder_entry_is_dropped_and_claims_nothing(redis: Redis) -> None:
     env = make_env(redis, router=StaticRouter(LADDER))
     shard = K.shards()[0]

@@ -15,6 +15,7 @@ import aiohttp
 
 from agent_host.approvals import ApprovalRequest
 from agent_host.durable import keys as K
+from agent_host.durable.connections import as_text
 from agent_host.durable.outbox import Outbox
 from agent_host.durable.route_book import parse_spec
 from agent_host.examples import ExampleEffects, build_registry
@@ -596,6 +597,52 @@ async def test_the_calls_of_one_message_share_one_reminder_in_its_thread(
         await outbox_drained(stack)
         [reminder] = stack.thread(CHANNEL, requests[0].bulk_ts)
         assert "The calls in this message have been waiting" in reminder["text"]
+
+
+async def test_the_shared_reminder_and_escalation_outlive_the_call_that_took_them_being_decided(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The first of the message's calls to come due takes its route's reminder and
+    escalation for all of them; Slack fails those posts for a while, and meanwhile that one
+    call is decided. The six others still wait: they are reminded and escalated all the
+    same, once (the others had left it to that call)."""
+    async with running_stack(
+        redis_url, tmp_path, COUNTERSIGN_WEBHOOK_SECRET=WEBHOOK_SECRET
+    ) as stack:
+        run_id, requests = await seven_on_route(
+            stack,
+            f"agent=cleanup-agent channel={CHANNEL} remind_after=2s escalate_after=2s "
+            f"escalate_to=<#{OPS}>",
+        )
+        stack.host.notifier.attempts = 1  # type: ignore[attr-defined]  # each failure: later
+        failing = stack.standin.core.faults.inject("chat.postMessage", status=503, times=10_000)
+        bulk_key = K.Keys(requests[0].bulk_id).bulk(requests[0].bulk_id)
+        route_id = requests[0].route.route_id
+
+        async def taken_and_failed() -> set[str] | None:
+            by: Any = await stack.host.redis.hmget(
+                bulk_key, [f"reminder_by:{route_id}", f"escalation_by:{route_id}"]
+            )
+            if None in by or failing.remaining > 10_000 - 2:
+                return None
+            return {as_text(b) for b in by}
+
+        for request_id in await eventually(taken_and_failed, within=20):
+            await webhook_approve(stack, request_id)
+        stack.standin.core.faults.clear()
+
+        async def reminded_and_escalated() -> bool:
+            thread = stack.thread(CHANNEL, requests[0].bulk_ts)
+            reminders = [m for m in thread if "have been waiting" in m["text"]]
+            return len(reminders) == 1 and len(stack.channel_messages(OPS)) == 1
+
+        await eventually(reminded_and_escalated, within=20)
+        await outbox_drained(stack)
+        assert await reminded_and_escalated()  # once each
+        [note] = stack.channel_messages(OPS)
+        waiting = [r for r in await stack.host.store.run_requests(run_id) if not r.decided]
+        assert len(waiting) in (5, 6)  # the one or two calls that took the steps decided
+        assert f"{len(waiting)} of 7 calls" in note["text"], note["text"]
 
 
 async def test_calls_of_two_routes_in_one_message_each_follow_their_routes_ladder(

@@ -211,6 +211,39 @@ async def test_an_escalation_to_a_user_group_messages_each_member_and_any_copy_d
         assert stack.effects.count("refund") == 0
 
 
+async def test_a_copy_posted_while_its_request_was_decided_shows_the_decision(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The escalation DMs each member of a group. While the first copy is on its way, a
+    reviewer decides in the channel (that decision's update cannot know the copy yet); then
+    Slack fails the second copy for a while. The first copy still ends up showing the
+    decision, not buttons that can only answer "already decided"."""
+    async with running_stack(redis_url, tmp_path) as stack:
+        await _route(
+            stack,
+            f"escalate_after=1s escalate_to=<!subteam^{GROUP}|@reviewers>",
+            f"<!subteam^{GROUP}>",
+        )
+        run_id = await stack.start_run("refund-agent", "refund order 123")
+        [request] = await stack.pending_requests(run_id)
+        stack.host.notifier.attempts = 1  # type: ignore[attr-defined]  # each failure: later
+        faults = stack.standin.core.faults
+        slow = faults.inject("chat.postMessage", status=200, delay=1.5)  # the first copy
+        faults.inject("chat.postMessage", status=503, times=10_000)  # then Slack fails
+
+        await eventually(lambda: slow.remaining == 0, what="the first copy on its way")
+        await stack.click(REVIEWER, request, blocks.APPROVE)
+        decided = await stack.decided(request.request_id)
+        assert decided.escalations == []  # its update went out before any copy was recorded
+        [first] = (await _escalated(stack, request.request_id)).escalations
+        faults.clear()
+
+        shown = await stack.decided_message(first.channel, first.ts)
+        assert "Approved" in _texts(shown)
+        await stack.run_status(run_id, "succeeded")
+        assert stack.effects.count("refund") == 1
+
+
 async def test_an_escalation_to_a_group_skips_the_requester_however_their_id_is_written(
     redis_url: str, tmp_path: Path
 ) -> None:
