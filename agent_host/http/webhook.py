@@ -71,7 +71,20 @@ async def approval_webhook(request: web.Request) -> web.Response:
     result = await host.approvals.decide(request_id, decision, via="webhook", current=approval)
     current = result.request
     if result.outcome in ("already_decided", "duplicate_vote") and current is not None:
-        return _already(request_id, current.status, current.decided_by)
+        if current.decided:
+            return _already(request_id, current.status, current.decided_by)
+        # The webhook's vote towards a quorum is in already (a sender retrying): still waiting
+        # for the others, which `already_processed` would hide.
+        return web.json_response(
+            {
+                "status": "already_voted",
+                "request_id": request_id,
+                "decision": str(current.status),
+                "decided_by": None,
+                "approvals": len(current.approvals),
+                "quorum": current.route.quorum,
+            }
+        )
     if result.outcome == "not_found" or current is None:
         return error(404, f"no approval request {request_id!r}")
     if result.outcome == "past_deadline":
@@ -109,6 +122,6 @@ def _already(request_id: str, status: str, decided_by: str) -> web.Response:
             "status": "already_processed",
             "request_id": request_id,
             "decision": str(status),
-            "decided_by": decided_by,
+            "decided_by": decided_by or None,
         }
     )

@@ -26,6 +26,7 @@ from tests.support import host_env
 from tests.support.host_env import Env, FakeClock
 from tests.support.keyspace import zcard_all
 from tests.support.redis_fixtures import RedisServerFactory
+from tests.support.routers import QuorumRouter
 from tests.support.signing import webhook_signature
 
 TOKEN = "test-api-token"
@@ -364,6 +365,32 @@ async def test_webhook_approves_once_and_later_calls_learn_who_decided(api: Api)
     detail = await api.run(run_id)
     assert detail["status"] == "succeeded" and "Refund issued" in detail["output"]
     assert api.env.effects.count("refund") == 1
+
+
+async def test_a_webhook_approval_sent_again_towards_a_quorum_says_the_request_still_waits(
+    api: Api,
+) -> None:
+    """A sender retrying its approval on a request that needs two: its vote counts once,
+    and the answer says it is in and the request waits, not that it was processed."""
+    api.env.store.router = QuorumRouter(2)
+    _, rid = await paused_refund(api)
+    approve = {"requestId": rid, "decision": "approved"}
+    first = await (await api.webhook(approve)).json()
+    again = await api.webhook(approve)
+
+    assert first["status"] == "recorded" and first["approvals"] == 1
+    assert again.status == 200
+    assert await again.json() == {
+        "status": "already_voted",
+        "request_id": rid,
+        "decision": "pending",
+        "decided_by": None,
+        "approvals": 1,
+        "quorum": 2,
+    }
+    current = await api.env.store.get_request(rid)
+    assert current is not None and current.approvals == ["webhook"]
+    assert current.status == "pending"
 
 
 async def test_concurrent_webhook_deliveries_process_once(api: Api) -> None:
