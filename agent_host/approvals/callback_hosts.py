@@ -3,15 +3,20 @@
 A callback URL names a host the caller chose, and countersign POSTs to it from inside the
 operator's network; without a list, any caller holding the API token could make it reach
 internal services. So only listed hosts are called: `host` (any port) or `host:port`, and
-a loopback or private address only when it is listed itself. Redirects are not followed
-(see `agent_host.durable.callbacks`), so a listed host cannot bounce a callback elsewhere.
+a loopback or private address only when it is listed itself. A listed *name* is not
+trusted with where it points: one that resolves to a loopback, link-local (a cloud's
+metadata service), unspecified, multicast or reserved address is not called (`unroutable`;
+its owner's DNS could point it there), nor one that does so between the check and the
+connection (see `agent_host.durable.callbacks`). Redirects are not followed either, so a
+listed host cannot bounce a callback elsewhere.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from urllib.parse import urlsplit
 
-__all__ = ["CALLBACK_HOSTS_VAR", "callback_refusal", "parse_callback_hosts"]
+__all__ = ["CALLBACK_HOSTS_VAR", "callback_refusal", "parse_callback_hosts", "unroutable"]
 
 CALLBACK_HOSTS_VAR = "COUNTERSIGN_CALLBACK_HOSTS"
 MAX_URL_LENGTH = 2048
@@ -44,4 +49,24 @@ def callback_refusal(url: str, allowed: frozenset[str]) -> str:
     return (
         f"callbacks to {netloc} are not allowed: add it to {CALLBACK_HOSTS_VAR} "
         "(comma-separated host or host:port) on the countersign server"
+    )
+
+
+def unroutable(address: str) -> bool:
+    """Whether a host name resolving to `address` may not be called: loopback, link-local,
+    unspecified, multicast or reserved (an IPv4 address written as IPv6 too). Private
+    networks' addresses may: a listed internal name is how a callback reaches an internal
+    service. To call such an address anyway, list the address itself."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])  # (an IPv6 scope id dropped)
+    except ValueError:
+        return True
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return (
+        ip.is_loopback
+        or ip.is_link_local
+        or ip.is_unspecified
+        or ip.is_multicast
+        or (ip.is_reserved)
     )

@@ -19,17 +19,26 @@ whose entry failed `poison.POISON_AFTER` times with an error of countersign's ow
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import hmac
 import json
 import logging
+import socket
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import ThreadedResolver
 
-from agent_host.approvals.callback_hosts import callback_refusal, parse_callback_hosts
+from agent_host.approvals.callback_hosts import (
+    CALLBACK_HOSTS_VAR,
+    callback_refusal,
+    parse_callback_hosts,
+    unroutable,
+)
 from agent_host.approvals.external import external_view
 from agent_host.durable import keys as K
 from agent_host.durable.connections import as_text
@@ -42,6 +51,7 @@ __all__ = [
     "AiohttpSender",
     "CallbackDelivery",
     "CallbackSender",
+    "RoutableOnly",
     "dead_callbacks",
     "sign_callback",
 ]
@@ -61,16 +71,45 @@ class CallbackSender(Protocol):
         ...
 
 
+class RoutableOnly(AbstractResolver):
+    """aiohttp's resolver, keeping only the addresses a listed host name may lead to
+    (`callback_hosts.unroutable`). aiohttp connects to the addresses its resolver answers,
+    so a name pointed elsewhere between this check and the connection changes nothing. (An
+    address written in the URL is not resolved: it is on the list itself.)"""
+
+    def __init__(self) -> None:
+        self._resolver = ThreadedResolver()
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        found = await self._resolver.resolve(host, port, family)
+        kept = [address for address in found if not unroutable(address["host"])]
+        if not kept:
+            where = ", ".join(sorted({address["host"] for address in found}))
+            raise OSError(  # (aiohttp's error shows the strerror)
+                errno.EPERM,
+                f"{host} resolves to {where}, where a listed name may not lead: list the "
+                f"address itself in {CALLBACK_HOSTS_VAR} to allow it",
+            )
+        return kept
+
+    async def close(self) -> None:
+        await self._resolver.close()
+
+
 class AiohttpSender:
     """POSTs with aiohttp; redirects are not followed (a listed host may not send the
-    signed decision on to one that is not)."""
+    signed decision on to one that is not), nor names pointing at loopback and the like
+    (`RoutableOnly`)."""
 
     def __init__(self) -> None:
         self._session: aiohttp.ClientSession | None = None
 
     async def send(self, url: str, body: bytes, headers: dict[str, str]) -> int:
         if self._session is None:
-            self._session = aiohttp.ClientSession()
+            connector = aiohttp.TCPConnector(resolver=RoutableOnly())
+            self._session = aiohttp.ClientSession(connector=connector)
         async with self._session.post(
             url,
             data=body,

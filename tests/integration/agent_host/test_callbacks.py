@@ -199,6 +199,32 @@ async def test_a_callback_host_not_on_the_list_is_refused_at_creation(
         assert await stack.host.store.pending_count() == 0
 
 
+async def test_a_listed_name_that_points_at_loopback_is_not_called(
+    redis_url: str, tmp_path: Path, receiver: Receiver
+) -> None:
+    """A listed name's owner controls where it points: a name resolving to this machine's
+    loopback (here `localhost`) is not called, or any caller with the API token could
+    reach services listening only there. The address itself, listed, still is."""
+    port = host_of(receiver.url).rsplit(":", 1)[1]
+    by_name = receiver.url.replace("127.0.0.1", "localhost")
+    async with signed_callbacks(redis_url, tmp_path, f"localhost:{port}") as stack:
+        created = await create(stack, by_name)  # the name is on the list
+        request = await stack.posted(created["request_id"])
+        await stack.click(REVIEWER, request, blocks.APPROVE)
+
+        async def dead() -> list[dict[str, Any]] | None:
+            async with (
+                aiohttp.ClientSession() as http,
+                http.get(f"{stack.url}/api/v1/callbacks/dead", headers=AUTH) as resp,
+            ):
+                return (await resp.json())["dead"] or None
+
+        [letter] = await eventually(dead)
+        assert "localhost resolves to 127.0.0.1" in letter["error"], letter
+        assert "list the address itself in COUNTERSIGN_CALLBACK_HOSTS" in letter["error"]
+        assert receiver.attempts == 0
+
+
 async def test_callbacks_need_the_webhook_secret_to_sign_them(
     redis_url: str, tmp_path: Path, receiver: Receiver
 ) -> None:

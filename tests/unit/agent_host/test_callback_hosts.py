@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_host.approvals.callback_hosts import callback_refusal, parse_callback_hosts
+from agent_host.approvals.callback_hosts import callback_refusal, parse_callback_hosts, unroutable
 
 LISTED = parse_callback_hosts(" hooks.example.com, 127.0.0.1:8080 ,[::1]:9000,Ops.Example.com:443")
 
@@ -45,3 +45,31 @@ def test_anything_else_is_refused_saying_what_to_set(url: str, says: str) -> Non
 
 def test_nothing_is_allowed_by_default() -> None:
     assert "not allowed" in callback_refusal("https://example.com/", parse_callback_hosts(""))
+
+
+@pytest.mark.parametrize(
+    ("address", "refused"),
+    [
+        ("127.0.0.1", True),
+        ("127.8.9.10", True),
+        ("::1", True),
+        ("169.254.169.254", True),  # a cloud's metadata service
+        ("fe80::1%eth0", True),
+        ("0.0.0.0", True),
+        ("::", True),
+        ("224.0.0.1", True),
+        ("240.0.0.1", True),
+        ("::ffff:127.0.0.1", True),  # loopback written as IPv6
+        ("::ffff:169.254.169.254", True),
+        ("not an address", True),
+        ("10.1.2.3", False),  # an internal service, by its listed name
+        ("192.168.0.10", False),
+        ("fd00::5", False),
+        ("93.184.216.34", False),
+        ("2606:2800:220:1::1", False),
+    ],
+)
+def test_a_listed_name_may_not_lead_to_loopback_link_local_or_reserved_addresses(
+    address: str, refused: bool
+) -> None:
+    assert unroutable(address) is refused
