@@ -11,6 +11,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from agent_host.approvals.external import EXTERNAL
 from agent_host.approvals.routes import RouteRule
 from agent_host.durable import keys as K
 from agent_host.durable.connections import as_text, embedded_dir, open_redis, redacted
@@ -69,20 +70,26 @@ async def reach_redis(settings: Settings) -> RedisReach:
 
 async def _waiting_under(redis: Any) -> Counter[str]:
     """The key ids of the waiting runs' checkpoints, counted: from each shard's pending
-    index, the first bytes of each run's checkpoint (never SCAN, never a whole blob).
-    A checkpoint that is missing or not an envelope counts under ""."""
-    kids: Counter[str] = Counter()
+    index, the first bytes of each run's checkpoint (never SCAN, never a whole blob). A
+    request from an agent that runs elsewhere (origin "external") has no checkpoint here;
+    a checkpoint that is missing or not an envelope counts under ""."""
+    kids: dict[str, str] = {}  # checkpoint key -> its key id
     for shard in K.shards():
-        checkpoints = sorted(
-            {_checkpoint_of(as_text(r)) for r in await redis.zrange(shard.pending, 0, -1)} - {""}
-        )
-        for start in range(0, len(checkpoints), 1000):
+        request_ids = [as_text(r) for r in await redis.zrange(shard.pending, 0, -1)]
+        for start in range(0, len(request_ids), 1000):
+            batch = [(r, _checkpoint_of(r)) for r in request_ids[start : start + 1000]]
+            batch = [(r, checkpoint) for r, checkpoint in batch if checkpoint]
             async with redis.pipeline(transaction=False) as pipe:
-                for key in checkpoints[start : start + 1000]:
-                    pipe.getrange(key, 0, HEADER_BYTES - 1)
-                heads = await pipe.execute()
-            kids.update(kid_in_header(head) or "" for head in heads)
-    return kids
+                for request_id, checkpoint in batch:
+                    pipe.hget(K.Keys(request_id).request(request_id), "origin")
+                    pipe.getrange(checkpoint, 0, HEADER_BYTES - 1)
+                replies = await pipe.execute()
+            for (_, checkpoint), origin, head in zip(
+                batch, replies[::2], replies[1::2], strict=True
+            ):
+                if as_text(origin or "") != EXTERNAL:
+                    kids[checkpoint] = kid_in_header(head) or ""
+    return Counter(kids.values())
 
 
 def _checkpoint_of(request_id: str) -> str:

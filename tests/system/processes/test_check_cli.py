@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
+from agent_host.approvals.external import ExternalRequestSpec
 from agent_host.durable.crypto import KeyRing, generate_key
+from agent_host.durable.external_store import ExternalRequests
 from agent_host.durable.redis_server import free_port
 from slack_sandbox import SlackStandIn, seed_workspace
 from slack_sandbox.workspace import Channel
@@ -166,6 +168,9 @@ async def test_waiting_runs_under_a_key_no_longer_in_the_ring_fail_the_check(
             await env.start("cleanup-agent", f"remove /srv/{name}.docx")
         settled = make_env(redis, keyring=KeyRing.parse(f"{new},{old}"))
         await settled.start("cleanup-agent", "remove /srv/c.docx")
+        # an approval asked by an agent that runs elsewhere: no checkpoint here, none needed
+        spec = ExternalRequestSpec(agent="billing", tool="refund", arguments={"order": 1})
+        await ExternalRequests(settled.store).create(spec)
     base = good_env(standin, redis_url, tmp_path)
 
     retired = await check(base | {"COUNTERSIGN_ENCRYPTION_KEYS": new}, tmp_path)
