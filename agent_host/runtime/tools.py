@@ -13,6 +13,7 @@ again like the model's (`agent_host.approvals.edits`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import inspect
 import json
@@ -117,7 +118,7 @@ class Tool:
         # excluded field would not), or the call is refused.
         arguments = model.model_dump(mode="json", by_alias=True)
         if self._has_sets:
-            arguments = _sets_in_order(arguments, model.model_dump(by_alias=True))
+            arguments = _sets_in_order(arguments, model)
         _refuse_unfit(self.name, arguments)  # "nan" or "inf" given to a float field
         try:
             same = self.arguments_model.model_validate(arguments) == model
@@ -160,22 +161,35 @@ class Tool:
         return await asyncio.to_thread(self.function, **kwargs)
 
 
-def _sets_in_order(as_json: Any, as_python: Any) -> Any:
-    """`as_json` with each list that is a set in `as_python` (the same arguments, dumped as
-    Python) sorted by its items' canonical JSON. A set has no order, and Python's differs
+def _sets_in_order(as_json: Any, value: Any) -> Any:
+    """`as_json` (`value`'s JSON form, written by pydantic) with each list that `value` holds
+    as a set sorted by its items' canonical JSON. A set has no order, and Python's differs
     from process to process (string hashing): a call hashed and shown by one process would
-    not be the call another checks an approval or an edit against. (Sets inside a set's
-    items stay as they are.)"""
-    if isinstance(as_python, set | frozenset) and isinstance(as_json, list):
+    not be the call another checks an approval or an edit against. Walked beside the
+    validated value itself (models by their fields' JSON names, dataclasses by their
+    fields', dicts and lists in their order); where the two part (a custom serializer),
+    the JSON is left as it is, as are sets inside a set's items."""
+    if isinstance(value, set | frozenset) and isinstance(as_json, list):
         return sorted(as_json, key=canonical_json)
-    if isinstance(as_python, Mapping) and isinstance(as_json, dict):
-        return {
-            key: _sets_in_order(value, as_python[key]) if key in as_python else value
-            for key, value in as_json.items()
+    if isinstance(as_json, dict) and isinstance(value, BaseModel):
+        names = {
+            info.serialization_alias or info.alias or name: name
+            for name, info in type(value).model_fields.items()
         }
-    same_list = isinstance(as_python, list | tuple) and isinstance(as_json, list)
-    if same_list and len(as_python) == len(as_json):
-        return [_sets_in_order(j, p) for j, p in zip(as_json, as_python, strict=True)]
+        return {
+            key: _sets_in_order(item, getattr(value, names[key])) if key in names else item
+            for key, item in as_json.items()
+        }
+    if isinstance(as_json, dict) and dataclasses.is_dataclass(value):
+        return {
+            key: _sets_in_order(item, getattr(value, key)) if hasattr(value, key) else item
+            for key, item in as_json.items()
+        }
+    if isinstance(as_json, dict) and isinstance(value, Mapping) and len(value) == len(as_json):
+        pairs = zip(as_json.items(), value.values(), strict=True)  # (written in its order)
+        return {key: _sets_in_order(item, inner) for (key, item), inner in pairs}
+    if isinstance(as_json, list) and isinstance(value, list | tuple) and len(value) == len(as_json):
+        return [_sets_in_order(item, inner) for item, inner in zip(as_json, value, strict=True)]
     return as_json
 
 

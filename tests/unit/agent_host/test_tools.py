@@ -402,15 +402,31 @@ def test_an_agent_with_two_tools_of_one_name_is_refused() -> None:
 
 SETS_IN_ANOTHER_PROCESS = """
 import json, sys
-from pydantic import BaseModel
+from dataclasses import dataclass
+from pydantic import BaseModel, ConfigDict, Field
 from agent_host.runtime.checkpoint import call_hash
 from agent_host.runtime.tools import tool
 
 class Labels(BaseModel):
-    names: frozenset[str]
+    names: frozenset[str] = Field(alias="labelNames")
     pairs: list[set[str]]
 
-def tag(repos: set[str], labels: Labels, owners: dict[str, set[str]] | None = None) -> str:
+class Repo(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    name: str
+
+@dataclass
+class Team:
+    members: set[str]
+
+def tag(
+    repos: set[str],
+    labels: Labels,
+    owners: dict[str, set[str]] | None = None,
+    by_id: dict[int, set[str]] | None = None,
+    archived: frozenset[Repo] = frozenset(),
+    team: Team | None = None,
+) -> str:
     return "tagged"
 
 arguments = tool(tag).validate(json.loads(sys.argv[1]))
@@ -424,8 +440,11 @@ def test_a_set_argument_has_one_json_form_in_every_process() -> None:
     words = ["prod-db", "billing", "web", "auth", "cache", "queue", "search", "mail"]
     raw = {
         "repos": words,
-        "labels": {"names": words[::-1], "pairs": [words[:4], words[4:]]},
+        "labels": {"labelNames": words[::-1], "pairs": [words[:4], words[4:]]},
         "owners": {"ops": words[2:6]},
+        "by_id": {"7": words[1:5]},
+        "archived": [{"name": word} for word in words],
+        "team": {"members": words[3:]},
     }
     forms = {
         subprocess.run(
@@ -443,6 +462,9 @@ def test_a_set_argument_has_one_json_form_in_every_process() -> None:
     [[arguments, _]] = [json.loads(form) for form in forms]
     assert arguments == {
         "repos": sorted(words),
-        "labels": {"names": sorted(words), "pairs": [sorted(words[:4]), sorted(words[4:])]},
+        "labels": {"labelNames": sorted(words), "pairs": [sorted(words[:4]), sorted(words[4:])]},
         "owners": {"ops": sorted(words[2:6])},
+        "by_id": {"7": sorted(words[1:5])},
+        "archived": [{"name": word} for word in sorted(words)],
+        "team": {"members": sorted(words[3:])},
     }
