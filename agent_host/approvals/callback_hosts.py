@@ -4,11 +4,12 @@ A callback URL names a host the caller chose, and countersign POSTs to it from i
 operator's network; without a list, any caller holding the API token could make it reach
 internal services. So only listed hosts are called: `host` (any port) or `host:port`, and
 a loopback or private address only when it is listed itself. A listed *name* is not
-trusted with where it points: one that resolves to a loopback, link-local (a cloud's
-metadata service), unspecified, multicast or reserved address is not called (`unroutable`;
-its owner's DNS could point it there), nor one that does so between the check and the
-connection (see `agent_host.durable.callbacks`). Redirects are not followed either, so a
-listed host cannot bounce a callback elsewhere.
+trusted with where it points: one that resolves to a loopback, link-local (169.254.169.254,
+where most clouds serve instance metadata), unspecified, multicast or reserved address is
+not called (`unroutable`; its owner's DNS could point it there), nor one that does so
+between the check and the connection (see `agent_host.durable.callbacks`). Private
+networks' addresses are reachable by name, a metadata service at one included. Redirects
+are not followed either, so a listed host cannot bounce a callback elsewhere.
 """
 
 from __future__ import annotations

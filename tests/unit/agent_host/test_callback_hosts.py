@@ -53,7 +53,7 @@ def test_nothing_is_allowed_by_default() -> None:
         ("127.0.0.1", True),
         ("127.8.9.10", True),
         ("::1", True),
-        ("169.254.169.254", True),  # a cloud's metadata service
+        ("169.254.169.254", True),  # where most clouds serve instance metadata
         ("fe80::1%eth0", True),
         ("0.0.0.0", True),
         ("::", True),
