@@ -93,7 +93,7 @@ def parse_duration(value: Any, *, bare_seconds: bool = False, name: str = "expir
         match = _DURATION.match(text)
         if match:
             seconds = int(match.group(1)) * _UNITS[match.group(2)]
-        elif bare_seconds and text.isdigit():
+        elif bare_seconds and text.isdecimal():
             seconds = int(text)
         else:
             raise RouteSpecError(
@@ -416,7 +416,7 @@ def parse_spec(text: str) -> RouteRule:
             fields["reviewers"] = tuple(values["reviewers"].split(","))
         if "quorum" in values:
             quorum = values["quorum"].strip()
-            if not quorum.isdigit():
+            if not quorum.isdecimal():  # (isdigit takes "²", which int() refuses)
                 raise RouteSpecError(
                     f"quorum {quorum!r} must be a whole number from 1 to {MAX_QUORUM}", "quorum"
                 )
