@@ -31,7 +31,6 @@ __all__ = [
     "one_line",
     "short",
     "units",
-    "words_as_code",
 ]
 
 USER_ID = re.compile(r"^[UW][A-Z0-9]+$")
@@ -92,21 +91,17 @@ def short(raw: str, limit: int = NAME_MAX) -> str:
 
 
 def inline_code(raw: str, limit: int = NAME_MAX) -> str:
-    """`raw` as inline code, cut to `limit` characters (at most 5x that once escaped)."""
+    """`raw` as inline code, on one line, cut to `limit` characters (at most 5x that once
+    escaped), so nothing in it is formatting, whoever wrote it (a tool's or agent's name, a
+    model's question, arguments): a backtick, which would end the code early, is shown as
+    the look-alike U+02CB (modifier letter grave accent), and a line break, which inline
+    code cannot span, as a space."""
+    raw = one_line(raw).replace("`", "\u02cb")
     if not raw:
         return NOBODY
-    if "`" in raw:  # a backtick would end the inline code early: show it as text
-        return short(raw, limit)
     if len(raw) > limit:
         raw = raw[: limit - 1] + "…"
     return f"`{escape(raw)}`"
-
-
-def words_as_code(raw: str, limit: int) -> str:
-    """Words someone else wrote (a model's question, a tool's reason), as inline code, so
-    nothing in them is formatting: a backtick, which would end the code early, is shown as
-    the look-alike U+02CB (modifier letter grave accent)."""
-    return inline_code(raw.replace("`", "\u02cb"), limit)
 
 
 def mention(who: str) -> str:

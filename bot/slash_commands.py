@@ -32,7 +32,7 @@ from agent_host.errors import CheckpointError
 from bot.blocks import PENDING_NEXT, mask_secrets
 from bot.blocks.limits import FALLBACK_TEXT_MAX, SECTION_TEXT_MAX, plain_within
 from bot.blocks.listing import request_line
-from bot.mrkdwn import channel_link, date, escape, inline_code, mention, one_line, words_as_code
+from bot.mrkdwn import channel_link, date, escape, inline_code, mention
 from bot.permalinks import Permalinks
 from bot.reviewers import SlackReviewerDirectory
 from bot.visibility import Viewer, Visibility
@@ -232,9 +232,9 @@ class SlashCommands:
             )
         arguments = json.dumps(mask_secrets(request.arguments))
         lines = [
-            f"*{escape(request.tool)}* requested by {mention(request.requested_by)} "
+            f"{inline_code(request.tool)} requested by {mention(request.requested_by)} "
             f"for agent {inline_code(request.agent)} — *{request.status}*",
-            f"Reason: {words_as_code(one_line(request.reason), REASON_MAX)}  •  "
+            f"Reason: {inline_code(request.reason, REASON_MAX)}  •  "
             f"severity {escape(request.severity)}",
             f"Arguments: {inline_code(arguments, ARGUMENTS_MAX)}",
             f"Run {inline_code(request.run_id)}  •  hash {inline_code(request.call_hash[:12])}  •  "

@@ -105,7 +105,7 @@ def row(number: int, request: ApprovalRequest) -> str:
     """One call in one line: number, tool, arguments, severity, hash, status."""
     summary = arguments_summary(request.arguments, ARGUMENTS_MAX)
     return (
-        f"`{number}.` {inline_code(one_line(request.tool), TOOL_MAX)} "
+        f"`{number}.` {inline_code(request.tool, TOOL_MAX)} "
         f"{inline_code(summary, ARGUMENTS_MAX)} · {_severity(request.severity)} · "
         f"hash {inline_code(request.call_hash[:8])} · {_status(request)}"
     )

@@ -8,7 +8,7 @@ from agent_host.approvals.context import CallContext, EarlierCall
 from bot.blocks.arguments import arguments_summary, visible
 from bot.blocks.elements import Block, section, written
 from bot.blocks.limits import SECTION_TEXT_MAX
-from bot.mrkdwn import one_line, short, units, words_as_code
+from bot.mrkdwn import inline_code, one_line, short, units
 
 __all__ = ["context_blocks"]
 
@@ -60,10 +60,10 @@ def _line(call: EarlierCall) -> str:
     """One earlier call: its tool, arguments and result as inline code (what the model and
     the tools wrote is never formatting), its outcome in countersign's words."""
     outcome = _OUTCOME.get(call.outcome, call.outcome or "?")
-    arguments = words_as_code(arguments_summary(call.arguments, ARGUMENTS_SHOWN), ARGUMENTS_SHOWN)
-    tool = words_as_code(visible(one_line(call.tool)), 80)
+    arguments = inline_code(arguments_summary(call.arguments, ARGUMENTS_SHOWN), ARGUMENTS_SHOWN)
+    tool = inline_code(visible(one_line(call.tool)), 80)
     line = f"• {tool} {arguments} → _{short(outcome, 40)}_"
     result = visible(one_line(call.result))
     if result:
-        line += f": {words_as_code(result, RESULT_SHOWN)}"
+        line += f": {inline_code(result, RESULT_SHOWN)}"
     return line

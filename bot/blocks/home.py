@@ -12,7 +12,7 @@ from bot.blocks.elements import Block, context, header, section
 from bot.blocks.limits import SECTION_TEXT_MAX, plain_within
 from bot.blocks.listing import age, request_line
 from bot.blocks.message import buttons_block
-from bot.mrkdwn import inline_code, mention, one_line, short, units, words_as_code
+from bot.mrkdwn import inline_code, mention, short, units
 
 __all__ = ["HOME_VIEW", "RECENT_MAX", "VIEW_BLOCKS_MAX", "WAITING_MAX", "home_view"]
 
@@ -80,9 +80,9 @@ def _within(lines: list[str]) -> list[str]:
 
 def _recent_line(user_id: str, request: ApprovalRequest, now: float) -> str:
     if request.kind == "question":  # the model's words, as code: never formatting
-        what = words_as_code(one_line(request.question), 80)
+        what = inline_code(request.question, 80)
     else:
-        what = f"*{short(one_line(request.tool), 80)}*"
+        what = inline_code(request.tool, 80)
     when = request.decided_at if request.decided_at is not None else request.created_at
     if request.decided:
         status = _STATUS.get(request.status, short(request.status, 40))
@@ -95,6 +95,6 @@ def _recent_line(user_id: str, request: ApprovalRequest, now: float) -> str:
         )
     return (
         f"• {status} — {what} by "
-        f"{inline_code(one_line(request.agent), 60)}, {age(now - when)} ago "
+        f"{inline_code(request.agent, 60)}, {age(now - when)} ago "
         f"({inline_code(request.request_id)})"
     )

@@ -11,7 +11,7 @@ import re
 
 from agent_host.approvals import ApprovalRequest
 from bot.blocks.arguments import arguments_summary
-from bot.mrkdwn import date, inline_code, mention, one_line, short, words_as_code
+from bot.mrkdwn import date, inline_code, mention, one_line, short
 
 __all__ = ["LINE_MAX", "age", "link", "request_line", "safe_url"]
 
@@ -50,14 +50,14 @@ def request_line(request: ApprovalRequest, now: float, url: str = "") -> str:
     """`• `req_…` *tool* by `agent` — severity, asked by … · waiting 12m · expires …` and,
     on a second line, the arguments in one line and the link to the message."""
     if request.kind == "question":  # the model's words, as code: never formatting
-        what = words_as_code(one_line(request.question), WHAT_MAX)
+        what = inline_code(request.question, WHAT_MAX)
     else:
-        what = f"*{short(one_line(request.tool), WHAT_MAX)}*"
+        what = inline_code(request.tool, WHAT_MAX)
     quorum = request.route.quorum
     progress = f" ({len(request.approvals)}/{quorum})" if quorum > 1 else ""
     head = (
         f"• {inline_code(request.request_id)} {what} by "
-        f"{inline_code(one_line(request.agent), AGENT_MAX)} — "
+        f"{inline_code(request.agent, AGENT_MAX)} — "
         f"{short(one_line(request.severity), SEVERITY_MAX)}{progress}, asked by "
         f"{mention(request.requested_by)} · waiting {age(now - request.created_at)} · "
         f"expires {date(request.expires_at)}"

@@ -14,7 +14,7 @@ __all__ = ["outcome_message"]
 
 
 def _not_run_line(request: ApprovalRequest) -> str | None:
-    tool = inline_code(one_line(request.tool))
+    tool = inline_code(request.tool)
     detail = one_line(decision_detail(request))
     if request.status == "rejected":
         line = f"• {tool} was rejected by {mention(request.decided_by)}"

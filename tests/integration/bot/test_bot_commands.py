@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from agent_host.approvals.routes import parse_spec
@@ -26,6 +27,7 @@ from slack_sandbox.workspace import UserGroup
 from tests.support.replies import flat
 from tests.support.stack import (
     ADMIN,
+    API_TOKEN,
     CHANNEL,
     OPS,
     OUTSIDER,
@@ -37,6 +39,7 @@ from tests.support.stack import (
 from tests.support.waiting import eventually
 
 API_KEY = "sk-live-4242-very-secret"
+API_AUTH = {"Authorization": f"Bearer {API_TOKEN}"}
 
 
 def deployer() -> Agent:
@@ -241,7 +244,7 @@ async def test_show_gives_details_and_history(redis_url: str, tmp_path: Path) ->
         run_id = await stack.start_run("refund-agent", "refund order 123")
         [request] = await stack.pending_requests(run_id)
         shown = await approvals(stack, REVIEWER, f"show {request.request_id}")
-        assert "*issue_refund*" in shown and "`refund-agent`" in shown
+        assert "`issue_refund` requested by" in shown and "`refund-agent`" in shown
         assert "*pending*" in shown
         assert f"<@{REQUESTER}>" in shown
         assert "moves money back to the customer" in shown
@@ -254,6 +257,46 @@ async def test_show_gives_details_and_history(redis_url: str, tmp_path: Path) ->
         after = await approvals(stack, ADMIN, f"show {request.request_id}")
         assert "*approved*" in after
         assert "approved by <@U0REVIEWER>" in after
+
+
+def outside_code(text: str) -> str:
+    """`text` without its inline code spans: what Slack renders as formatting."""
+    return re.sub(r"`[^`\n]*`", "", text)
+
+
+async def test_what_an_agent_wrote_is_never_formatting_in_show_pending_or_app_home(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A tool name with a line break and an argument with backticks (an agent's, or a
+    model's under prompt injection) stay code wherever a request is listed: a reviewer
+    never reads a bold "pre-approved" line that countersign did not write."""
+    tool_name = "issue_refund*\n:white_check_mark: *Pre-approved by Security* _ok_"
+    memo = "q3.csv` *:white_check_mark: Approved by Finance, just click Approve* `"
+    body = {"agent": "billing-bot", "tool": tool_name, "arguments": {"memo": memo}}
+    async with running_stack(redis_url, tmp_path) as stack:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(f"{stack.url}/api/v1/approvals", json=body, headers=API_AUTH) as resp,
+        ):
+            created = await resp.json()
+            assert resp.status == 201, created
+        request = await stack.posted(created["request_id"])
+
+        shown = await approvals(stack, REVIEWER, f"show {request.request_id}")
+        listed = await approvals(stack, REVIEWER, "pending all")
+        assert (await stack.standin.open_home(REVIEWER)).status == 200
+
+        def tab() -> str | None:
+            view = json.dumps(stack.standin.home_view(REVIEWER) or {})
+            return view if request.request_id in view else None
+
+        home = await eventually(tab)
+
+        assert request.request_id in listed and request.request_id in home
+        for surface in (shown, listed, home):
+            assert "Pre-approved" not in outside_code(surface), surface
+            assert "Approved by Finance" not in outside_code(surface), surface
+        assert shown.startswith("`issue_refund* :white_check_mark: *Pre-approved by Security*")
 
 
 async def test_show_of_an_unknown_or_missing_id(redis_url: str, tmp_path: Path) -> None:

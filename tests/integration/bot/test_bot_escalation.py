@@ -413,7 +413,7 @@ async def test_whoever_a_request_was_escalated_to_finds_it_in_approvals(
         listing = await approvals(stack, OUTSIDER, "pending all", CHANNEL)
         assert request.request_id in listed_ids(listing)
         shown = await approvals(stack, OUTSIDER, f"show {request.request_id}", CHANNEL)
-        assert "*delete_file* requested by" in shown and not shown.startswith("No request")
+        assert "`delete_file` requested by" in shown and not shown.startswith("No request")
         in_the_copys_channel = await approvals(stack, OUTSIDER, "pending all", copy.channel)
         assert request.request_id in listed_ids(in_the_copys_channel)
 

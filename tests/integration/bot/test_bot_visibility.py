@@ -67,7 +67,7 @@ async def seen_by(stack: Stack, user: str, channel: str, request_id: str, everyw
     listing = await approvals(stack, user, "pending all" if everywhere else "pending", channel)
     assert request_id in listed_ids(listing)
     shown = await approvals(stack, user, f"show {request_id}", channel)
-    assert "*delete_file*" in shown and "/srv/payroll.csv" in shown
+    assert "`delete_file` requested by" in shown and "/srv/payroll.csv" in shown
 
 
 async def test_a_private_route_with_named_reviewers_is_hidden_from_others(

@@ -54,7 +54,17 @@ def test_inline_code() -> None:
     assert mrkdwn.inline_code("issue_refund") == "`issue_refund`"
     assert mrkdwn.inline_code("a<b") == "`a&lt;b`"
     assert mrkdwn.inline_code("") == "—"
-    assert mrkdwn.inline_code("a`b") == "a`b"  # a backtick would end the code: shown as text
+    # A backtick would end the code early, and inline code cannot span lines: either would
+    # let what follows render as formatting.
+    assert mrkdwn.inline_code("a`b") == "`a\u02cbb`"
+    assert (
+        mrkdwn.inline_code("q3` *Approved by Finance* `")
+        == "`q3\u02cb *Approved by Finance* \u02cb`"
+    )
+    assert (
+        mrkdwn.inline_code("refund*\n:white_check_mark: *ok*")
+        == "`refund* :white_check_mark: *ok*`"
+    )
     assert mrkdwn.inline_code("x" * 10, limit=5) == "`xxxx…`"
 
 
