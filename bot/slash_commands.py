@@ -98,6 +98,23 @@ def within_reply(listing: str, limit: int = REPLY_TEXT_MAX) -> str:
     return "\n".join([*shown, note, last])
 
 
+def _shadowed(rule: RouteRule, earlier: list[RouteRule]) -> str:
+    """A warning when routes listed before `rule` take its calls (the first matching route
+    wins: a route added last never applies where an earlier one matches), or ""."""
+    first = next((r for r in earlier if r.covers(rule)), None)
+    if first is not None:
+        how = f"takes every call this one would, so `{rule.id}` will take none"
+    elif (first := next((r for r in earlier if r.overlaps(rule)), None)) is not None:
+        how = f"takes the calls both match; for those, `{first.id}` applies, not `{rule.id}`"
+    else:
+        return ""
+    return (
+        f"\n:warning: Route `{first.id}` comes first and {how} (the first matching route "
+        f"wins). To put `{rule.id}` first, remove `{first.id}` (`/approvals route remove "
+        f"{first.id}`) and add it again after this one."
+    )
+
+
 def _quorum_problem(rule: RouteRule, groups: dict[str, Any]) -> str:
     """Why the route's reviewers, its groups' members counted, are too few for its quorum
     (its requests could only expire), or ""."""
@@ -278,10 +295,12 @@ class SlashCommands:
                 return f":warning: Route not added: {found}, then add the route again."
         if too_few := _quorum_problem(rule, dict(zip(groups, listed, strict=True))):
             return f":warning: Route not added: {too_few}."
+        earlier = await self.routes.rules()
         saved = await self.routes.add(rule, user_id)
-        return f":white_check_mark: Added route `{saved.id}`.\n" + format_rules(
+        added = f":white_check_mark: Added route `{saved.id}`.\n" + format_rules(
             [saved], self.routes.default_channel
         )
+        return added + _shadowed(saved, earlier)
 
     async def remove_route(self, user_id: str, rule_id: str) -> str:
         rule_id = rule_id.strip()

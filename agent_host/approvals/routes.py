@@ -57,6 +57,26 @@ _GROUP_MENTION = re.compile(r"^<!subteam\^([A-Z0-9]+)(?:\|[^>]*)?>$")
 _DURATION = re.compile(r"^(\d+)\s*([smhd])$")
 _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 _GLOB_FORBIDDEN = re.compile(r"[\s<>&`]")
+_GLOB_SPECIAL = re.compile(r"[*?\[]")
+
+
+def _glob_covers(glob: str, other: str) -> bool:
+    """Whether every name `other` matches, `glob` matches too (as far as can be told without
+    comparing two patterns: `*`, the same pattern, or a plain name it matches)."""
+    if glob in ("*", other):
+        return True
+    return not _GLOB_SPECIAL.search(other) and fnmatch.fnmatchcase(other, glob)
+
+
+def _globs_overlap(one: str, other: str) -> bool:
+    """Whether some name could match both (two globs other than `*` are taken to)."""
+    if not _GLOB_SPECIAL.search(one):
+        return fnmatch.fnmatchcase(one, other)
+    if not _GLOB_SPECIAL.search(other):
+        return fnmatch.fnmatchcase(other, one)
+    return True
+
+
 # A new route's glob is visible ASCII: no character that hides or reorders text, so what
 # its listing shows is what it matches (rules stored before are read as they were).
 _VISIBLE_GLOB = re.compile(r"^[!-~]{1,200}$")
@@ -312,6 +332,20 @@ class RouteRule:
             and fnmatch.fnmatchcase(tool, self.tool)
             and _severity_rank(severity) >= self.min_severity.rank
         )
+
+    def covers(self, other: RouteRule) -> bool:
+        """Whether this rule matches every call `other` matches: listed before it, it leaves
+        `other` none. Judged on the patterns (a glob covers `*`-free names it matches, and
+        itself); a rule that takes only part of `other`'s calls does not cover it."""
+        return (
+            _glob_covers(self.agent, other.agent)
+            and _glob_covers(self.tool, other.tool)
+            and self.min_severity.rank <= other.min_severity.rank
+        )
+
+    def overlaps(self, other: RouteRule) -> bool:
+        """Whether some call could match both rules (when unsure, from two globs, yes)."""
+        return _globs_overlap(self.agent, other.agent) and _globs_overlap(self.tool, other.tool)
 
     def to_route(self) -> Route:
         return Route(

@@ -352,6 +352,34 @@ async def test_routes_and_route_add_remove_by_admin(redis_url: str, tmp_path: Pa
         assert "Added route `r2`" in again
 
 
+async def test_a_route_an_earlier_one_leaves_no_calls_is_added_with_a_warning(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The first matching route wins: a stricter route added after one that takes all its
+    calls would never apply. The admin is told so, and how to put it first."""
+    async with running_stack(redis_url, tmp_path) as stack:
+        await approvals(stack, ADMIN, f"route add agent=refund-agent channel={CHANNEL}")
+        added = await approvals(
+            stack, ADMIN, f"route add tool=issue_refund channel={OPS} reviewers=<@{REVIEWER}>"
+        )
+        narrower = await approvals(
+            stack, ADMIN, f"route add agent=refund-agent tool=issue_* severity=high channel={OPS}"
+        )
+        elsewhere = await approvals(
+            stack, ADMIN, f"route add agent=cleanup-agent tool=delete_file channel={OPS}"
+        )
+
+        assert "Added route `r2`" in added  # every agent's issue_refund; r1 has refund-agent's
+        assert "Route `r1` comes first and takes the calls both match" in added
+        assert "`/approvals route remove r1`" in added
+        assert "Added route `r3`" in narrower
+        assert "Route `r1` comes first and takes every call this one would" in narrower
+        assert "comes first" not in elsewhere  # no earlier route takes any of its calls
+        run_id = await stack.start_run("refund-agent", "refund order 123")
+        [request] = await stack.pending_requests(run_id)
+        assert request.route.route_id == "r1"  # as the warning said
+
+
 async def test_a_route_naming_a_user_group_nobody_could_decide_through_is_refused(
     redis_url: str, tmp_path: Path
 ) -> None:

@@ -424,3 +424,37 @@ def test_bad_routes_files_name_the_file_the_route_and_the_field(
 def test_a_missing_routes_file(tmp_path: Path) -> None:
     with pytest.raises(RoutesFileError, match="cannot read it"):
         load_routes_file(tmp_path / "absent.yml")
+
+
+@pytest.mark.parametrize(
+    ("first", "then", "covers"),
+    [
+        ("channel=C1", "agent=a tool=t severity=high channel=C2", True),
+        ("agent=refund-agent channel=C1", "agent=refund-agent tool=issue_refund channel=C2", True),
+        ("agent=refund-* channel=C1", "agent=refund-agent channel=C2", True),
+        ("agent=refund-* channel=C1", "agent=refund-* tool=x channel=C2", True),
+        ("agent=refund-* channel=C1", "agent=*-agent channel=C2", False),  # only part of it
+        ("agent=refund-agent channel=C1", "channel=C2", False),
+        ("tool=issue_refund channel=C1", "tool=issue_* channel=C2", False),
+        ("severity=high channel=C1", "severity=medium channel=C2", False),
+        ("severity=medium channel=C1", "severity=high channel=C2", True),
+    ],
+)
+def test_a_rule_covers_another_when_it_matches_every_call_the_other_does(
+    first: str, then: str, covers: bool
+) -> None:
+    assert parse_spec(first).covers(parse_spec(then)) is covers
+
+
+@pytest.mark.parametrize(
+    ("first", "then", "overlap"),
+    [
+        ("agent=refund-agent channel=C1", "tool=issue_refund channel=C2", True),
+        ("agent=refund-agent channel=C1", "agent=cleanup-agent channel=C2", False),
+        ("tool=issue_refund channel=C1", "tool=delete_file channel=C2", False),
+        ("tool=issue_* channel=C1", "tool=issue_refund channel=C2", True),
+        ("tool=issue_* channel=C1", "tool=delete_* channel=C2", True),  # two globs: unsure
+    ],
+)
+def test_rules_overlap_when_a_call_could_match_both(first: str, then: str, overlap: bool) -> None:
+    assert parse_spec(first).overlaps(parse_spec(then)) is overlap
