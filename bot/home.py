@@ -25,7 +25,7 @@ from agent_host.durable.reviewer_log import ReviewerLog
 from agent_host.durable.store import RunStore
 from bot.blocks.home import RECENT_MAX, WAITING_MAX, home_view
 from bot.listeners.after_ack import BackgroundTasks
-from bot.member_channels import MemberChannels
+from bot.member_channels import UNCHECKED, MemberChannels
 from bot.permalinks import Permalinks
 from bot.reviewers import SlackReviewerDirectory
 from bot.visibility import Visibility
@@ -79,7 +79,7 @@ class HomeTab:
                 break
             cursor = page.next_cursor
             more = scan == MAX_SCANS - 1  # stopped by the bound: there may be more
-        waiting = waiting[:WAITING_MAX]
+        waiting, unchecked = await self._still_theirs(user_id, waiting[:WAITING_MAX])
         recent = await self._recent(user_id)
         links = await self.permalinks.of_requests(waiting, LINKS_BUDGET)
         return home_view(
@@ -89,9 +89,20 @@ class HomeTab:
             links,
             self.clock(),
             more=more,
-            unsure=viewer.unsure or channels is None,
+            unsure=viewer.unsure or channels is None or unchecked,
             notice=notice,
         )
+
+    async def _still_theirs(
+        self, user_id: str, requests: list[ApprovalRequest]
+    ) -> tuple[list[ApprovalRequest], bool]:
+        """The requests a click would let `user_id` decide now, and whether some could not
+        be checked: their channels were listed up to a minute ago, and someone who left a
+        private channel since must not see its requests (checked as a click is, per
+        channel and shared: no call to Slack when the listing is a few seconds old)."""
+        why = await asyncio.gather(*(self.channels.outside(user_id, r) for r in requests))
+        kept = [request for request, reason in zip(requests, why, strict=True) if not reason]
+        return kept, UNCHECKED in why
 
     async def publish(self, user_id: str, notice: str = "") -> None:
         """Build and publish `user_id`'s tab; a failure is logged (the next one mends it)."""

@@ -17,6 +17,7 @@ from agent_host.approvals import ApprovalRequest
 from agent_host.durable.reviewer_log import ReviewerLog
 from bot import blocks
 from bot.blocks.message import buttons_block
+from bot.member_channels import DECISION_MAX_AGE
 from slack_sandbox.blockkit import check_view
 from slack_sandbox.payloads import home_actions_payload, payload_body
 from slack_sandbox.seed import BOT_USER_ID
@@ -255,6 +256,36 @@ async def test_the_tab_shows_nobody_what_they_may_not_decide(
         other = await open_home(stack, REVIEWER2)  # also not in the private channel
         assert waiting_ids(other) == [quorum.request_id, open_.request_id, own.request_id]
         assert "(1/2)" in all_text(other)
+
+
+async def test_someone_who_left_a_private_channel_no_longer_sees_its_requests(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Their channels were listed when they last opened the tab (kept a minute); the
+    requests of a private channel they left since are not shown to them, as a click on
+    them would be refused."""
+    async with running_stack(redis_url, tmp_path) as stack:
+        add_private_channel(stack)
+        await approvals(stack, ADMIN, f"route add agent=cleanup-agent channel={PRIVATE}")
+        run = await stack.start_run("cleanup-agent", "delete /srv/before.csv")
+        [before] = await stack.pending_requests(run)
+        assert waiting_ids(await open_home(stack, REVIEWER)) == [before.request_id]
+
+        stack.standin.workspace.channel(PRIVATE).members.remove(REVIEWER)
+        # Seconds later: their listing is kept (a minute), past the few seconds a click on
+        # one of its requests would rest on.
+        home = stack.host.notifier.after_decision.__self__  # type: ignore[attr-defined]
+        home.channels.clock = lambda: time.monotonic() + DECISION_MAX_AGE + 1
+        run = await stack.start_run("cleanup-agent", "delete /srv/after-you-left.csv")
+        [after] = await stack.pending_requests(run)
+        again = await open_home(stack, REVIEWER)
+
+        assert waiting_ids(again) == []
+        assert "before.csv" not in all_text(again) and "after-you-left" not in all_text(again)
+        assert waiting_ids(await open_home(stack, ADMIN)) == [
+            before.request_id,
+            after.request_id,
+        ]  # still in it
 
 
 async def test_a_forged_home_click_on_a_request_they_may_not_decide_changes_nothing(
