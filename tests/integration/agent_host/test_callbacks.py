@@ -110,6 +110,16 @@ async def create(
         return answer
 
 
+async def dead_letters(stack: Stack) -> list[dict[str, Any]] | None:
+    """The dead-lettered callbacks, as `GET /api/v1/callbacks/dead` lists them; None if none."""
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"{stack.url}/api/v1/callbacks/dead", headers=AUTH) as resp,
+    ):
+        assert resp.status == 200
+        return (await resp.json())["dead"] or None
+
+
 async def test_a_decision_is_posted_signed_and_retried_after_a_failure(
     redis_url: str, tmp_path: Path, receiver: Receiver
 ) -> None:
@@ -173,15 +183,7 @@ async def test_a_callback_that_keeps_failing_is_dead_lettered(
         request = await stack.posted(created["request_id"])
         await stack.click(REVIEWER, request, blocks.APPROVE)
 
-        async def dead() -> list[dict[str, Any]] | None:
-            async with (
-                aiohttp.ClientSession() as http,
-                http.get(f"{stack.url}/api/v1/callbacks/dead", headers=AUTH) as resp,
-            ):
-                assert resp.status == 200
-                return (await resp.json())["dead"] or None
-
-        [letter] = await eventually(dead)
+        [letter] = await eventually(lambda: dead_letters(stack))
         assert letter["request_id"] == created["request_id"]
         assert letter["attempts"] == "3" and "HTTP 503" in letter["error"]
         assert letter["callback_url"] == receiver.url
@@ -212,14 +214,7 @@ async def test_a_listed_name_that_points_at_loopback_is_not_called(
         request = await stack.posted(created["request_id"])
         await stack.click(REVIEWER, request, blocks.APPROVE)
 
-        async def dead() -> list[dict[str, Any]] | None:
-            async with (
-                aiohttp.ClientSession() as http,
-                http.get(f"{stack.url}/api/v1/callbacks/dead", headers=AUTH) as resp,
-            ):
-                return (await resp.json())["dead"] or None
-
-        [letter] = await eventually(dead)
+        [letter] = await eventually(lambda: dead_letters(stack))
         assert "localhost resolves to 127.0.0.1" in letter["error"], letter
         assert "list the address itself in COUNTERSIGN_CALLBACK_HOSTS" in letter["error"]
         assert receiver.attempts == 0

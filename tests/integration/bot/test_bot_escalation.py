@@ -91,6 +91,18 @@ def _texts(message: dict[str, Any]) -> str:
     return str(message["blocks"])
 
 
+async def _refund_escalating_to_the_group(stack: Stack) -> tuple[str, ApprovalRequest]:
+    """A refund waiting on a route of GROUP's, escalated to GROUP's members after 1 s."""
+    await _route(
+        stack,
+        f"escalate_after=1s escalate_to=<!subteam^{GROUP}|@reviewers>",
+        f"<!subteam^{GROUP}>",
+    )
+    run_id = await stack.start_run("refund-agent", "refund order 123")
+    [request] = await stack.pending_requests(run_id)
+    return run_id, request
+
+
 async def test_a_reminder_replies_in_the_thread_mentioning_the_reviewers_once(
     redis_url: str, tmp_path: Path
 ) -> None:
@@ -176,13 +188,7 @@ async def test_an_escalation_to_a_user_group_messages_each_member_and_any_copy_d
     redis_url: str, tmp_path: Path
 ) -> None:
     async with running_stack(redis_url, tmp_path) as stack:
-        await _route(
-            stack,
-            f"escalate_after=1s escalate_to=<!subteam^{GROUP}|@reviewers>",
-            f"<!subteam^{GROUP}>",
-        )
-        run_id = await stack.start_run("refund-agent", "refund order 123")
-        [request] = await stack.pending_requests(run_id)
+        run_id, request = await _refund_escalating_to_the_group(stack)
 
         escalated = await _escalated(stack, request.request_id, copies=2)
         copies = {c.to: c for c in escalated.escalations}
@@ -219,13 +225,7 @@ async def test_a_copy_posted_while_its_request_was_decided_shows_the_decision(
     Slack fails the second copy for a while. The first copy still ends up showing the
     decision, not buttons that can only answer "already decided"."""
     async with running_stack(redis_url, tmp_path) as stack:
-        await _route(
-            stack,
-            f"escalate_after=1s escalate_to=<!subteam^{GROUP}|@reviewers>",
-            f"<!subteam^{GROUP}>",
-        )
-        run_id = await stack.start_run("refund-agent", "refund order 123")
-        [request] = await stack.pending_requests(run_id)
+        run_id, request = await _refund_escalating_to_the_group(stack)
         stack.host.notifier.attempts = 1  # type: ignore[attr-defined]  # each failure: later
         faults = stack.standin.core.faults
         slow = faults.inject("chat.postMessage", status=200, delay=1.5)  # the first copy
