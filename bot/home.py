@@ -25,7 +25,7 @@ from agent_host.durable.reviewer_log import ReviewerLog
 from agent_host.durable.store import RunStore
 from bot.blocks.home import RECENT_MAX, WAITING_MAX, home_view
 from bot.listeners.after_ack import BackgroundTasks
-from bot.member_channels import UNCHECKED, MemberChannels
+from bot.member_channels import UNCHECKED, MemberChannels, escalated_to
 from bot.permalinks import Permalinks
 from bot.reviewers import SlackReviewerDirectory
 from bot.visibility import Visibility
@@ -68,10 +68,13 @@ class HomeTab:
         channels = await self.channels.of(user_id, CHANNELS_BUDGET)
         waiting: list[ApprovalRequest] = []
         cursor: str | None = None
-        more = False
+        more = unchecked = False
         for scan in range(MAX_SCANS):
             page = await self.store.oldest_pending(cursor, SCAN_BATCH)
-            waiting += await viewer.decidable(page.requests, channels)
+            found, unsure = await self._still_theirs(
+                user_id, await viewer.decidable(page.requests, channels)
+            )
+            waiting, unchecked = waiting + found, unchecked or unsure
             if len(waiting) > WAITING_MAX:
                 more = True
                 break
@@ -79,7 +82,7 @@ class HomeTab:
                 break
             cursor = page.next_cursor
             more = scan == MAX_SCANS - 1  # stopped by the bound: there may be more
-        waiting, unchecked = await self._still_theirs(user_id, waiting[:WAITING_MAX])
+        waiting = waiting[:WAITING_MAX]
         recent = await self._recent(user_id)
         links = await self.permalinks.of_requests(waiting, LINKS_BUDGET)
         return home_view(
@@ -98,11 +101,20 @@ class HomeTab:
     ) -> tuple[list[ApprovalRequest], bool]:
         """The requests a click would let `user_id` decide now, and whether some could not
         be checked: their channels were listed up to a minute ago, and someone who left a
-        private channel since must not see its requests (checked as a click is, per
-        channel and shared: no call to Slack when the listing is a few seconds old)."""
-        why = await asyncio.gather(*(self.channels.outside(user_id, r) for r in requests))
-        kept = [request for request, reason in zip(requests, why, strict=True) if not reason]
-        return kept, UNCHECKED in why
+        private channel since must not see its requests. Checked as a click is
+        (`MemberChannels.outside`), once per set of channels, with no call to Slack while
+        the listing is a few seconds old; requests with named reviewers, or escalated to
+        them, need no check."""
+        by_channels: dict[tuple[str, ...], ApprovalRequest] = {}
+        for request in requests:
+            if (where := _decided_by_people_of(user_id, request)) is not None:
+                by_channels.setdefault(where, request)
+        answers = await asyncio.gather(
+            *(self.channels.outside(user_id, one) for one in by_channels.values())
+        )
+        refused = {where: why for where, why in zip(by_channels, answers, strict=True) if why}
+        kept = [r for r in requests if _decided_by_people_of(user_id, r) not in refused]
+        return kept, UNCHECKED in refused.values()
 
     async def publish(self, user_id: str, notice: str = "") -> None:
         """Build and publish `user_id`'s tab; a failure is logged (the next one mends it)."""
@@ -165,3 +177,11 @@ def _deciders(request: ApprovalRequest) -> list[str]:
         return []
     people = list(dict.fromkeys([*request.approvals, request.decided_by]))
     return [p for p in people if _SLACK_USER.match(p)]
+
+
+def _decided_by_people_of(user_id: str, request: ApprovalRequest) -> tuple[str, ...] | None:
+    """The channels whose people decide `request`, for `user_id`; None when membership does
+    not matter (the route names its reviewers, or it was escalated to them)."""
+    if request.route.reviewers or escalated_to(user_id, request):
+        return None
+    return tuple(request.channels())
