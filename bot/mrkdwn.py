@@ -95,8 +95,8 @@ def inline_code(raw: str, limit: int = NAME_MAX) -> str:
     escaped), so nothing in it is formatting, whoever wrote it (a tool's or agent's name, a
     model's question, arguments): a backtick, which would end the code early, is shown as
     the look-alike U+02CB (modifier letter grave accent), and a line break, which inline
-    code cannot span, as a space."""
-    raw = one_line(raw).replace("`", "\u02cb")
+    code cannot span, as a space (other spaces stay as they are: they may be the value)."""
+    raw = " ".join(raw.splitlines()).replace("`", "\u02cb")
     if not raw:
         return NOBODY
     if len(raw) > limit:

@@ -54,7 +54,7 @@ _REVIEWER = re.compile(r"^[UWS][A-Z0-9]+$")
 _CHANNEL_MENTION = re.compile(r"^<#([A-Z0-9]+)(?:\|[^>]*)?>$")
 _USER_MENTION = re.compile(r"^<@([A-Z0-9]+)(?:\|[^>]*)?>$")
 _GROUP_MENTION = re.compile(r"^<!subteam\^([A-Z0-9]+)(?:\|[^>]*)?>$")
-_DURATION = re.compile(r"^(\d+)\s*([smhd])$")
+_DURATION = re.compile(r"^(\d{1,9})\s*([smhd])$")  # (9 digits: past any range checked)
 _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 _GLOB_FORBIDDEN = re.compile(r"[\s<>&`]")
 _GLOB_SPECIAL = re.compile(r"[*?\[]")
@@ -113,7 +113,7 @@ def parse_duration(value: Any, *, bare_seconds: bool = False, name: str = "expir
         match = _DURATION.match(text)
         if match:
             seconds = int(match.group(1)) * _UNITS[match.group(2)]
-        elif bare_seconds and text.isdecimal():
+        elif bare_seconds and text.isdecimal() and len(text) <= 9:
             seconds = int(text)
         else:
             raise RouteSpecError(
@@ -450,7 +450,8 @@ def parse_spec(text: str) -> RouteRule:
             fields["reviewers"] = tuple(values["reviewers"].split(","))
         if "quorum" in values:
             quorum = values["quorum"].strip()
-            if not quorum.isdecimal():  # (isdigit takes "²", which int() refuses)
+            # (isdigit takes "²", which int() refuses; past 4,300 digits int() refuses too)
+            if not (quorum.isdecimal() and len(quorum) <= 2):
                 raise RouteSpecError(
                     f"quorum {quorum!r} must be a whole number from 1 to {MAX_QUORUM}", "quorum"
                 )

@@ -36,7 +36,6 @@ from bot.blocks.ids import (
 from bot.blocks.limits import (
     CONFIRM_TEXT_MAX,
     CONFIRM_TITLE_MAX,
-    CONTEXT_TEXT_MAX,
     FALLBACK_TEXT_MAX,
     MESSAGE_BLOCKS_MAX,
     SECTION_TEXT_MAX,
@@ -84,6 +83,16 @@ def tools_summary(requests: Sequence[ApprovalRequest], most: int = 3) -> str:
     """`delete_file (7), move_file (2) and 3 more tools`, in plain text (for a dialog)."""
     counts = Counter(one_line(r.tool) for r in requests)
     parts = [f"{plain_within(tool, TOOL_MAX)} ({n})" for tool, n in counts.most_common(most)]
+    if len(counts) > most:
+        parts.append(f"and {len(counts) - most} more tools")
+    return ", ".join(parts) or "no calls"
+
+
+def tools_as_code(requests: Sequence[ApprovalRequest], most: int = 3) -> str:
+    """`tools_summary` in mrkdwn, each tool's name as code: nothing in a name is formatting
+    (at most `most` names of TOOL_MAX characters: a few hundred once escaped)."""
+    counts = Counter(r.tool for r in requests)
+    parts = [f"{inline_code(tool, TOOL_MAX)} ({n})" for tool, n in counts.most_common(most)]
     if len(counts) > most:
         parts.append(f"and {len(counts) - most} more tools")
     return ", ".join(parts) or "no calls"
@@ -207,8 +216,8 @@ def bulk_message(bulk: Bulk, requests: Sequence[ApprovalRequest]) -> tuple[str, 
     waiting = _waiting(requests)
     expiries = [r.expires_at for r in waiting]
     fields = [
-        field("Agent", short(one_line(bulk.agent))),
-        field("Calls", short(tools_summary(requests), 500)),
+        field("Agent", inline_code(bulk.agent)),
+        field("Calls", tools_as_code(requests)),
         field("Requested by", mention(bulk.requested_by)),
         field("Expires", date(min(expiries)) if expiries else "—"),
         field("Bulk id", inline_code(bulk.bulk_id)),
@@ -264,10 +273,10 @@ def bulk_reject_modal(bulk: Bulk, requests: Sequence[ApprovalRequest]) -> Block:
     """The `views.open` view asking for one reason, then rejecting every call that waits."""
     waiting = _waiting(requests)
     lead = (
-        f"Reject the {len(waiting)} calls from *{short(one_line(bulk.agent))}* still waiting? "
+        f"Reject the {len(waiting)} calls from {inline_code(bulk.agent)} still waiting? "
         "The reason, if you give one, becomes each call's output the model sees."
     )
-    summary = escaped_within(tools_summary(waiting), CONTEXT_TEXT_MAX)
+    summary = tools_as_code(waiting)
     reason = text_input(
         REASON_BLOCK,
         REASON_INPUT,

@@ -15,7 +15,7 @@ from agent_host.approvals import ApprovalRequest
 from agent_host.approvals.bulk import Bulk
 from bot.blocks.elements import Block, context
 from bot.blocks.limits import MESSAGE_BLOCKS_MAX
-from bot.mrkdwn import CHANNEL_ID, channel_link, date, inline_code, mention, one_line, short
+from bot.mrkdwn import CHANNEL_ID, channel_link, date, inline_code, mention
 
 __all__ = [
     "REMINDER_MENTIONS_MAX",
@@ -61,7 +61,7 @@ def reminder_text(request: ApprovalRequest) -> str:
     else:
         lines = [
             f"{who}:alarm_clock: Request {inline_code(request.request_id)} "
-            f"({short(request.tool, 100)}) has been waiting for a decision since {since}."
+            f"({inline_code(request.tool, 100)}) has been waiting for a decision since {since}."
         ]
         if not reviewers:
             lines.append("Anyone here may decide it.")
@@ -96,7 +96,7 @@ def bulk_note(bulk: Bulk, requests: Sequence[ApprovalRequest], link: str) -> str
     message = f"<{link}|the message>" if safe_link(link) else "the message"
     return (
         f":rotating_light: *Escalated*: {len(waiting)} of {len(requests)} calls of "
-        f"{short(one_line(bulk.agent), 100)} have waited for a decision since {since}. "
+        f"{inline_code(bulk.agent, 100)} have waited for a decision since {since}. "
         f"See {message} in {channel_link(bulk.channel)}, or your countersign App Home tab."
     )
 

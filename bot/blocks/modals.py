@@ -29,7 +29,7 @@ from bot.blocks.limits import (
     plain_within,
 )
 from bot.blocks.request import question_text
-from bot.mrkdwn import inline_code, short
+from bot.mrkdwn import inline_code
 from bot.parsing import modal_metadata
 
 __all__ = [
@@ -50,7 +50,7 @@ TOO_LONG = (
 
 
 def call_context(request: ApprovalRequest) -> Block:
-    lead = f"{inline_code(request.tool)} for agent {short(request.agent)} · "
+    lead = f"{inline_code(request.tool)} for agent {inline_code(request.agent)} · "
     summary = arguments_summary(request.arguments, 500)
     return context(escaped_within(summary, CONTEXT_TEXT_MAX, lead))
 
@@ -114,7 +114,7 @@ def comment_modal(request: ApprovalRequest) -> Block:
     """The `views.open` view asking for a comment, then approving."""
     blocks = [
         section(
-            f"Approve this call from *{short(request.agent)}* with a comment? The comment "
+            f"Approve this call from {inline_code(request.agent)} with a comment? The comment "
             "is shown on the message, kept in the audit trail, and the agent reads it with "
             "the tool's result."
         ),
@@ -129,7 +129,7 @@ def reject_modal(request: ApprovalRequest) -> Block:
     what = "question" if request.kind == "question" else "call"
     blocks = [
         section(
-            f"Reject this {what} from *{short(request.agent)}*? "
+            f"Reject this {what} from {inline_code(request.agent)}? "
             "The reason, if you give one, becomes the tool's output the model sees."
         ),
         call_context(request),
@@ -168,7 +168,7 @@ def whole_call_modal(request: ApprovalRequest) -> Block | str:
         return TOO_LONG
     blocks = [
         section(
-            f"Approve this call of {inline_code(request.tool)} from *{short(request.agent)}* "
+            f"Approve this call of {inline_code(request.tool)} from {inline_code(request.agent)} "
             "exactly as shown here? Its arguments were longer than where you clicked could "
             "show; here they are whole. This approves this one call, as it is (no edits, "
             "nothing later in the run):"

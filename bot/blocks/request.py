@@ -27,7 +27,7 @@ def _severity(severity: str) -> str:
 
 def _fields(request: ApprovalRequest) -> Block:
     fields = [
-        field("Agent", short(request.agent)),
+        field("Agent", inline_code(request.agent)),
         field("Tool", inline_code(request.tool)),
         field("Severity", _severity(request.severity)),
         field("Requested by", mention(request.requested_by)),

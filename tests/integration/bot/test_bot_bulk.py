@@ -726,7 +726,7 @@ async def test_an_escalation_posts_one_note_linking_the_message_not_a_copy_of_ea
         )  # each call's step is taken, and audited
         await outbox_drained(stack)
         [note] = stack.channel_messages(OPS)
-        assert "Escalated" in note["text"] and "7 of 7 calls of cleanup-agent" in note["text"]
+        assert "Escalated" in note["text"] and "7 of 7 calls of `cleanup-agent`" in note["text"]
         assert f"in <#{CHANNEL}>" in note["text"] and "|the message>" in note["text"]
         assert OPS in await stack.host.bulks.escalated_to(
             requests[0].bulk_id, requests[0].route.route_id

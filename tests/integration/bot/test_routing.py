@@ -104,6 +104,8 @@ def test_a_digit_that_is_not_a_number_is_not_a_duration() -> None:
     """`²` is a digit to `str.isdigit`, but no number to `int`: refused, never a crash."""
     with pytest.raises(RouteSpecError, match="is not a duration"):
         parse_duration("\u00b2", bare_seconds=True)
+    with pytest.raises(RouteSpecError, match="is not a duration"):
+        parse_duration("1" * 4301, bare_seconds=True)  # past what int() reads
 
 
 @pytest.mark.parametrize(
@@ -117,6 +119,8 @@ def test_a_digit_that_is_not_a_number_is_not_a_duration() -> None:
         ("channel=C1 quorum=11", "quorum 11 must be a whole number from 1 to 10"),
         ("channel=C1 quorum=two", "quorum 'two' must be a whole number"),
         ("channel=C1 quorum=\u00b2", "quorum '\u00b2' must be a whole number"),  # isdigit()
+        ("channel=C1 quorum=" + "1" * 4301, "must be a whole number from 1 to 10"),
+        ("channel=C1 expiry=" + "1" * 4301 + "s", "is not a duration"),
         ("channel=C1 reviewers=U1,U2 quorum=3", "quorum 3 needs more approvers"),
         ("channel=C1 expiry=0s", "expiry '0s' is out of range"),
         ("channel=C1 expiry=31d", "expiry '31d' is out of range"),

@@ -264,3 +264,36 @@ def test_reasons_are_shown_as_written_never_as_formatting() -> None:
         "emoji": False,
     }
     assert all("Pre-approved" not in text for text in mrkdwn_texts(body))
+
+
+def outside_code(text: str) -> str:
+    """`text` without its code blocks and inline code: what Slack renders as formatting."""
+    return re.sub(r"`[^`\n]*`", "", re.sub(r"```.*?```", "", text, flags=re.DOTALL))
+
+
+def test_agent_and_tool_names_are_code_wherever_they_are_shown() -> None:
+    """An agent asking through the API names itself and its tool as it likes: a name is
+    never a bold, check-marked line on the message, its forms, the reminder or the notes."""
+    from bot.blocks import escalation
+
+    agent = "billing\n:white_check_mark: *PRE-APPROVED by Finance*"
+    tool = "issue_refund\n:white_check_mark: *PRE-APPROVED by Security* ~x~"
+    ladder = Route(route_id="r1", remind_after_seconds=60)
+    bulk, requests = calls(7, agent=agent, tool=tool, route=ladder)
+    bulk = replace(bulk, agent=agent)
+    one = requests[0]
+    surfaces: list[str] = [
+        *mrkdwn_texts(B.approval_message(one)[1]),
+        *mrkdwn_texts(B.bulk_message(bulk, requests)[1]),
+        *mrkdwn_texts(B.bulk_reject_modal(bulk, requests)),
+        *mrkdwn_texts(B.comment_modal(one)),
+        *mrkdwn_texts(B.reject_modal(one)),
+        *mrkdwn_texts(B.whole_call_modal(one)),
+        escalation.reminder_text(one),
+        escalation.reminder_text(replace(one, bulk_id="")),
+        escalation.copy_note(one, "https://example.slack.com/archives/C1/p1"),
+        escalation.bulk_note(bulk, requests, "https://example.slack.com/archives/C1/p1"),
+    ]
+    for text in surfaces:
+        assert "PRE-APPROVED" not in outside_code(text), text
+    assert any("PRE-APPROVED by Finance" in text for text in surfaces)  # shown, as code

@@ -65,6 +65,9 @@ def test_inline_code() -> None:
         mrkdwn.inline_code("refund*\n:white_check_mark: *ok*")
         == "`refund* :white_check_mark: *ok*`"
     )
+    # Other spaces are the value's own: an argument is shown as it is.
+    assert mrkdwn.inline_code('{"path": "/srv/a   b.csv"}') == '`{"path": "/srv/a   b.csv"}`'
+    assert mrkdwn.inline_code("a\u2028b\rc") == "`a b c`"  # every kind of line break
     assert mrkdwn.inline_code("x" * 10, limit=5) == "`xxxx…`"
 
 
