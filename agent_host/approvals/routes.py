@@ -9,7 +9,7 @@ import difflib
 import fnmatch
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -69,12 +69,22 @@ def _glob_covers(glob: str, other: str) -> bool:
 
 
 def _globs_overlap(one: str, other: str) -> bool:
-    """Whether some name could match both (two globs other than `*` are taken to)."""
+    """Whether some name could match both: told for a plain name; for two globs, unless
+    their plain starts or ends differ (`refund-*`, `cleanup-*`), they are taken to."""
     if not _GLOB_SPECIAL.search(one):
         return fnmatch.fnmatchcase(one, other)
     if not _GLOB_SPECIAL.search(other):
         return fnmatch.fnmatchcase(other, one)
-    return True
+    if "[" in one + other:  # a character class: not worth telling
+        return True
+    starts = [re.split(r"[*?]", glob, maxsplit=1)[0] for glob in (one, other)]
+    ends = [re.split(r"[*?]", glob)[-1] for glob in (one, other)]
+    return _nested(starts[0], starts[1], str.startswith) and _nested(ends[0], ends[1], str.endswith)
+
+
+def _nested(one: str, other: str, within: Callable[[str, str], bool]) -> bool:
+    """Whether one of two plain parts extends the other (`within`: at its start or end)."""
+    return within(one, other) or within(other, one)
 
 
 # A new route's glob is visible ASCII: no character that hides or reorders text, so what

@@ -457,7 +457,11 @@ def test_a_rule_covers_another_when_it_matches_every_call_the_other_does(
         ("agent=refund-agent channel=C1", "agent=cleanup-agent channel=C2", False),
         ("tool=issue_refund channel=C1", "tool=delete_file channel=C2", False),
         ("tool=issue_* channel=C1", "tool=issue_refund channel=C2", True),
-        ("tool=issue_* channel=C1", "tool=delete_* channel=C2", True),  # two globs: unsure
+        ("tool=issue_* channel=C1", "tool=delete_* channel=C2", False),  # their starts differ
+        ("agent=*-bot channel=C1", "agent=*-agent channel=C2", False),  # their ends differ
+        ("agent=refund-* channel=C1", "agent=*-agent channel=C2", True),  # refund-agent
+        ("agent=re*nd channel=C1", "agent=ref?nd channel=C2", True),
+        ("tool=issue_[ab]* channel=C1", "tool=delete_* channel=C2", True),  # unsure: said so
     ],
 )
 def test_rules_overlap_when_a_call_could_match_both(first: str, then: str, overlap: bool) -> None:
