@@ -2,7 +2,7 @@
 one-line summary of its arguments, its age and a link to its message.
 
 Every field is flattened (no newlines) and escaped, and cut to its own bound, so a line
-stays short whatever the model wrote: LINE_MAX is far below a section's 3000.
+stays short whatever the model wrote: LINE_MAX is below a section's 3000.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ WHAT_MAX = 80  # a tool's name, or a question
 AGENT_MAX = 60
 SEVERITY_MAX = 20
 ARGUMENTS_MAX = 150  # plain characters of the arguments' summary (escaped: at most 5x)
-LINE_MAX = 1500  # every field at its bound, escaped, with the link: well under this
+LINE_MAX = 2600  # every field at its bound, escaped (5x at most), with the link: under this
 _URL = re.compile(r"^https?://[^\s<>|]{1,900}$")
 
 

@@ -795,7 +795,7 @@ def test_context_list_lines_and_the_home_tab_respect_limits(
 ) -> None:
     from agent_host.approvals.context import CallContext, EarlierCall, bounded
     from bot.blocks.home import home_view
-    from bot.blocks.listing import request_line
+    from bot.blocks.listing import LINE_MAX, request_line
 
     calls = tuple(EarlierCall(what, bounded(args), "executed", result) for _ in range(earlier))
     context = CallContext(calls[-5:], max(0, earlier - 5), said)
@@ -806,7 +806,7 @@ def test_context_list_lines_and_the_home_tab_respect_limits(
         current = replace(request, kind=kind)
         check_message(B.approval_message(current))
         line = request_line(current, NOW + 90, url)
-        assert units(line) <= 3000 and line.count("\n") == 1
+        assert units(line) <= LINE_MAX and line.count("\n") == 1
         assert "<" not in re.sub(r"<(@[UW][A-Z0-9]+|!date\^[^>]+|https://t\.slack[^>]+)>", "", line)
     many = [replace(request, request_id=f"req_abc123_{n}") for n in range(25)]
     view = home_view("U0ME", many, many[:12], {r.request_id: url for r in many}, NOW)
