@@ -43,6 +43,7 @@ __all__ = [
     "whole_call_modal",
 ]
 
+NAMES_MAX = 100  # characters of each name where a tool's and an agent's share one text
 TOO_LONG = (
     ":no_entry: This call's arguments are too long to show in Slack whole, so it cannot be "
     "approved here: reject it, or decide it through the API. Nothing was changed."
@@ -50,7 +51,11 @@ TOO_LONG = (
 
 
 def call_context(request: ApprovalRequest) -> Block:
-    lead = f"{inline_code(request.tool)} for agent {inline_code(request.agent)} · "
+    # Two names in one text: each cut to NAMES_MAX (at most 5x that once escaped).
+    lead = (
+        f"{inline_code(request.tool, NAMES_MAX)} for agent "
+        f"{inline_code(request.agent, NAMES_MAX)} · "
+    )
     summary = arguments_summary(request.arguments, 500)
     return context(escaped_within(summary, CONTEXT_TEXT_MAX, lead))
 
@@ -168,7 +173,8 @@ def whole_call_modal(request: ApprovalRequest) -> Block | str:
         return TOO_LONG
     blocks = [
         section(
-            f"Approve this call of {inline_code(request.tool)} from {inline_code(request.agent)} "
+            f"Approve this call of {inline_code(request.tool, NAMES_MAX)} from "
+            f"{inline_code(request.agent, NAMES_MAX)} "
             "exactly as shown here? Its arguments were longer than where you clicked could "
             "show; here they are whole. This approves this one call, as it is (no edits, "
             "nothing later in the run):"

@@ -814,6 +814,24 @@ def test_context_list_lines_and_the_home_tab_respect_limits(
     check_limits(view["blocks"], max_blocks=100)
 
 
+def test_a_list_line_with_every_field_at_its_bound_stays_within_line_max() -> None:
+    from bot.blocks.listing import LINE_MAX, request_line
+
+    worst = make_request(
+        request_id="req_" + "f" * 20 + "_9999",
+        tool="&" * 200,
+        agent="&" * 200,
+        severity="&" * 50,
+        requested_by="W" + "Z" * 20,
+        arguments={"&" * 40: "&" * 400, "<": ["&>" * 100]},
+        route=Route(quorum=10),
+        approvals=[f"U{n}" for n in range(9)],
+        message_ts="1.2",
+    )
+    line = request_line(worst, NOW + 86400 * 400, "https://x.slack.com/" + "a" * 880)
+    assert 1500 < units(line) <= LINE_MAX
+
+
 def test_ages_read_as_people_say_them() -> None:
     from bot.blocks.listing import age
 

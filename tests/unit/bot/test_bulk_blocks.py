@@ -297,3 +297,17 @@ def test_agent_and_tool_names_are_code_wherever_they_are_shown() -> None:
     for text in surfaces:
         assert "PRE-APPROVED" not in outside_code(text), text
     assert any("PRE-APPROVED by Finance" in text for text in surfaces)  # shown, as code
+
+
+def test_forms_showing_both_names_fit_whatever_the_names_hold() -> None:
+    """A tool's and an agent's name in one text, each all `&` (five characters escaped):
+    every form still fits Block Kit's limits."""
+    request = make_request(agent="&" * 300, tool="&<>" * 100)
+    for view in (
+        B.whole_call_modal(request),
+        B.comment_modal(request),
+        B.reject_modal(request),
+        B.answer_modal(replace(request, kind="question", question="when?")),
+    ):
+        assert isinstance(view, dict)
+        check_modal(view)
