@@ -17,7 +17,7 @@ one, where its own message shows it.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from agent_host.approvals import ApprovalRequest, RequestStatus
 from agent_host.approvals.bulk import Bulk
@@ -81,18 +81,19 @@ def _waiting(requests: Sequence[ApprovalRequest]) -> list[ApprovalRequest]:
 
 def tools_summary(requests: Sequence[ApprovalRequest], most: int = 3) -> str:
     """`delete_file (7), move_file (2) and 3 more tools`, in plain text (for a dialog)."""
-    counts = Counter(one_line(r.tool) for r in requests)
-    parts = [f"{plain_within(tool, TOOL_MAX)} ({n})" for tool, n in counts.most_common(most)]
-    if len(counts) > most:
-        parts.append(f"and {len(counts) - most} more tools")
-    return ", ".join(parts) or "no calls"
+    return _tool_counts(requests, most, lambda tool: plain_within(one_line(tool), TOOL_MAX))
 
 
 def tools_as_code(requests: Sequence[ApprovalRequest], most: int = 3) -> str:
     """`tools_summary` in mrkdwn, each tool's name as code: nothing in a name is formatting
     (at most `most` names of TOOL_MAX characters: a few hundred once escaped)."""
-    counts = Counter(r.tool for r in requests)
-    parts = [f"{inline_code(tool, TOOL_MAX)} ({n})" for tool, n in counts.most_common(most)]
+    return _tool_counts(requests, most, lambda tool: inline_code(tool, TOOL_MAX))
+
+
+def _tool_counts(requests: Sequence[ApprovalRequest], most: int, show: Callable[[str], str]) -> str:
+    """The `most` commonest tools, each `show`n with its count, then how many more."""
+    counts = Counter(one_line(r.tool) for r in requests)
+    parts = [f"{show(tool)} ({n})" for tool, n in counts.most_common(most)]
     if len(counts) > most:
         parts.append(f"and {len(counts) - most} more tools")
     return ", ".join(parts) or "no calls"
