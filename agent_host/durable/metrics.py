@@ -1,7 +1,13 @@
-"""/metrics in Prometheus' text format, read from Redis so every replica reports the same."""
+"""/metrics in Prometheus' text format, read from Redis so every replica reports the same.
+
+A scrape is two round trips (one pipeline over the shards, and the pending count), and
+scrapes that arrive while one is being read share it: /metrics answers without a token, so
+a flood of scrapes costs Redis no more than one at a time.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 from agent_host.approvals import TERMINAL
@@ -12,21 +18,47 @@ from agent_host.durable.store import DELIVERED
 if TYPE_CHECKING:
     from agent_host.durable.host import Host
 
-__all__ = ["render_metrics"]
+__all__ = ["MetricsPage"]
 
 
-async def render_metrics(host: Host) -> str:
-    redis = host.redis
+class MetricsPage:
+    """/metrics of one host: a scrape that arrives while another is read waits for it."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self._reading: asyncio.Task[str] | None = None
+
+    async def render(self) -> str:
+        if self._reading is None:
+            self._reading = asyncio.create_task(_render(self.host))
+            self._reading.add_done_callback(self._read)
+        # shielded: a scraper that hangs up does not cancel the others' answer
+        return await asyncio.shield(self._reading)
+
+    def _read(self, task: asyncio.Task[str]) -> None:
+        self._reading = None
+        if not task.cancelled():
+            task.exception()  # retrieved here too, in case every scraper hung up
+
+
+async def _render(host: Host) -> str:
     counters: dict[str, float] = {}
     outbox_depth = resume_backlog = dead_letters = 0
-    for shard in K.shards():  # every shard counts its own; the figures are their sums
-        raw: dict[Any, Any] = await redis.hgetall(shard.metrics)
-        for key, count in raw.items():
+    async with host.redis.pipeline(transaction=False) as pipe:
+        for shard in K.shards():  # every shard counts its own; the figures are their sums
+            pipe.hgetall(shard.metrics)
+            for stream in (shard.outbox, shard.resume):
+                pipe.xinfo_groups(stream)  # an error (no stream yet) is read as such below
+                pipe.xlen(stream)
+            pipe.xlen(shard.deadletter)
+        replies = iter(await pipe.execute(raise_on_error=False))
+    for _ in range(K.SHARDS):
+        for key, count in _value(next(replies)).items():
             name = as_text(key)
             counters[name] = counters.get(name, 0.0) + float(count)
-        outbox_depth += await _group_backlog(redis, shard.outbox, K.OUTBOX_GROUP)
-        resume_backlog += await _group_backlog(redis, shard.resume, K.RESUME_GROUP)
-        dead_letters += int(await redis.xlen(shard.deadletter))
+        outbox_depth += _group_backlog(next(replies), _value(next(replies)), K.OUTBOX_GROUP)
+        resume_backlog += _group_backlog(next(replies), _value(next(replies)), K.RESUME_GROUP)
+        dead_letters += int(_value(next(replies)))
     delivered = int(counters.get(f"{DELIVERED}ok", 0))
     lines = [
         "# HELP countersign_pending_requests Approval requests waiting for a decision.",
@@ -79,14 +111,19 @@ async def render_metrics(host: Host) -> str:
     return "\n".join(lines) + "\n"
 
 
-async def _group_backlog(redis: Any, stream: str, group: str) -> int:
-    """Entries not yet delivered (lag) plus delivered but not acknowledged (pending)."""
-    try:
-        groups = await redis.xinfo_groups(stream)
-    except Exception:
-        return int(await redis.xlen(stream)) if await redis.exists(stream) else 0
+def _value(reply: Any) -> Any:
+    """A pipelined reply, raised if it is an error."""
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
+
+
+def _group_backlog(groups: Any, length: int, group: str) -> int:
+    """Entries not yet delivered (lag) plus delivered but not acknowledged (pending); the
+    stream's length when it has no such group (or no stream: 0)."""
+    if isinstance(groups, Exception):
+        return length
     for info in groups:
-        name = info.get("name")
-        if as_text(name) == group:
+        if as_text(info.get("name")) == group:
             return int(info.get("lag") or 0) + int(info.get("pending") or 0)
-    return int(await redis.xlen(stream))
+    return length

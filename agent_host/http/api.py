@@ -17,6 +17,7 @@ from aiohttp import web
 from agent_host.approvals.requester import requester_problem
 from agent_host.durable import keys as K
 from agent_host.durable.host import Host
+from agent_host.durable.metrics import MetricsPage
 from agent_host.durable.store import parse_cursor
 from agent_host.errors import CountersignError, StoreUnavailable, UnknownAgentError
 from agent_host.runtime import strict_json
@@ -24,6 +25,7 @@ from agent_host.runtime.fingerprint import same_json
 
 __all__ = [
     "HOST_KEY",
+    "METRICS_KEY",
     "authorized",
     "error",
     "healthz",
@@ -40,6 +42,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 HOST_KEY = web.AppKey("countersign_host", Host)
+METRICS_KEY = web.AppKey("countersign_metrics", MetricsPage)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -200,10 +203,8 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    from agent_host.durable.metrics import render_metrics
-
     return web.Response(
-        text=await render_metrics(request.app[HOST_KEY]),
+        text=await request.app[METRICS_KEY].render(),
         content_type="text/plain",
         headers={"X-Content-Type-Options": "nosniff"},
     )

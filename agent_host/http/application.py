@@ -5,8 +5,10 @@ from __future__ import annotations
 from aiohttp import web
 
 from agent_host.durable.host import Host
+from agent_host.durable.metrics import MetricsPage
 from agent_host.http.api import (
     HOST_KEY,
+    METRICS_KEY,
     healthz,
     json_errors,
     list_approvals,
@@ -29,6 +31,7 @@ __all__ = ["add_api_routes", "create_app"]
 
 def add_api_routes(app: web.Application, host: Host) -> None:
     app[HOST_KEY] = host
+    app[METRICS_KEY] = MetricsPage(host)
     end_long_polls_on_shutdown(app)
     app.middlewares.append(json_errors)
     app.router.add_post("/api/v1/runs", start_run)

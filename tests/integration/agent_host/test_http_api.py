@@ -455,6 +455,27 @@ async def test_health_readiness_and_metrics(api: Api) -> None:
     assert "countersign_resume_backlog 2\n" in text
 
 
+async def test_scrapes_that_arrive_together_share_one_read_of_redis(api: Api) -> None:
+    """/metrics answers without a token: a flood of scrapes must not become a flood of
+    Redis commands (each scrape reads every shard)."""
+    await paused_refund(api)
+
+    async def commands() -> int:
+        return int((await api.env.redis.info("stats"))["total_commands_processed"])
+
+    before = await commands()
+    alone = await (await api.client.get("/metrics")).text()
+    one_scrape = await commands() - before - 1  # the INFO itself counts
+    assert "countersign_pending_requests 1\n" in alone
+
+    before = await commands()
+    scrapes = await asyncio.gather(*(api.client.get("/metrics") for _ in range(30)))
+    texts = [await r.text() for r in scrapes]
+    spent = await commands() - before - 1
+    assert all(r.status == 200 for r in scrapes) and set(texts) == {alone}
+    assert spent <= 10 * one_scrape, (spent, one_scrape)  # 30 scrapes read alone: 30x
+
+
 async def test_readyz_is_503_when_redis_is_down(
     redis_server_factory: RedisServerFactory, tmp_path: Path
 ) -> None:

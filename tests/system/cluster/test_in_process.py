@@ -54,6 +54,7 @@ from agent_host.approvals.external import ExternalRequestSpec
 from agent_host.approvals.notifier import MessageRef, Notifier, RunSummary
 from agent_host.durable import keys as K
 from agent_host.durable.connections import open_redis
+from agent_host.durable.metrics import MetricsPage
 from agent_host.durable.outbox import Outbox
 from agent_host.durable.streams import StreamConsumer
 from agent_host.durable.worker import ResumeWorker
@@ -197,6 +198,10 @@ async def test_stack_uses_cluster_mode_and_pages_pending_over_every_master(
         assert await stack.host.store.pending_count() == len(requests) - 3
         left = flat_body((await slash(ADMIN, CHANNEL, "/approvals", "pending all")).json())
         assert not {r.request_id for r in by_master.values()} & set(_listed(left))
+        # /metrics reads every shard in one pipeline, over every master
+        metrics = await MetricsPage(stack.host).render()
+        assert f"countersign_pending_requests {len(requests) - 3}\n" in metrics
+        assert 'countersign_decisions_total{status="approved"} 3\n' in metrics
 
 
 # -- A: the cluster client's concurrent first use -----------------------------------------
