@@ -7,8 +7,10 @@ configured limit get 413. `agent_host.http.application` puts the routes together
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -25,7 +27,9 @@ from agent_host.runtime.fingerprint import same_json
 
 __all__ = [
     "HOST_KEY",
+    "MAX_WAIT_SECONDS",
     "METRICS_KEY",
+    "STORE_BUDGET_SECONDS",
     "authorized",
     "error",
     "healthz",
@@ -43,6 +47,11 @@ log = logging.getLogger(__name__)
 
 HOST_KEY = web.AppKey("countersign_host", Host)
 METRICS_KEY = web.AppKey("countersign_metrics", MetricsPage)
+MAX_WAIT_SECONDS = 60  # the longest long poll (`?wait=`)
+# How long a request may wait on Redis (beyond its long poll) before it is answered 503: the
+# client does not time out on a Redis that accepts connections and answers nothing.
+STORE_BUDGET_SECONDS = 10.0
+READY_WITHIN_SECONDS = 2.0  # /readyz: Redis answers a PING within this, or it is not ready
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -59,8 +68,19 @@ def error(status: int, message: str, **extra: Any) -> web.Response:
 
 @web.middleware
 async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    budget = STORE_BUDGET_SECONDS + _long_poll(request)
     try:
-        return await handler(request)
+        async with asyncio.timeout(budget):
+            return await handler(request)
+    except TimeoutError:
+        log.warning("%s %s: no answer within %.0f s", request.method, request.path, budget)
+        response = error(
+            503,
+            f"Redis did not answer within {budget:.0f} s; nothing may have changed, try again "
+            "shortly",
+        )
+        response.headers["Retry-After"] = "1"
+        return response
     except web.HTTPRequestEntityTooLarge as exc:
         return error(413, f"request body too large: {exc.text}; send a smaller body")
     except web.HTTPException as exc:
@@ -75,6 +95,15 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
     except Exception:
         log.exception("unexpected error on %s %s", request.method, request.path)
         return error(500, "internal error; the request may be retried")
+
+
+def _long_poll(request: web.Request) -> float:
+    """The seconds a request asks to be held (`?wait=`, as the handler will take it), or 0."""
+    try:
+        wait = float(request.query.get("wait", "0"))
+    except ValueError:
+        return 0.0
+    return wait if math.isfinite(wait) and 0 <= wait <= MAX_WAIT_SECONDS else 0.0
 
 
 def authorized(request: web.Request) -> web.Response | None:
@@ -195,7 +224,8 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def readyz(request: web.Request) -> web.Response:
     try:
-        await request.app[HOST_KEY].redis.ping()
+        async with asyncio.timeout(READY_WITHIN_SECONDS):
+            await request.app[HOST_KEY].redis.ping()
     except Exception as exc:  # the detail (e.g. Redis's address) is for the log, not callers
         log.warning("/readyz: Redis is not reachable: %s", exc)
         return error(503, "Redis is not reachable; the server log says why")

@@ -26,7 +26,7 @@ from agent_host.approvals.external import (
     parse_external_request,
 )
 from agent_host.durable.callbacks import dead_callbacks
-from agent_host.http.api import HOST_KEY, authorized, error, json_object
+from agent_host.http.api import HOST_KEY, MAX_WAIT_SECONDS, authorized, error, json_object
 
 __all__ = [
     "MAX_WAIT_SECONDS",
@@ -38,7 +38,6 @@ __all__ = [
     "list_dead_callbacks",
 ]
 
-MAX_WAIT_SECONDS = 60
 HUNG_UP_CHECK = 0.5  # seconds between looks at a long-polling client's connection
 # Set when the server begins to stop: long polls answer what they know at once, so that a
 # stop waits for none of them (the client asks again, of another replica or after restart).

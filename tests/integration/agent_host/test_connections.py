@@ -31,6 +31,23 @@ async def test_a_plain_url_connects(redis_url: str, tmp_path: Path) -> None:
         await client.aclose()
 
 
+async def test_a_connection_notices_its_host_gone_through_tcp(redis_url: str) -> None:
+    """There is no socket timeout (a timer around every read costs CPU on every command):
+    a Redis host that goes away is noticed by TCP's keepalive and user timeout instead."""
+    client, _ = await open_redis(load_settings({"REDIS_URL": redis_url}))
+    try:
+        connection = await client.connection_pool.get_connection()
+        try:
+            sock = connection._writer.get_extra_info("socket")  # type: ignore[union-attr]
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 5
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 10_000
+        finally:
+            await client.connection_pool.release(connection)
+    finally:
+        await client.aclose()
+
+
 async def test_unset_url_starts_an_embedded_server_with_aof(tmp_path: Path) -> None:
     client, embedded = await open_redis(load_settings({"COUNTERSIGN_DATA_DIR": str(tmp_path)}))
     try:

@@ -7,6 +7,9 @@ import asyncio
 import hashlib
 import hmac
 import json
+import os
+import signal
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,9 +22,12 @@ from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
 from agent_host.durable import keys as K
+from agent_host.durable.connections import open_redis
 from agent_host.durable.host import Host
 from agent_host.examples import ExampleEffects
+from agent_host.http import api as api_module
 from agent_host.http.application import create_app
+from agent_host.settings import load_settings
 from tests.support import host_env
 from tests.support.host_env import Env, FakeClock
 from tests.support.keyspace import zcard_all
@@ -503,6 +509,36 @@ async def test_readyz_is_503_when_redis_is_down(
                 assert str(server.port) not in await answer.text()  # nor here
                 assert answer.headers["Retry-After"] == "1"
             server.start()
+            assert (await c.get("/readyz")).status == 200
+    finally:
+        await client.aclose()
+
+
+async def test_a_redis_that_answers_nothing_gets_503s_not_hung_requests(
+    redis_server_factory: RedisServerFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A frozen Redis accepts the bytes and answers nothing. The client has no socket
+    timeout, so /readyz and the API keep their own deadlines: 503, in seconds."""
+    monkeypatch.setattr(api_module, "STORE_BUDGET_SECONDS", 1.0)
+    monkeypatch.setattr(api_module, "READY_WITHIN_SECONDS", 0.5)
+    server = redis_server_factory()
+    client, _ = await open_redis(load_settings({"REDIS_URL": server.url}))
+    host, _ = make_host(client, tmp_path, COUNTERSIGN_API_TOKEN=TOKEN)
+    try:
+        async with TestClient(TestServer(create_app(host), host="127.0.0.1")) as c:
+            assert (await c.get("/readyz")).status == 200
+            assert server.pid is not None
+            os.kill(server.pid, signal.SIGSTOP)
+            try:
+                started = time.monotonic()
+                await assert_error(await c.get("/readyz"), 503, "Redis is not reachable")
+                answer = await c.get("/api/v1/approvals?status=pending", headers=AUTH)
+                await assert_error(answer, 503, "Redis did not answer within 1 s")
+                assert "try again" in (await answer.json())["error"]
+                assert answer.headers["Retry-After"] == "1"
+                assert time.monotonic() - started < 6  # 0.5 s and 1 s, with room
+            finally:
+                os.kill(server.pid, signal.SIGCONT)
             assert (await c.get("/readyz")).status == 200
     finally:
         await client.aclose()
