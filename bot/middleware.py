@@ -26,7 +26,9 @@ __all__ = ["foreign_request", "installed_workspace_only", "request_origin"]
 
 log = logging.getLogger(__name__)
 
-CHECKED = ("block_actions", "view_submission", "event_callback")
+# Slack's handshake, which names no team (Bolt answers it, and `ssl_check`, before any
+# middleware runs).
+UNCHECKED = ("url_verification",)
 
 Middleware = Callable[[dict[str, Any], AsyncBoltContext, Any], Awaitable[BoltResponse | None]]
 
@@ -41,19 +43,29 @@ def _text(value: Any) -> str:
 
 def request_origin(body: dict[str, Any]) -> tuple[set[str], set[str]]:
     """(the team ids a request names, the enterprise ids it names): the workspace or org it
-    was sent from and the clicking user's own, which differ for a Slack Connect guest."""
-    if "command" in body or body.get("type") == "event_callback":  # top-level ids
-        return {_text(body.get("team_id"))} - {""}, {_text(body.get("enterprise_id"))} - {""}
+    was sent from and the clicking user's own, which differ for a Slack Connect guest.
+    Every place Slack puts them is read, whatever the request's type: top level (commands,
+    events), and the `team`, `enterprise` and `user` objects (interactivity)."""
     user = _dict(body.get("user"))
-    teams = {_text(_dict(body.get("team")).get("id")), _text(user.get("team_id"))} - {""}
-    orgs = {_text(_dict(body.get("enterprise")).get("id")), _text(user.get("enterprise_id"))}
-    return teams, orgs - {""}
+    teams = {
+        _text(body.get("team_id")),
+        _text(_dict(body.get("team")).get("id")),
+        _text(user.get("team_id")),
+    }
+    orgs = {
+        _text(body.get("enterprise_id")),
+        _text(_dict(body.get("enterprise")).get("id")),
+        _text(user.get("enterprise_id")),
+    }
+    return teams - {""}, orgs - {""}
 
 
 def foreign_request(body: Any, installation: Any) -> bool:
-    """True when a click, form, command or event must be refused as coming from elsewhere."""
+    """True when a request must be refused as coming from elsewhere: any request but
+    Slack's handshakes (a type the app never asked for included: Bolt routes some of them
+    to the listeners too, `interactive_message` to an action's listener)."""
     body = _dict(body)
-    if body.get("type") not in CHECKED and "command" not in body:
+    if body.get("type") in UNCHECKED or body.get("ssl_check"):
         return False
     installed_team = _text(getattr(installation, "team_id", None))
     installed_org = _text(getattr(installation, "enterprise_id", None))
@@ -74,6 +86,8 @@ def installed_workspace_only(replies: Replies) -> Middleware:
         if not foreign_request(body, context.authorize_result):
             await next()
             return None
+        if request_origin(body) == (set(), set()):  # not shaped as Slack sends anything
+            return BoltResponse(status=400, body="the request names no Slack workspace")
         log.warning("refused a %s from another workspace", body.get("type") or "command")
         return _refused(body, replies)
 

@@ -66,7 +66,11 @@ def _list(value: Any) -> list[Any]:
 
 
 def parse_click(body: Any) -> Click | None:
+    """A button of a Block Kit message or of the App Home tab; None for anything else (Bolt
+    routes an attachment's `interactive_message` by the same id to the same listener)."""
     body = _dict(body)
+    if body.get("type") != "block_actions":
+        return None
     actions = body.get("actions")
     if not isinstance(actions, list) or not actions:
         return None

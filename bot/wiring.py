@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
+import logging
 import re
 import time
 from collections.abc import Sequence
@@ -24,7 +25,7 @@ from agent_host.durable.host import Host, load_keyring, load_registry
 from agent_host.durable.reviewer_log import ReviewerLog
 from agent_host.durable.route_book import RouteBook
 from agent_host.durable.seen_once import SeenOnce
-from agent_host.errors import ConfigurationError
+from agent_host.errors import ConfigurationError, StoreUnavailable
 from bot.app import BackgroundTasks, build_bolt_app
 from bot.delivery import channel_problem
 from bot.home import HomeTab
@@ -39,6 +40,8 @@ from bot.slash_commands import SlashCommands
 
 __all__ = ["SlackBot", "build", "mount_slack", "require_slack", "web_client"]
 
+log = logging.getLogger(__name__)
+
 
 @dataclass
 class SlackBot:
@@ -49,6 +52,8 @@ class SlackBot:
     session: aiohttp.ClientSession
     signing_secret: str
     foreground: Foreground = field(default_factory=Foreground)  # the host's: clicks first
+    # Each signed request is taken once: see `mount_slack`. None: not checked (tests only)
+    seen_requests: SeenOnce | None = None
 
     async def close(self) -> None:
         """Finish the work started after acks, then close the Web API connections."""
@@ -117,7 +122,8 @@ async def build(settings: ServiceSettings) -> tuple[Host, SlackBot]:
         bulks=host.bulks,
     )
     secret = settings.slack_signing_secret or ""
-    return host, SlackBot(client, routes, bolt, tasks, session, secret, host.foreground)
+    seen = SeenOnce(redis, "slack-request", keep_seconds=REPLAYABLE_SECONDS)
+    return host, SlackBot(client, routes, bolt, tasks, session, secret, host.foreground, seen)
 
 
 def require_slack(settings: ServiceSettings) -> None:
@@ -149,13 +155,23 @@ def web_client(settings: ServiceSettings) -> tuple[aiohttp.ClientSession, AsyncW
 _TIMESTAMP = re.compile(r"^[0-9]{1,12}$")
 _SIGNATURE = re.compile(r"^v0=[0-9a-f]{64}$")
 MAX_SKEW_SECONDS = 300  # as Slack's documentation and Bolt allow
+# A signed request is accepted while its timestamp is within MAX_SKEW_SECONDS of the clock,
+# ahead or behind: the longest it can be replayed, with a minute's margin.
+REPLAYABLE_SECONDS = 2 * MAX_SKEW_SECONDS + 60
 
 
 def mount_slack(app: web.Application, bot: SlackBot) -> None:
     """POST /slack/events: every Slack request. The signature is checked over the raw bytes
     before anything is parsed, so a forged request costs one HMAC and is refused with 401
     whatever its body; Bolt, which does not check it again, dispatches. A signed but
-    malformed body gets 400."""
+    malformed body gets 400.
+
+    A signed request is taken once, by its signature (which covers its timestamp and body):
+    a copy sent again while its timestamp is fresh gets an empty 200 and does nothing.
+    Otherwise a click refused for a passing reason (a user group that could not be checked)
+    would decide when replayed, and a `route add` since removed would come back. Slack's
+    own retries of an event carry their own signatures (and event ids: `once_per_event`);
+    a person's second click is a request of its own."""
     secret = bot.signing_secret.encode()
 
     def signed(raw: bytes, stamp: str, signature: str) -> bool:
@@ -188,6 +204,19 @@ def mount_slack(app: web.Application, bot: SlackBot) -> None:
             bolt_request = None
         if bolt_request is None or not well_formed(bolt_request.body):
             return web.json_response({"error": "malformed Slack request body"}, status=400)
+        if not await _first_time(signature):
+            log.warning("a signed Slack request was sent again; ignored")
+            return web.Response(status=200)
         return await to_aiohttp_response(await bot.bolt.async_dispatch(bolt_request))
+
+    async def _first_time(signature: str) -> bool:
+        if bot.seen_requests is None:
+            return True
+        try:
+            return await bot.seen_requests.first(signature)
+        except StoreUnavailable:
+            # Redis away: whatever a request could change lives in Redis, so it is let
+            # through, to be answered by its listener as it would be ("try again").
+            return True
 
     app.router.add_post("/slack/events", slack_events)

@@ -8,6 +8,7 @@ from pathlib import Path
 import aiohttp
 
 from agent_host.approvals import ApprovalRequest
+from agent_host.durable.route_book import parse_spec
 from bot import blocks
 from slack_sandbox.blockkit import find_element
 from slack_sandbox.payloads import (
@@ -19,7 +20,15 @@ from slack_sandbox.payloads import (
 )
 from slack_sandbox.shapes import message_json
 from slack_sandbox.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign_request
-from tests.support.stack import ADMIN, CHANNEL, REVIEWER, SECRET, Stack, running_stack
+from tests.support.stack import (
+    ADMIN,
+    CHANNEL,
+    REVIEWER,
+    REVIEWER2,
+    SECRET,
+    Stack,
+    running_stack,
+)
 
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 
@@ -140,3 +149,52 @@ async def test_forged_slash_command_cannot_change_routing(redis_url: str, tmp_pa
         status, text = await post(stack, body, sign_request(SECRET, int(time.time()), body))
         assert status == 200 and "Added route" in text
         assert len(await stack.bot.routes.rules()) == 1
+
+
+# -- replays: a signed request is taken once ------------------------------------------------
+
+
+async def test_a_refused_click_sent_again_decides_nothing(redis_url: str, tmp_path: Path) -> None:
+    """The first copy of a click changed nothing (its reviewer group could not be checked),
+    so the compare-and-set cannot tell a replayed copy from a first decision: the copy is
+    refused at the door, by its signature."""
+    async with running_stack(redis_url, tmp_path) as stack:
+        await stack.bot.routes.add(parse_spec(f"channel={CHANNEL} reviewers=S0REVIEWERS"), ADMIN)
+        run_id = await stack.start_run("refund-agent", "refund order 123")
+        (request,) = await stack.pending_requests(run_id)
+        stack.standin.inject("usergroups.users.list", status=500, times=1)
+        body = click_body(stack, REVIEWER2, request, blocks.APPROVE)
+        headers = sign_request(SECRET, int(time.time()), body)
+        status, _ = await post(stack, body, headers)
+        assert status == 200
+        (told,) = await stack.wait_ephemerals(REVIEWER2)
+        assert "Nothing was changed" in told
+
+        status, text = await post(stack, body, headers)  # the same bytes, still fresh
+        assert status == 200 and text == ""
+        current = await stack.host.store.get_request(request.request_id)
+        assert current is not None and current.status == "pending" and current.approvals == []
+
+        # The reviewer's own second click is a request of its own, and decides.
+        again = click_body(stack, REVIEWER2, request, blocks.APPROVE)
+        status, _ = await post(stack, again, sign_request(SECRET, int(time.time()), again))
+        assert status == 200
+        assert (await stack.decided(request.request_id)).decided_by == REVIEWER2
+        await stack.run_status(run_id, "succeeded")
+        assert stack.effects.count("refund") == 1
+
+
+async def test_a_route_removed_does_not_come_back_with_its_command_sent_again(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async with running_stack(redis_url, tmp_path) as stack:
+        body = slash_body(stack, ADMIN, f"route add tool=issue_refund channel={CHANNEL}")
+        headers = sign_request(SECRET, int(time.time()), body)
+        status, text = await post(stack, body, headers)
+        assert status == 200 and "Added route `r1`" in text
+        removed = await stack.standin.slash(ADMIN, CHANNEL, "/approvals", "route remove r1")
+        assert "Removed route" in (removed.json() or {})["text"]
+
+        status, text = await post(stack, body, headers)
+        assert status == 200 and text == ""
+        assert await stack.bot.routes.rules() == []

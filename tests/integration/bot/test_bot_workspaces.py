@@ -45,6 +45,30 @@ async def test_a_click_from_another_workspace_is_told_so_and_changes_nothing(
         assert stack.effects.count("refund") == 0
 
 
+async def test_a_payload_of_a_type_the_app_never_uses_decides_nothing(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Bolt routes an attachment's `interactive_message` to an action's listener by its
+    callback id, as it would a button: signed, from another workspace, it is refused at the
+    workspace check; from this one, no listener takes it for a click."""
+    async with running_stack(redis_url, tmp_path) as stack:
+        run_id = await stack.start_run("refund-agent", "refund order 123")
+        [request] = await stack.pending_requests(run_id)
+        home = stack.standin.core.workspace.team.id
+        for team in ("T0ELSEWHERE", home):
+            body = with_team(click_body(stack, REVIEWER, request, blocks.APPROVE), team, team)
+            payload = json.loads(urllib.parse.parse_qs(body.decode())["payload"][0])
+            payload |= {"type": "interactive_message", "callback_id": blocks.APPROVE}
+            body = payload_body(payload)
+            status, _ = await post(stack, body, sign_request(SECRET, int(time.time()), body))
+            assert status in (200, 404)
+        current = await stack.host.store.get_request(request.request_id)
+        assert current is not None and current.status == "pending" and not current.approvals
+        assert stack.effects.count("refund") == 0
+    other = {"type": "dialog_submission", "team": {"id": "T2"}, "user": {"id": "U1"}}
+    assert foreign_request(other, SimpleNamespace(team_id="T1", enterprise_id=None))
+
+
 def test_an_org_wide_install_checks_the_org_and_an_unknown_install_accepts_nothing() -> None:
     click = {"type": "block_actions", "team": {"id": "T1"}, "user": {"id": "U1", "team_id": "T1"}}
     org = SimpleNamespace(team_id=None, enterprise_id="E1")

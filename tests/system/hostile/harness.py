@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import socket
@@ -90,6 +91,15 @@ TEAM = "T0SANDBOX"  # the stand-in's team (slack_sandbox/seed.py)
 GENERAL = "C0GENERAL"
 REDIS_DB = 7  # the hostile stacks' own database: the shared fixtures flush database 0
 BUTTONS = (blocks.APPROVE, blocks.APPROVE_ALWAYS, blocks.REJECT, blocks.ANSWER)
+
+
+_TRIGGERS = itertools.count(1)
+
+
+def _trigger_id(kind: int) -> str:
+    """A trigger id of its own for every payload, as Slack gives (a request sent again is
+    a replay, ignored: the same body twice in one second would be one)."""
+    return f"{int(time.time())}.{kind}{next(_TRIGGERS)}.hostile"
 
 
 def fuzz_settings(max_examples: int) -> settings:
@@ -251,7 +261,7 @@ def click_payload(
             "channel_id": channel,
             "is_ephemeral": False,
         },
-        "trigger_id": f"{int(time.time())}.1.hostile",
+        "trigger_id": _trigger_id(1),
         "team": {"id": team, "domain": "countersign-sandbox"},
         "enterprise": None,
         "is_enterprise_install": False,
@@ -297,7 +307,7 @@ def submission_payload(user: str, callback_id: str, private_metadata: Any, text:
         "user": {"id": user, "username": user.lower(), "name": user.lower(), "team_id": TEAM},
         "api_app_id": "A0SANDBOX",
         "token": "sandbox-verification-token",
-        "trigger_id": f"{int(time.time())}.2.hostile",
+        "trigger_id": _trigger_id(2),
         "view": {
             "id": "V0HOSTILE",
             "type": "modal",
@@ -325,7 +335,7 @@ def slash_fields(user: str, channel: str, text: str, command: str = "/approvals"
         "api_app_id": "A0SANDBOX",
         "is_enterprise_install": "false",
         "response_url": "https://hooks.slack.invalid/commands/T0SANDBOX/1/hostile",
-        "trigger_id": f"{int(time.time())}.3.hostile",
+        "trigger_id": _trigger_id(3),
     }
 
 
@@ -409,7 +419,10 @@ class Snapshot(dict[str, Any]):
 async def snapshot(stack: Stack) -> Snapshot:
     redis = stack.host.redis
     state = Snapshot()
-    keys = sorted([key async for key in redis.scan_iter(count=1000)])
+    # Each signed request leaves a marker that it was taken (the replay guard): bookkeeping
+    # of the request itself, not a change it made.
+    taken = b":seen:slack-request:"
+    keys = sorted([key async for key in redis.scan_iter(count=1000) if taken not in key])
     async with redis.pipeline(transaction=False) as pipe:
         for key in keys:
             pipe.type(key)
