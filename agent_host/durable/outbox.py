@@ -162,10 +162,25 @@ class Outbox:
             return None  # it never reached chat: there is no message to update
         try:
             await self.notifier.request_updated(request)
+            if not request.decided:
+                await self._still_current(request)
         except DeliveryFailed as failure:  # e.g. the message was deleted: drop it
             await self.store.record_delivery_failure(request.request_id, failure, kind)
             return None
         return self.store.delivered_with_ack(request.request_id)
+
+    async def _still_current(self, shown: ApprovalRequest) -> None:
+        """A waiting request's message (a quorum's tally) can land after a later state's
+        update: sent again after Slack's "not now", or by another process. Read again once
+        it landed, and show the request as it is now if it moved on, so the last update to
+        land shows the last state (a decided request's buttons never come back)."""
+        current = await self.store.get_request(shown.request_id)
+        if current is None or (current.status, current.approvals) == (
+            shown.status,
+            shown.approvals,
+        ):
+            return
+        await self.notifier.request_updated(self.store.open_context(current))
 
     async def _post(self, request: ApprovalRequest, entry: dict[str, str]) -> None:
         if request.message_ts and not request.only_in_bulk:

@@ -23,6 +23,8 @@ from tests.support.stack import (
 )
 from tests.support.waiting import eventually
 
+from .test_bot_undeliverable import outbox_drained
+
 
 async def _route(stack: Stack, spec: str) -> None:
     reply = await stack.standin.slash(ADMIN, CHANNEL, "/approvals", f"route add {spec}")
@@ -90,6 +92,27 @@ async def test_quorum_of_two_needs_two_different_reviewers(redis_url: str, tmp_p
         assert "<@U0REVIEWER>" in shown and "<@U0REVIEWER2>" in shown
         assert "2 of 2 approvals" in shown
         assert stack.ephemerals(REVIEWER2) == []  # the deciding click needs no ephemeral
+
+
+async def test_a_tally_update_sent_again_after_the_decision_does_not_bring_buttons_back(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The first approval's "1 of 2" update meets a 429 and waits its Retry-After; the
+    second approval decides, and its update lands first. The tally, sent again, lands last:
+    it must not leave a decided request's message with Approve and Reject on it."""
+    async with running_stack(redis_url, tmp_path) as stack:
+        await _route(stack, f"tool=issue_refund channel={CHANNEL} quorum=2")
+        run_id = await stack.start_run("refund-agent", "refund order 123")
+        [request] = await stack.pending_requests(run_id)
+        stack.standin.inject("chat.update", status=429, retry_after=1)
+        await stack.click(REVIEWER, request, blocks.APPROVE)
+        await eventually(lambda: bool(stack.standin.calls_to("chat.update")) or None)
+        await stack.click(REVIEWER2, request, blocks.APPROVE)
+        await stack.run_status(run_id, "succeeded")
+        await outbox_drained(stack)  # every update sent, the tally's retry included
+        message = stack.message(CHANNEL, request.message_ts)
+        assert not any(b["type"] == "actions" for b in message["blocks"]), message
+        assert "2 of 2 approvals" in str(message["blocks"])
 
 
 async def test_requester_may_not_approve_their_own_request_by_default(
