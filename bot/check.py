@@ -7,6 +7,7 @@ approvals may go to, each reported as one line: ok, or what is wrong and how to 
     routes file   COUNTERSIGN_ROUTES_FILE parses
     agents        COUNTERSIGN_AGENTS loads, and every agent builds with a model
     redis         REDIS_URL answers PING (unset: redis-server is installed)
+    durability    Redis keeps an AOF (appendonly yes), and what its appendfsync can lose
     keys in use   every waiting run's checkpoint is under a key the ring holds
     slack token   auth.test accepts SLACK_BOT_TOKEN
     channel …     the bot may post in the default channel and every routed one
@@ -71,6 +72,8 @@ async def run_checks() -> list[Finding]:
     findings.append(_agents(settings))
     reach, finding = await _redis(settings)
     findings.append(finding)
+    if reach is not None:
+        findings.append(_durability(reach.aof, embedded=not settings.redis_url))
     if reach is not None and reach.waiting_under is not None:
         findings.append(_keys_in_use(reach.waiting_under, ring))
     redis_rules = reach.routes if reach is not None else []
@@ -121,6 +124,41 @@ def _keys(settings: ServiceSettings) -> tuple[KeyRing | None, Finding]:
         return None, failed or _fail("keys", "no key ring")
     kids = f"{len(ring.kids)} key(s), new checkpoints under {ring.active_kid!r}"
     return ring, Finding("keys", kids)
+
+
+def _durability(aof: tuple[str, str] | None, *, embedded: bool) -> Finding:
+    """What a restart or a power cut of Redis's machine can lose: the waiting runs, the
+    decisions, and the ledger entry that keeps a tool call from running twice."""
+    if aof is None and embedded:
+        aof = ("yes", "everysec")  # the embedded server's settings
+    if aof is None:
+        return Finding(
+            "durability",
+            "not read (this Redis refuses CONFIG): run it with appendonly yes and appendfsync "
+            "always (see the README's durability guarantees)",
+        )
+    appendonly, appendfsync = aof
+    if appendonly != "yes":
+        return _fail(
+            "durability",
+            "appendonly is off: a restart of Redis loses every waiting run, its decisions and "
+            "the ledger that keeps each tool call to one run; set appendonly yes",
+        )
+    if appendfsync == "always":
+        return Finding("durability", "AOF on, appendfsync always: nothing acknowledged is lost")
+    if appendfsync == "everysec":
+        return Finding(
+            "durability",
+            "AOF on, appendfsync everysec: a power cut of Redis's machine can lose the last "
+            "second of writes, a tool call's ledger entry among them (that call could run "
+            "again); appendfsync always loses nothing acknowledged",
+        )
+    return _fail(
+        "durability",
+        f"appendfsync is {appendfsync or 'unknown'}: the system decides when writes reach "
+        "disk, and a power cut can lose many seconds of them; set appendfsync always (or "
+        "everysec)",
+    )
 
 
 def _keys_in_use(waiting_under: Counter[str], ring: KeyRing | None) -> Finding:

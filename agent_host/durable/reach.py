@@ -1,6 +1,7 @@
 """Whether the configured Redis answers, for `countersign check`: PING, the routes kept
-there (their channels are checked too), and the keys the waiting runs' checkpoints were
-encrypted under (each must still be in the key ring). Nothing is written."""
+there (their channels are checked too), the keys the waiting runs' checkpoints were
+encrypted under (each must still be in the key ring), and how it keeps its writes on disk.
+Nothing is written."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from agent_host.approvals.external import EXTERNAL
 from agent_host.approvals.routes import RouteRule
@@ -32,6 +33,9 @@ class RedisReach:
     routes: list[RouteRule] = field(default_factory=list)
     # key id -> how many waiting runs' checkpoints are encrypted under it (None: not read)
     waiting_under: Counter[str] | None = None
+    # (appendonly, appendfsync) as Redis reports them; None: not read (CONFIG refused, or
+    # the embedded server, which runs with ("yes", "everysec"))
+    aof: tuple[str, str] | None = None
 
 
 async def reach_redis(settings: Settings) -> RedisReach:
@@ -58,6 +62,7 @@ async def reach_redis(settings: Settings) -> RedisReach:
             RouteBook(redis, settings.default_channel).rules(), PING_SECONDS
         )
         waiting_under = await _waiting_under(redis)
+        aof = await asyncio.wait_for(_aof(redis), PING_SECONDS)
     except (RedisError, OSError, TimeoutError) as exc:
         why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         raise StoreUnavailable(
@@ -65,7 +70,17 @@ async def reach_redis(settings: Settings) -> RedisReach:
         ) from exc
     finally:
         await redis.aclose()
-    return RedisReach(f"Redis at {redacted(url)} answered PING", routes, waiting_under)
+    return RedisReach(f"Redis at {redacted(url)} answered PING", routes, waiting_under, aof)
+
+
+async def _aof(redis: Any) -> tuple[str, str] | None:
+    """How Redis keeps its writes on disk, or None where CONFIG is not allowed (managed
+    services rename or refuse it)."""
+    try:
+        config = await redis.config_get("append*")
+    except ResponseError:
+        return None
+    return as_text(config.get("appendonly", "")), as_text(config.get("appendfsync", ""))
 
 
 async def _waiting_under(redis: Any) -> Counter[str]:

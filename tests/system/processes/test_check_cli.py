@@ -19,6 +19,7 @@ from slack_sandbox import SlackStandIn, seed_workspace
 from slack_sandbox.workspace import Channel
 from tests.support.host_env import make_env
 from tests.support.processes import Finished, inherited_env, run_cli
+from tests.support.redis_fixtures import RedisServerFactory
 
 TOKEN = "xoxb-check-token"
 APPROVALS, OPS = "C0APPROVALS", "C0OPS"  # the bot is in both (the sandbox's seed)
@@ -85,7 +86,8 @@ async def test_a_good_configuration_passes(
     assert "ok    slack token: bot @countersign (U0BOT)" in done.out
     assert "ok    agents: agent_host.examples:default_registry: cleanup-agent" in done.out
     assert "ok    keys in use: 0 waiting run(s), each under a key the ring holds" in done.out
-    assert "countersign check: all 10 checks passed" in done.out
+    assert "ok    durability: AOF on, appendfsync everysec: a power cut of" in done.out
+    assert "countersign check: all 11 checks passed" in done.out
     assert not [name for name, _ in standin.core.calls if name.startswith("chat.")]
 
 
@@ -105,7 +107,7 @@ async def test_channels_the_bot_cannot_post_in_fail_with_the_fix(
         f"FAIL  channel {ARCHIVED} (route agent-2/*): #{ARCHIVED} is archived: unarchive it, "
         "or choose another channel.",
     ], done.out
-    assert "countersign check: 2 of 12 checks failed" in done.out
+    assert "countersign check: 2 of 13 checks failed" in done.out
 
 
 async def test_a_wrong_token_fails_and_names_the_variable(
@@ -202,6 +204,25 @@ async def test_an_unreachable_redis_fails_and_says_what_to_fix(
     assert "ok    slack token" in done.out  # the other checks still ran
 
 
+async def test_the_durability_line_says_what_redis_can_lose_and_fails_without_an_aof(
+    standin: SlackStandIn, redis_server_factory: RedisServerFactory, tmp_path: Path
+) -> None:
+    server = redis_server_factory(appendfsync="always")
+    env = good_env(standin, server.url, tmp_path)
+
+    done = await check(env, tmp_path)
+    assert done.code == 0, done
+    assert "ok    durability: AOF on, appendfsync always: nothing acknowledged is lost" in done.out
+
+    async with Redis.from_url(server.url) as redis:
+        await redis.config_set("appendonly", "no")
+    done = await check(env, tmp_path)
+    assert done.code == 1, done
+    [line] = failures(done)
+    assert line.startswith("FAIL  durability: appendonly is off: a restart of Redis loses"), line
+    assert line.endswith("set appendonly yes"), line
+
+
 async def test_unset_redis_url_says_the_embedded_server_would_be_used(
     standin: SlackStandIn, redis_url: str, tmp_path: Path
 ) -> None:
@@ -212,6 +233,7 @@ async def test_unset_redis_url_says_the_embedded_server_would_be_used(
 
     assert done.code == 0, done
     assert "ok    redis: REDIS_URL is unset: the embedded redis-server (" in done.out
+    assert "ok    durability: AOF on, appendfsync everysec" in done.out  # the embedded's
     assert not (tmp_path / "data" / "redis").exists()  # nothing was started
 
 
