@@ -69,10 +69,14 @@ def error(status: int, message: str, **extra: Any) -> web.Response:
 @web.middleware
 async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     budget = STORE_BUDGET_SECONDS + _long_poll(request)
+    deadline = asyncio.timeout(budget)
     try:
-        async with asyncio.timeout(budget):
+        async with deadline:
             return await handler(request)
     except TimeoutError:
+        if not deadline.expired():  # a handler's own, not the budget: a bug
+            log.exception("unexpected error on %s %s", request.method, request.path)
+            return error(500, "internal error; the request may be retried")
         log.warning("%s %s: no answer within %.0f s", request.method, request.path, budget)
         response = error(
             503,

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from aiohttp import ClientResponse
+from aiohttp import ClientResponse, web
 from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
@@ -542,6 +542,20 @@ async def test_a_redis_that_answers_nothing_gets_503s_not_hung_requests(
             assert (await c.get("/readyz")).status == 200
     finally:
         await client.aclose()
+
+
+async def test_a_handlers_own_timeout_is_a_500_not_a_redis_503(
+    redis: Redis, tmp_path: Path
+) -> None:
+    host, _ = make_host(redis, tmp_path, COUNTERSIGN_API_TOKEN=TOKEN)
+    app = create_app(host)
+
+    async def gave_up(request: web.Request) -> web.Response:
+        raise TimeoutError  # e.g. a library's own timeout, not the request's budget
+
+    app.router.add_get("/gives-up", gave_up)
+    async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+        await assert_error(await client.get("/gives-up"), 500, "internal error")
 
 
 async def test_detail_of_a_run_failed_at_resume_has_no_checkpoint_error(api: Api) -> None:
