@@ -3,15 +3,17 @@
 
 A route that names no reviewers may be decided by the people of its request's channels:
 anyone who can click there (every member of the workspace, in a public channel), and
-whoever it was escalated to. A list of what one person may decide, shown outside those
-channels (the App Home tab), must therefore know their channels: otherwise it would offer
-a private channel's requests to someone who cannot see them. Answers are kept briefly; a
+whoever it was escalated to (for a user group's copies: its members still in it). A list
+of what one person may decide, shown outside those channels (the App Home tab), must
+therefore know their channels: otherwise it would offer a private channel's requests to
+someone who cannot see them. Answers are kept briefly; a
 member whose channels cannot be listed in time (or has more than the pages read) is shown
 none of those requests (fail closed).
 
 The same holds for deciding: a click on the message proves its clicker can click there,
 but a click in App Home does not, nor does a form submitted after its clicker left a
-private channel. `outside` says why someone may not decide such a request, or "", from
+private channel, nor a click on a copy in someone's direct messages after they left the
+group it was escalated to. `outside` says why someone may not decide such a request, or "", from
 what Slack said at most DECISION_MAX_AGE seconds before: the decider's channels (as the
 tab listed them), else whether the request's channels are public and who is in them. A
 channel's answers serve everyone deciding there, so a busy channel stays well within
@@ -26,14 +28,15 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
-from agent_host.approvals import ApprovalRequest
+from agent_host.approvals import ApprovalRequest, EscalatedCopy
 from bot.mrkdwn import channel_link
 
-__all__ = ["UNCHECKED", "MemberChannels", "among_its_people"]
+__all__ = ["UNCHECKED", "GroupMembers", "MemberChannels", "among_its_people", "dm_copy_in"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+GroupMembers = Callable[[str], Awaitable[frozenset[str] | None]]
 
 UNCHECKED = "countersign could not check your channels right now; try again in a moment"
 DECISION_MAX_AGE = 5.0  # seconds: how old the channels a decision rests on may be
@@ -53,8 +56,12 @@ class MemberChannels:
         *,
         cache_seconds: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        group_members: GroupMembers | None = None,
     ) -> None:
         self.client, self.cache_seconds, self.clock = client, cache_seconds, clock
+        # A user group's members now (None: Slack could not say): a copy escalated to a
+        # group's members counts for those still in it. Without it, for nobody.
+        self.group_members = group_members
         self._channels: dict[str, tuple[float, frozenset[str]]] = {}
         self._public: dict[str, tuple[float, bool]] = {}  # channel -> (when, is public)
         self._members: dict[str, tuple[float, frozenset[str]]] = {}  # channel -> (when, who)
@@ -79,16 +86,22 @@ class MemberChannels:
             self._channels[user_id] = (self.clock(), found)
         return found
 
-    async def outside(self, user_id: str, request: ApprovalRequest) -> str:
+    async def outside(
+        self, user_id: str, request: ApprovalRequest, *, escalation: bool = True
+    ) -> str:
         """For a route without named reviewers (decided by the people of its channels): why
         `user_id` is not one of them, or "" (they are, or the route names its reviewers).
 
-        Whoever it was escalated to needs no lookup; a member listed in the last
-        DECISION_MAX_AGE seconds neither. Otherwise Slack is asked, within LOOKUP_SECONDS,
-        whether one of its channels is public, or has them among its members now. Those
-        answers are the channel's, kept DECISION_MAX_AGE seconds and shared by everyone
-        deciding there: a busy channel costs Slack a few calls a minute, not one a click."""
-        if request.route.reviewers or escalated_to(user_id, request):
+        Whoever it was escalated to counts too (`escalation`), needing no lookup, or, for a
+        copy escalated to a user group's members, one of the group (cached briefly, as for
+        reviewer groups); a member listed in the last DECISION_MAX_AGE seconds needs none
+        either. Otherwise Slack is asked, within LOOKUP_SECONDS, whether one of its channels
+        is public, or has them among its members now. Those answers are the channel's, kept
+        DECISION_MAX_AGE seconds and shared by everyone deciding there: a busy channel costs
+        Slack a few calls a minute, not one a click."""
+        if request.route.reviewers:
+            return ""
+        if escalation and await self.escalated_to_now(user_id, request):
             return ""
         where = request.channels()
         listed = self._kept(self._channels, user_id, DECISION_MAX_AGE)
@@ -104,6 +117,17 @@ class MemberChannels:
         if None in answers:
             return UNCHECKED
         return f"this request is for the people in {channel_link(where[0])}, and you are not there"
+
+    async def escalated_to_now(self, user_id: str, request: ApprovalRequest) -> bool:
+        """Whether a copy of `request` was escalated to `user_id` and still counts: sent to
+        them, or to a user group they are still in (False when Slack cannot say)."""
+        if not escalated_to(user_id, request):
+            return False
+        group = request.route.escalate_to
+        if not group.startswith("S"):
+            return True
+        members = await self.group_members(group) if self.group_members is not None else None
+        return members is not None and user_id in members
 
     async def _may_click(self, user_id: str, channel: str) -> bool | None:
         """Whether `user_id` can click in `channel` now: it is public, or they are among its
@@ -257,6 +281,17 @@ class MemberChannels:
 def escalated_to(user_id: str, request: ApprovalRequest) -> bool:
     """Whether a copy of `request` was escalated to `user_id` (in their direct messages)."""
     return any(copy.to == user_id for copy in request.escalations)
+
+
+def dm_copy_in(channel: str, request: ApprovalRequest) -> EscalatedCopy | None:
+    """The copy of `request` escalated to a person, in their direct messages at `channel`
+    (a channel the request's own message is not in), or None."""
+    if channel == request.message_channel:
+        return None
+    return next(
+        (c for c in request.escalations if c.channel == channel and c.to.startswith(("U", "W"))),
+        None,
+    )
 
 
 def among_its_people(user_id: str, request: ApprovalRequest, channels: frozenset[str]) -> bool:

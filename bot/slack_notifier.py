@@ -166,6 +166,8 @@ class SlackNotifier:
                 await self._update(request.message_channel, request.message_ts, *original)
             except DeliveryFailed as failure:
                 refused = failure
+        if request.escalations and not request.decided:
+            text, body = _as_copy(request)
         for copy in request.escalations:
             note = escalation.copy_note(request, copy.link)
             try:
@@ -236,9 +238,8 @@ class SlackNotifier:
         """A copy with its buttons at `target` (a channel, or a user: their DM with the
         app), under a line linking the original message."""
         link = await self._permalink(request)
-        render = blocks.decided_message if request.decided else blocks.approval_message
         note = escalation.copy_note(request, link)
-        text, body = escalation.with_note(note, *render(request))
+        text, body = escalation.with_note(note, *_as_copy(request))
         reply = await self._call(
             target,
             lambda: self.client.chat_postMessage(channel=target, text=text, blocks=body),
@@ -365,6 +366,14 @@ class SlackNotifier:
                     raise RetryLater(f"Slack unreachable: {exc}") from exc
             await _idle(self.backoff * 2 ** (attempt - 1))
         raise RetryLater("Slack kept answering 429; will retry")
+
+
+def _as_copy(request: ApprovalRequest) -> tuple[str, list[Any]]:
+    """An escalated copy's text and blocks: decided, or pending without "Approve for this
+    run" (the people of the route's own channel give that, on its own message)."""
+    if request.decided:
+        return blocks.decided_message(request)
+    return blocks.approval_message(request, standing=False)
 
 
 async def _idle(seconds: float) -> None:

@@ -97,7 +97,7 @@ async def build(settings: ServiceSettings) -> tuple[Host, SlackBot]:
         client,
         host.store,
         directory,
-        channels=MemberChannels(client),
+        channels=MemberChannels(client, group_members=directory.group_members),
         permalinks=permalinks,
         decisions=ReviewerLog(redis),
         tasks=tasks,

@@ -88,9 +88,12 @@ def shown_in_full(request: ApprovalRequest, *, in_home: bool = False) -> bool:
     return arguments_in_full(request.arguments)
 
 
-def _actions(request: ApprovalRequest, *, in_full: bool, whole_fits: bool = True) -> Block:
+def _actions(
+    request: ApprovalRequest, *, in_full: bool, whole_fits: bool = True, standing: bool = True
+) -> Block:
     """The buttons; where the surface cut the arguments (`in_full` False), Approve opens them
-    whole, if they fit a form (`whole_fits`), and is the only way to approve."""
+    whole, if they fit a form (`whole_fits`), and is the only way to approve. "Approve for
+    this run" where the route allows it and the surface offers it (`standing`)."""
     rid = request.request_id
     if request.kind == "question":
         elements = [
@@ -109,7 +112,7 @@ def _actions(request: ApprovalRequest, *, in_full: bool, whole_fits: bool = True
         ]
         if offers_edit(request):
             elements.append(button("Edit & approve", EDIT, rid))
-        if request.allow_always and request.route.allows_standing_approval:
+        if standing and request.allow_always and request.route.allows_standing_approval:
             elements.append(
                 button("Approve for this run", APPROVE_ALWAYS, rid, None, _confirm_always(request))
             )
@@ -127,8 +130,10 @@ def _whole_fits(request: ApprovalRequest) -> bool:
     return arguments_sections(request.arguments) is not None
 
 
-def approval_message(request: ApprovalRequest) -> tuple[str, list[Block]]:
-    """Fallback text and blocks of a pending request, with its buttons."""
+def approval_message(request: ApprovalRequest, *, standing: bool = True) -> tuple[str, list[Block]]:
+    """Fallback text and blocks of a pending request, with its buttons; an escalated copy's
+    (`standing` False) without "Approve for this run", which only the people of the route's
+    own channel may give."""
     blocks = request_body(request, _title(request))
     if request.route.quorum > 1:
         blocks.append(context(f":busts_in_silhouette: {quorum_line(request)}"))
@@ -136,7 +141,7 @@ def approval_message(request: ApprovalRequest) -> tuple[str, list[Block]]:
     whole_fits = in_full or _whole_fits(request)  # (the sections are worked out once)
     if not in_full:
         blocks.append(context(_not_whole_here(whole_fits)))
-    blocks.append(_actions(request, in_full=in_full, whole_fits=whole_fits))
+    blocks.append(_actions(request, in_full=in_full, whole_fits=whole_fits, standing=standing))
     if request.kind == "question":
         fallback = f"Question from {request.agent}: {one_line(question_text(request))}"
     else:

@@ -36,8 +36,8 @@ from bot.listeners.replies import (
     already_decided,
     result_text,
 )
-from bot.member_channels import UNCHECKED
-from bot.mrkdwn import escape
+from bot.member_channels import UNCHECKED, dm_copy_in
+from bot.mrkdwn import channel_link, escape
 from bot.parsing import Click, parse_click
 
 __all__ = ["ACTIONS", "button_listener", "refusal"]
@@ -104,6 +104,8 @@ def _click_belongs(click: Click, request: ApprovalRequest) -> bool:
         return block in click.message_block_ids
     if not request.posted_in(click.channel):
         return False
+    if (copy := dm_copy_in(click.channel, request)) is not None and click.user != copy.to:
+        return False  # a copy in someone's direct messages is theirs to click
     if request.only_in_bulk:  # its bulk message has no buttons of its own for it
         return block in click.message_block_ids
     return click.message_ts == request.message_ts or block in click.message_block_ids
@@ -117,12 +119,32 @@ class _Progress:
 
 
 async def _outside_channel(click: Click, request: ApprovalRequest, home: HomeTab | None) -> str:
-    """From the App Home tab, a route without named reviewers is for the people in its
-    channels (a click on the message proves that by itself): why this clicker is not, or
-    ""."""
-    if not click.from_home or request.route.reviewers:
+    """A route without named reviewers is for the people in its channels and those it was
+    escalated to. A click on a message in a channel proves that by itself; one from the App
+    Home tab does not, nor one on a copy in the clicker's direct messages (escalated to a
+    user group they may have left since): why this clicker is not one of them, or ""."""
+    if request.route.reviewers:
+        return ""
+    if not (click.from_home or dm_copy_in(click.channel, request) is not None):
         return ""
     return await home.channels.outside(click.user, request) if home is not None else UNCHECKED
+
+
+async def _standing_refused(click: Click, request: ApprovalRequest, home: HomeTab | None) -> str:
+    """Why this click may not approve the rest of the run, or "". A standing approval
+    covers the run's later calls on this route without asking anyone: only the people of
+    the route's own channel may give it, on its own message or from their App Home tab,
+    not someone whose right to decide came from an escalated copy."""
+    if click.from_home:
+        if home is None:
+            return UNCHECKED
+        return await home.channels.outside(click.user, request, escalation=False)
+    if click.channel == request.message_channel:
+        return ""
+    return (
+        f"Approve for this run is given by the people of {channel_link(request.message_channel)} "
+        "on the request's own message; from this copy, approve this call alone"
+    )
 
 
 async def _on_click(
@@ -153,11 +175,10 @@ async def _on_click(
             return view
         replies.open_form(click.trigger_id, view, click.channel, click.user)
         return ""
-    decision = Approve(
-        decided_by=click.user,
-        call_hash=request.call_hash,
-        always=click.action_id == blocks.APPROVE_ALWAYS,
-    )
+    always = click.action_id == blocks.APPROVE_ALWAYS
+    if always and (refused := await _standing_refused(click, request, home)):
+        return f":no_entry: Not allowed: {refused}. Nothing was changed."
+    decision = Approve(decided_by=click.user, call_hash=request.call_hash, always=always)
     progress.deciding = True
     return result_text(
         await approvals.decide(request.request_id, decision, via="slack", current=request)

@@ -1,0 +1,184 @@
+"""Who may decide from an escalated copy of a request whose route names no reviewers: the
+person (or the channel's people) it was escalated to, a user group's members while they
+are in it, the call alone (not the rest of the run), and a copy in someone's direct
+messages only by them. Signed clicks and forms through the Slack stand-in."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from agent_host.approvals import ApprovalRequest
+from bot import blocks
+from bot.reviewers import SlackReviewerDirectory
+from slack_sandbox.blockkit import find_element
+from slack_sandbox.payloads import block_actions_payload, button_action, payload_body
+from slack_sandbox.shapes import message_json
+from slack_sandbox.signing import sign_request
+from tests.integration.bot.test_bot_commands import approvals
+from tests.integration.bot.test_bot_home import PRIVATE, add_private_channel, private_request
+from tests.integration.bot.test_bot_signing import post
+from tests.support.stack import ADMIN, OPS, OUTSIDER, REVIEWER2, SECRET, Stack, running_stack
+from tests.support.waiting import eventually
+
+GROUP = "S0REVIEWERS"  # REVIEWER and REVIEWER2
+TWICE = "tests.integration.bot.test_bot_twice:registry"  # `archiver`: two calls, one by one
+
+
+async def escalated(stack: Stack, request_id: str, copies: int = 1) -> ApprovalRequest:
+    async def recorded() -> ApprovalRequest | None:
+        current = await stack.host.store.get_request(request_id)
+        return current if current is not None and len(current.escalations) >= copies else None
+
+    return await eventually(recorded, what="the escalated copies")
+
+
+async def told(stack: Stack, user: str, count: int = 1) -> str:
+    return (await stack.wait_ephemerals(user, count))[-1]
+
+
+def buttons(message: dict[str, Any]) -> list[str]:
+    return [
+        e["action_id"]
+        for b in message["blocks"]
+        if b["type"] == "actions"
+        for e in b.get("elements", [])
+    ]
+
+
+def click_on_copy(
+    stack: Stack, user: str, request: ApprovalRequest, channel: str, ts: str, action_id: str
+) -> bytes:
+    """A signed-to-be click of `action_id`, a button of the request's own message, as
+    though it sat on the copy at `channel`/`ts` (where it is not offered)."""
+    core = stack.standin.core
+    ws = core.workspace
+    original = ws.message(request.message_channel, request.message_ts)
+    copy, clicker, where = ws.message(channel, ts), ws.user(user), ws.channel(channel)
+    assert original is not None and copy is not None and clicker is not None
+    found = find_element(original.blocks, action_id, "button")
+    assert found is not None
+    payload = block_actions_payload(
+        core,
+        user=clicker,
+        channel=where,
+        message_ts=ts,
+        message=message_json(ws, copy),
+        thread_ts=None,
+        action=button_action(*found),
+        trigger_id=core.triggers.issue(user),
+        response_url=core.new_response_url(channel, user, ts, is_ephemeral=False),
+    )
+    return payload_body(payload)
+
+
+async def archiver_escalated_to(stack: Stack, target: str) -> tuple[str, ApprovalRequest]:
+    """The `archiver` run's first call, routed to the private channel and escalated to
+    `target` after a second (its second call is asked only once the first is decided)."""
+    add_private_channel(stack)
+    route = f"route add agent=archiver channel={PRIVATE} escalate_after=1s escalate_to={target}"
+    assert "Added route" in await approvals(stack, ADMIN, route)
+    run_id = await stack.start_run("archiver", "archive both")
+    [first] = await stack.pending_requests(run_id)
+    return run_id, await escalated(stack, first.request_id)
+
+
+async def test_approve_for_this_run_is_not_given_from_an_escalated_copy(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The rest of the run would go through unseen by the channel's people: a right to
+    decide that came from an escalation decides this call, not the ones to come."""
+    async with running_stack(redis_url, tmp_path, COUNTERSIGN_AGENTS=TWICE) as stack:
+        run_id, first = await archiver_escalated_to(stack, f"<@{OUTSIDER}>")
+        [copy] = first.escalations
+        offered = buttons(stack.message(copy.channel, copy.ts))
+        assert blocks.APPROVE in offered and blocks.APPROVE_ALWAYS not in offered
+        assert blocks.APPROVE_ALWAYS in buttons(
+            stack.message(first.message_channel, first.message_ts)
+        )
+
+        body = click_on_copy(stack, OUTSIDER, first, copy.channel, copy.ts, blocks.APPROVE_ALWAYS)
+        status, _ = await post(stack, body, sign_request(SECRET, int(time.time()), body))
+        assert status == 200
+        refused = await told(stack, OUTSIDER)
+        assert "Not allowed: Approve for this run is given by the people of" in refused
+        assert "approve this call alone" in refused
+        current = await stack.host.store.get_request(first.request_id)
+        assert current is not None and current.status == "pending"
+
+        # This call alone, from the copy: decided; the next is asked of the channel again.
+        await stack.standin.click(OUTSIDER, copy.channel, copy.ts, blocks.APPROVE)
+        assert (await stack.decided(first.request_id)).decided_by == OUTSIDER
+
+        async def second_asked() -> ApprovalRequest | None:
+            requests = await stack.host.store.run_requests(run_id)
+            return requests[1] if len(requests) == 2 else None
+
+        second = await eventually(second_asked)
+        assert second.status == "pending" and second.decision is None
+
+
+async def test_nor_from_a_copy_in_the_channel_escalated_to(redis_url: str, tmp_path: Path) -> None:
+    async with running_stack(redis_url, tmp_path, COUNTERSIGN_AGENTS=TWICE) as stack:
+        _, first = await archiver_escalated_to(stack, f"<#{OPS}|ops>")
+        [copy] = first.escalations
+        assert blocks.APPROVE_ALWAYS not in buttons(stack.message(copy.channel, copy.ts))
+        body = click_on_copy(stack, REVIEWER2, first, copy.channel, copy.ts, blocks.APPROVE_ALWAYS)
+        status, _ = await post(stack, body, sign_request(SECRET, int(time.time()), body))
+        assert status == 200
+        assert "Approve for this run is given by the people of" in await told(stack, REVIEWER2)
+        current = await stack.host.store.get_request(first.request_id)
+        assert current is not None and current.status == "pending"
+
+
+def leave_group(stack: Stack, user: str) -> None:
+    """`user` leaves GROUP, and the group's members kept by the bot are forgotten."""
+    group = stack.standin.core.workspace.usergroup(GROUP)
+    assert group is not None
+    group.users.remove(user)
+    directory = stack.host.approvals.directory
+    assert isinstance(directory, SlackReviewerDirectory)
+    directory.clock = lambda: time.monotonic() + 3600  # what it kept is past its age
+
+
+async def test_a_member_who_left_the_group_escalated_to_no_longer_decides_from_their_copy(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async with running_stack(redis_url, tmp_path) as stack:
+        request = await private_request(stack, f"escalate_after=1s escalate_to=<!subteam^{GROUP}>")
+        current = await escalated(stack, request.request_id, copies=2)
+        copy = next(c for c in current.escalations if c.to == REVIEWER2)
+        await stack.standin.click(REVIEWER2, copy.channel, copy.ts, blocks.APPROVE_COMMENT)
+        form = await stack.opened_view(REVIEWER2, blocks.COMMENT_MODAL)
+        leave_group(stack, REVIEWER2)
+
+        await stack.standin.click(REVIEWER2, copy.channel, copy.ts, blocks.APPROVE)
+        refused = await told(stack, REVIEWER2)
+        assert "Not allowed" in refused and f"<#{PRIVATE}>" in refused, refused
+        values = {blocks.COMMENT_BLOCK: {blocks.COMMENT_INPUT: "fine by me"}}
+        reply = await stack.standin.submit_view(REVIEWER2, form["id"], values)
+        assert "Not allowed" in str(reply.body), reply.body
+        still = await stack.host.store.get_request(request.request_id)
+        assert still is not None and still.status == "pending" and not still.approvals
+
+
+async def test_a_copy_in_someones_direct_messages_is_theirs_to_click(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async with running_stack(redis_url, tmp_path) as stack:
+        request = await private_request(stack, f"escalate_after=1s escalate_to=<!subteam^{GROUP}>")
+        current = await escalated(stack, request.request_id, copies=2)
+        copy = next(c for c in current.escalations if c.to == REVIEWER2)
+        await stack.standin.click(OUTSIDER, copy.channel, copy.ts, blocks.APPROVE)
+
+        def answered() -> str | None:  # (Slack refuses it: they are not in that DM)
+            texts = [c.get("text", "") for c in stack.standin.calls_to("chat.postEphemeral")]
+            return next((t for t in texts if "does not belong to this request" in t), None)
+
+        await eventually(answered)
+        still = await stack.host.store.get_request(request.request_id)
+        assert still is not None and still.status == "pending"
+
+        await stack.standin.click(REVIEWER2, copy.channel, copy.ts, blocks.APPROVE)
+        assert (await stack.decided(request.request_id)).decided_by == REVIEWER2
