@@ -15,6 +15,8 @@ import sys
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
+from redis.exceptions import RedisError
+
 from agent_host.durable.connections import open_redis
 from agent_host.durable.crypto import generate_key
 from agent_host.durable.host import check_workers, load_keyring
@@ -142,9 +144,18 @@ async def _rotate(settings: ServiceSettings) -> int:
     """0 when every checkpoint and sealed field is under the active key now, 1 when some
     are damaged."""
     keyring = load_keyring(settings, create=False)
-    redis, server = await open_redis(settings)  # (not beside another's embedded Redis)
+    redis, server = await open_redis(
+        settings, one_shot=True
+    )  # (not beside another's embedded Redis)
     try:
         report = await rotate_checkpoints(redis, keyring)
+    except (RedisError, OSError) as exc:
+        print(
+            f"countersign: Redis did not answer ({type(exc).__name__}: {exc}); what was "
+            "rotated stays rotated: run `countersign keys rotate` again once it answers.",
+            file=sys.stderr,
+        )
+        return 1
     finally:
         await redis.aclose()
         if server is not None:

@@ -215,8 +215,9 @@ def mount_slack(app: web.Application, bot: SlackBot) -> None:
         try:
             return await bot.seen_requests.first(signature)
         except StoreUnavailable:
-            # Redis away: whatever a request could change lives in Redis, so it is let
-            # through, to be answered by its listener as it would be ("try again").
+            # Redis away, or no answer within a quarter second: what a request could change
+            # lives in Redis, so it is let through, to be answered by its listener as it
+            # would be ("try again"), within Slack's 3 s.
             return True
 
     app.router.add_post("/slack/events", slack_events)

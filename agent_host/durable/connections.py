@@ -8,6 +8,7 @@ redis+sentinel://s1:26379,s2:26379/mymaster/0               the master Sentinel 
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import logging
@@ -38,20 +39,25 @@ _CLIENT_OPTIONS: dict[str, Any] = {
     # for a free connection: a pool well above that. A burst beyond it waits in line
     # (`connection_pool`), except on a Redis Cluster, whose client has pools of its own.
     "max_connections": 1024,
-    # No socket timeout: redis-py puts a timer around every read for one (6% of serve's CPU
-    # per approval cycle, measured). TCP notices a Redis host gone (KEEPALIVE below), and
-    # what must answer in time has its own deadline: a click's budget, the HTTP API's
-    # STORE_BUDGET_SECONDS, /readyz. A Redis that is up but answers nothing is waited for.
+    # No socket timeout for `serve` and `worker`: redis-py puts a timer around every read
+    # for one (6% of serve's CPU per approval cycle, measured). TCP notices a Redis host
+    # gone (KEEPALIVE below), and what must answer in time has its own deadline: a Slack
+    # request's budget, the HTTP API's STORE_BUDGET_SECONDS, /readyz. A Redis that is up
+    # but answers nothing is waited for. A command-line run is given ONE_SHOT_TIMEOUT.
     "socket_timeout": None,
     "socket_connect_timeout": 5,
-    "socket_keepalive": True,
     "health_check_interval": 30,
 }
-# A connection whose host went away (powered off, partitioned) is dropped within about ten
-# seconds: probes after 5 s idle, 1 s apart, 5 unanswered; data unacknowledged for 10 s.
+ONE_SHOT_TIMEOUT = 5.0  # seconds: `check`, `keys rotate` give up rather than wait for ever
+PROBE_SECONDS = 5.0  # what kind of Redis it is, asked once at the start
+# A TCP connection whose host went away (powered off, partitioned) is dropped within about
+# ten seconds: probes after 5 s idle, 1 s apart, 5 unanswered; data unacknowledged for 10 s.
 KEEPALIVE = {"TCP_KEEPIDLE": 5, "TCP_KEEPINTVL": 1, "TCP_KEEPCNT": 5, "TCP_USER_TIMEOUT": 10_000}
-_CLIENT_OPTIONS["socket_keepalive_options"] = {
-    getattr(socket, name): value for name, value in KEEPALIVE.items() if hasattr(socket, name)
+_TCP_OPTIONS: dict[str, Any] = {
+    "socket_keepalive": True,
+    "socket_keepalive_options": {
+        getattr(socket, name): value for name, value in KEEPALIVE.items() if hasattr(socket, name)
+    },
 }
 try:  # redis-py >= 7: the client library's name and version, for CLIENT SETINFO
     from redis.driver_info import DriverInfo
@@ -91,8 +97,11 @@ def as_text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-async def open_redis(settings: Settings) -> tuple[Redis, RedisServer | None]:
-    """A client for REDIS_URL (checked reachable and supported), and the embedded server."""
+async def open_redis(
+    settings: Settings, *, one_shot: bool = False
+) -> tuple[Redis, RedisServer | None]:
+    """A client for REDIS_URL (checked reachable and supported), and the embedded server.
+    A `one_shot` client (a command-line run) gives up on a command after ONE_SHOT_TIMEOUT."""
     server = None
     url = settings.redis_url
     if not url:
@@ -102,9 +111,10 @@ async def open_redis(settings: Settings) -> tuple[Redis, RedisServer | None]:
         server.start()
         url = server.url
         log.info("embedded Redis at %s (data in %s)", url, server.data_dir)
-    client = _sentinel_master(url) if url.startswith("redis+sentinel://") else None
+    options = _client_options(url, one_shot=one_shot)
+    client = _sentinel_master(url, options) if url.startswith("redis+sentinel://") else None
     try:
-        client = client or Redis.from_pool(WaitingConnectionPool.from_url(url, **_CLIENT_OPTIONS))
+        client = client or Redis.from_pool(WaitingConnectionPool.from_url(url, **options))
     except ValueError as exc:  # not a scheme redis-py knows
         raise ConfigurationError(
             f"REDIS_URL={redacted(url)!r} is not a Redis URL ({exc}): use redis://host:6379/0, "
@@ -112,7 +122,7 @@ async def open_redis(settings: Settings) -> tuple[Redis, RedisServer | None]:
         ) from None
     if await _is_cluster(client):
         await client.aclose()
-        cluster = RedisCluster.from_url(url, **_CLIENT_OPTIONS)
+        cluster = RedisCluster.from_url(url, **options)
         # Learn the slot map now, before the workers' many first commands race to build it.
         await cluster.initialize()
         client = _as_client(cluster)
@@ -120,6 +130,17 @@ async def open_redis(settings: Settings) -> tuple[Redis, RedisServer | None]:
     if server is None and (advice := await memory_advice(client)) is not None:
         log.info(advice)
     return client, server
+
+
+def _client_options(url: str, *, one_shot: bool) -> dict[str, Any]:
+    """The client's options: TCP's keepalive where the URL is TCP (a unix socket takes
+    none), a socket timeout for a command-line run."""
+    options = dict(_CLIENT_OPTIONS)
+    if not url.startswith("unix:"):
+        options |= _TCP_OPTIONS
+    if one_shot:
+        options["socket_timeout"] = ONE_SHOT_TIMEOUT
+    return options
 
 
 def redacted(url: str) -> str:
@@ -132,7 +153,7 @@ def redacted(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{hosts}" if user else f"***@{hosts}"))
 
 
-def _sentinel_master(url: str) -> Redis:
+def _sentinel_master(url: str, options: dict[str, Any]) -> Redis:
     """The master a Sentinel URL names: redis+sentinel://[[user]:password@]host:port[,…]/
     <master name>[/db]; the credentials are the master's (the Sentinels are asked without)."""
     parts = urlsplit(url)
@@ -161,7 +182,7 @@ def _sentinel_master(url: str) -> Redis:
         connection_pool_class=WaitingSentinelConnectionPool,
         username=user or None,
         password=password or None,
-        **_CLIENT_OPTIONS,
+        **options,
     )
     return master
 
@@ -178,7 +199,8 @@ class _SentinelMaster(Redis):
 
 async def _is_cluster(client: Redis) -> bool:
     try:
-        info = await client.info("cluster")
+        async with asyncio.timeout(PROBE_SECONDS):
+            info = await client.info("cluster")
     except Exception:
         return False  # unreachable now: /readyz reports it; the workers retry
     return info.get("cluster_enabled") in (1, "1")

@@ -50,7 +50,7 @@ async def reach_redis(settings: Settings) -> RedisReach:
             f"{embedded_dir(settings)}; routes kept there were not read"
         )
     try:
-        redis, _ = await open_redis(settings)
+        redis, _ = await open_redis(settings, one_shot=True)
     except ValueError as exc:
         raise ConfigurationError(
             f"REDIS_URL={redacted(url)!r} is not a Redis URL ({exc}): use redis://host:6379/0, "

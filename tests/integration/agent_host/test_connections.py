@@ -18,6 +18,7 @@ from agent_host.durable.redis_server import RedisServer, find_executable, free_p
 from agent_host.errors import ConfigurationError
 from agent_host.settings import load_settings
 from tests.support.redis_cluster import LocalRedisCluster
+from tests.support.redis_fixtures import RedisServerFactory
 
 
 async def test_a_plain_url_connects(redis_url: str, tmp_path: Path) -> None:
@@ -44,6 +45,17 @@ async def test_a_connection_notices_its_host_gone_through_tcp(redis_url: str) ->
             assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 10_000
         finally:
             await client.connection_pool.release(connection)
+    finally:
+        await client.aclose()
+
+
+async def test_a_unix_socket_url_connects(redis_server_factory: RedisServerFactory) -> None:
+    """TCP's keepalive options are for TCP: a unix socket's connection takes none."""
+    server = redis_server_factory(unix_socket=True)
+    assert server.url.startswith("unix://")
+    client, _ = await open_redis(load_settings({"REDIS_URL": server.url}))
+    try:
+        assert await client.ping()
     finally:
         await client.aclose()
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from slack_sandbox.payloads import (
 )
 from slack_sandbox.shapes import message_json
 from slack_sandbox.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign_request
+from tests.support.redis_fixtures import RedisServerFactory
 from tests.support.stack import (
     ADMIN,
     CHANNEL,
@@ -198,3 +201,27 @@ async def test_a_route_removed_does_not_come_back_with_its_command_sent_again(
         status, text = await post(stack, body, headers)
         assert status == 200 and text == ""
         assert await stack.bot.routes.rules() == []
+
+
+async def test_slack_gets_its_answer_in_time_from_a_redis_that_answers_nothing(
+    redis_server_factory: RedisServerFactory, tmp_path: Path
+) -> None:
+    """The replay guard asks Redis before any listener runs, and the client has no socket
+    timeout: the guard's own deadline keeps a click and a command within Slack's 3 s."""
+    server = redis_server_factory()
+    async with running_stack(server.url, tmp_path) as stack:
+        run_id = await stack.start_run("refund-agent", "refund order 123")
+        (request,) = await stack.pending_requests(run_id)
+        click = click_body(stack, REVIEWER, request, blocks.APPROVE)
+        command = slash_body(stack, ADMIN, "pending")
+        assert server.pid is not None
+        os.kill(server.pid, signal.SIGSTOP)
+        try:
+            answers = []
+            for body in (click, command):
+                started = time.monotonic()
+                status, _ = await post(stack, body, sign_request(SECRET, int(time.time()), body))
+                answers.append((status, time.monotonic() - started))
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        assert all(status == 200 and took < 3 for status, took in answers), answers

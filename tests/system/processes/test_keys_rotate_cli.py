@@ -9,9 +9,11 @@ the data dir and the embedded Redis's files are private to their owner."""
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from redis.asyncio import Redis
@@ -22,6 +24,7 @@ from agent_host.durable.redis_server import RedisServer
 from agent_host.runtime.decisions import Approve
 from tests.support.host_env import make_env
 from tests.support.paths import PROJECT_ROOT
+from tests.support.redis_fixtures import RedisServerFactory
 
 KEY_A = generate_key("kA")
 KEY_B = generate_key("kB")
@@ -168,3 +171,22 @@ def test_data_dir_and_embedded_redis_files_are_private_and_a_readable_key_file_i
     for path in [data / "redis", *redis_files]:
         expected = 0o700 if path.is_dir() else 0o600
         assert mode(path) == expected, f"{path}: {mode(path):03o}"
+
+
+def test_a_redis_that_answers_nothing_makes_it_give_up_not_wait(
+    redis_server_factory: RedisServerFactory, tmp_path: Path
+) -> None:
+    """`serve` has no socket timeout (a timer around every read costs it CPU); a command-line
+    run has one, and says Redis did not answer rather than wait for ever."""
+    server = redis_server_factory()
+    assert server.pid is not None
+    os.kill(server.pid, signal.SIGSTOP)  # it accepts connections, and answers nothing
+    try:
+        started = time.monotonic()
+        done = rotate(tmp_path, REDIS_URL=server.url, COUNTERSIGN_ENCRYPTION_KEYS=KEY_A)
+        took = time.monotonic() - started
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+    assert done.returncode != 0, done
+    assert "Redis" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert took < 60, took
