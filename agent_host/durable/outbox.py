@@ -162,8 +162,7 @@ class Outbox:
             return None  # it never reached chat: there is no message to update
         try:
             await self.notifier.request_updated(request)
-            if not request.decided:
-                await self._still_current(request)
+            await self._still_current(request)
         except DeliveryFailed as failure:  # e.g. the message was deleted: drop it
             await self.store.record_delivery_failure(request.request_id, failure, kind)
             return None
@@ -171,16 +170,20 @@ class Outbox:
 
     async def _still_current(self, shown: ApprovalRequest) -> None:
         """A waiting request's message (a quorum's tally) can land after a later state's
-        update: sent again after Slack's "not now", or by another process. Read again once
-        it landed, and show the request as it is now if it moved on, so the last update to
-        land shows the last state (a decided request's buttons never come back)."""
-        current = await self.store.get_request(shown.request_id)
-        if current is None or (current.status, current.approvals) == (
-            shown.status,
-            shown.approvals,
-        ):
-            return
-        await self.notifier.request_updated(self.store.open_context(current))
+        update: sent again after Slack's "not now", or by another process. Once it landed,
+        read the request again, and while it moved on since what was shown, show it as it
+        is now: whoever sends an update reads again after it lands, so the last to land
+        shows the last state (a decided request's buttons never come back). A state only
+        moves forward (a vote more, then decided), so this ends."""
+        while not shown.decided:
+            current = await self.store.get_request(shown.request_id)
+            if current is None or (current.status, current.approvals) == (
+                shown.status,
+                shown.approvals,
+            ):
+                return
+            shown = self.store.open_context(current)
+            await self.notifier.request_updated(shown)
 
     async def _post(self, request: ApprovalRequest, entry: dict[str, str]) -> None:
         if request.message_ts and not request.only_in_bulk:

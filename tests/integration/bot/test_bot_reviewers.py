@@ -115,6 +115,36 @@ async def test_a_tally_update_sent_again_after_the_decision_does_not_bring_butto
         assert "2 of 2 approvals" in str(message["blocks"])
 
 
+async def test_a_tally_sent_again_because_the_state_moved_on_is_read_again_too(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Quorum 3. The first vote's tally meets a 429; the second's lands; the first's retry
+    lands, is found behind, and is followed by the current tally, which Slack is slow to
+    take, and the deciding vote's update lands meanwhile: what lands last is read again."""
+    async with running_stack(redis_url, tmp_path) as stack:
+        await _route(stack, f"tool=issue_refund channel={CHANNEL} quorum=3")
+        run_id = await stack.start_run("refund-agent", "refund order 123")
+        [request] = await stack.pending_requests(run_id)
+
+        def updates() -> int | None:
+            return len(stack.standin.calls_to("chat.update")) or None
+
+        stack.standin.inject("chat.update", status=429, retry_after=1)  # tally 1 waits 1 s
+        await stack.click(REVIEWER, request, blocks.APPROVE)
+        await eventually(lambda: (updates() or 0) >= 1 or None)
+        await stack.click(REVIEWER2, request, blocks.APPROVE)  # tally 2 lands at once
+        await eventually(lambda: (updates() or 0) >= 2 or None)
+        stack.standin.inject("chat.update", status=200, delay=0.0)  # tally 1's retry
+        stack.standin.inject("chat.update", status=200, delay=2.5)  # then tally 2, slowly
+        await eventually(lambda: (updates() or 0) >= 4 or None)
+        await stack.click(ADMIN, request, blocks.APPROVE)  # decides; its update lands first
+        await stack.run_status(run_id, "succeeded")
+        await outbox_drained(stack)
+        message = stack.message(CHANNEL, request.message_ts)
+        assert not any(b["type"] == "actions" for b in message["blocks"]), message
+        assert "3 of 3 approvals" in str(message["blocks"])
+
+
 async def test_requester_may_not_approve_their_own_request_by_default(
     redis_url: str, tmp_path: Path
 ) -> None:
