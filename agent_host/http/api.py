@@ -36,6 +36,7 @@ __all__ = [
     "json_errors",
     "json_object",
     "list_approvals",
+    "long_poll",
     "metrics",
     "readyz",
     "run_detail",
@@ -68,7 +69,7 @@ def error(status: int, message: str, **extra: Any) -> web.Response:
 
 @web.middleware
 async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    budget = STORE_BUDGET_SECONDS + _long_poll(request)
+    budget = STORE_BUDGET_SECONDS + (long_poll(request) or 0.0)
     deadline = asyncio.timeout(budget)
     try:
         async with deadline:
@@ -101,13 +102,14 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         return error(500, "internal error; the request may be retried")
 
 
-def _long_poll(request: web.Request) -> float:
-    """The seconds a request asks to be held (`?wait=`, as the handler will take it), or 0."""
+def long_poll(request: web.Request) -> float | None:
+    """The seconds a request asks to be held (`?wait=`, 0 when absent), or None when that
+    is not a number of seconds from 0 to MAX_WAIT_SECONDS."""
     try:
         wait = float(request.query.get("wait", "0"))
     except ValueError:
-        return 0.0
-    return wait if math.isfinite(wait) and 0 <= wait <= MAX_WAIT_SECONDS else 0.0
+        return None
+    return wait if math.isfinite(wait) and 0 <= wait <= MAX_WAIT_SECONDS else None
 
 
 def authorized(request: web.Request) -> web.Response | None:

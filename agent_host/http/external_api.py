@@ -14,7 +14,6 @@ clients that time out and poll again do not pile up waits nobody will read.
 from __future__ import annotations
 
 import asyncio
-import math
 
 from aiohttp import web
 
@@ -26,7 +25,14 @@ from agent_host.approvals.external import (
     parse_external_request,
 )
 from agent_host.durable.callbacks import dead_callbacks
-from agent_host.http.api import HOST_KEY, MAX_WAIT_SECONDS, authorized, error, json_object
+from agent_host.http.api import (
+    HOST_KEY,
+    MAX_WAIT_SECONDS,
+    authorized,
+    error,
+    json_object,
+    long_poll,
+)
 
 __all__ = [
     "MAX_WAIT_SECONDS",
@@ -115,12 +121,8 @@ async def approval_by_external_id(request: web.Request) -> web.Response:
 
 
 async def _detail(request: web.Request, request_id: str) -> web.Response:
-    raw_wait = request.query.get("wait", "0")
-    try:
-        wait = float(raw_wait)
-    except ValueError:
-        wait = -1.0
-    if not math.isfinite(wait) or not 0 <= wait <= MAX_WAIT_SECONDS:
+    wait = long_poll(request)
+    if wait is None:
         return error(400, f"wait must be a number of seconds from 0 to {MAX_WAIT_SECONDS}")
     external = request.app[HOST_KEY].external
     stopping = request.app[STOPPING]

@@ -16,6 +16,7 @@ import aiohttp
 import pytest
 
 from agent_host.approvals.external import external_call_hash
+from agent_host.http import api
 from bot import blocks
 from tests.support.keyspace import pass_deadline
 from tests.support.replies import flat_body
@@ -322,3 +323,17 @@ async def test_any_external_id_taken_at_creation_can_be_looked_up(
             async with http.get(url, headers=AUTH) as resp:
                 assert resp.status == 200, (external_id, await resp.text())
                 assert (await resp.json())["request_id"] == created["request_id"]
+
+
+async def test_a_long_poll_is_held_its_wait_beyond_the_requests_budget(
+    redis_url: str, tmp_path: Path, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every API request has a budget (a Redis that answers nothing gets a 503), and a long
+    poll's is its wait beyond it: held, then answered as it is, never a 503 for waiting."""
+    monkeypatch.setattr(api, "STORE_BUDGET_SECONDS", 0.5)
+    async with running_stack(redis_url, tmp_path) as stack:
+        created = await create(http, stack, REFUND)
+        started = time.monotonic()
+        answer = await read(http, stack, created["request_id"], wait=1.5)
+        assert answer["status"] == "pending"
+        assert time.monotonic() - started >= 1.4
