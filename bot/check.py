@@ -141,8 +141,9 @@ def _durability(aof: tuple[str, str] | None, *, embedded: bool) -> Finding:
     if appendonly != "yes":
         return _fail(
             "durability",
-            "appendonly is off: a restart of Redis loses every waiting run, its decisions and "
-            "the ledger that keeps each tool call to one run; set appendonly yes",
+            "appendonly is off: a restart of Redis loses every write since its last snapshot "
+            "(if it takes any), waiting runs, decisions and the ledger that keeps each tool "
+            "call to one run among them; set appendonly yes",
         )
     if appendfsync == "always":
         return Finding("durability", "AOF on, appendfsync always: nothing acknowledged is lost")

@@ -75,7 +75,7 @@ async def reach_redis(settings: Settings) -> RedisReach:
 
 async def _aof(redis: Any) -> tuple[str, str] | None:
     """How Redis keeps its writes on disk, or None where CONFIG is not allowed (managed
-    services rename or refuse it)."""
+    services rename or refuse it). On a Redis Cluster, the node the client asks."""
     try:
         config = await redis.config_get("append*")
     except ResponseError:
