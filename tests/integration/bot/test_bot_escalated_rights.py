@@ -17,7 +17,17 @@ from slack_sandbox.payloads import block_actions_payload, button_action, payload
 from slack_sandbox.shapes import message_json
 from slack_sandbox.signing import sign_request
 from tests.integration.bot.test_bot_commands import approvals
-from tests.integration.bot.test_bot_home import PRIVATE, add_private_channel, private_request
+from tests.integration.bot.test_bot_home import (
+    PRIVATE,
+    add_private_channel,
+    all_text,
+    click_home,
+    home_after,
+    open_home,
+    private_request,
+    publishes,
+    waiting_ids,
+)
 from tests.integration.bot.test_bot_signing import post
 from tests.support.stack import ADMIN, OPS, OUTSIDER, REVIEWER2, SECRET, Stack, running_stack
 from tests.support.waiting import eventually
@@ -182,3 +192,23 @@ async def test_a_copy_in_someones_direct_messages_is_theirs_to_click(
 
         await stack.standin.click(REVIEWER2, copy.channel, copy.ts, blocks.APPROVE)
         assert (await stack.decided(request.request_id)).decided_by == REVIEWER2
+
+
+async def test_from_the_home_tab_approve_for_this_run_needs_a_member_of_the_routes_channel(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Their tab lists what was escalated to them, with its buttons: the call alone may be
+    approved there, the rest of the run not."""
+    async with running_stack(redis_url, tmp_path, COUNTERSIGN_AGENTS=TWICE) as stack:
+        _, first = await archiver_escalated_to(stack, f"<@{OUTSIDER}>")
+        view = await open_home(stack, OUTSIDER)
+        assert first.request_id in waiting_ids(view)
+        seen = publishes(stack, OUTSIDER)
+        await click_home(stack, OUTSIDER, first, blocks.APPROVE_ALWAYS)
+        notice = all_text(await home_after(stack, OUTSIDER, seen))
+        assert "Not allowed" in notice and PRIVATE in notice, notice
+        current = await stack.host.store.get_request(first.request_id)
+        assert current is not None and current.status == "pending"
+
+        await click_home(stack, OUTSIDER, first, blocks.APPROVE)
+        assert (await stack.decided(first.request_id)).decided_by == OUTSIDER
