@@ -27,11 +27,12 @@ from bot.home import HomeTab
 from bot.listeners.after_ack import BackgroundTasks, Replies
 from bot.listeners.budget import LISTENER_BUDGET
 from bot.listeners.bulk import BULK_ACTIONS, bulk_button_listener, bulk_form_listener
-from bot.listeners.buttons import ACTIONS, button_listener
+from bot.listeners.buttons import ACTIONS, button_listener, is_decision_click
 from bot.listeners.commands import COMMAND, command_listener
 from bot.listeners.events import HOME_OPENED, home_opened_listener, once_per_event
 from bot.listeners.forms import FORMS, form_listener
 from bot.listeners.pages import pages_listener
+from bot.listeners.taken_once import taken_once
 from bot.member_channels import MemberChannels
 from bot.middleware import installed_workspace_only
 from bot.slack_notifier import SlackNotifier
@@ -86,6 +87,7 @@ def build_bolt_app(
     )
     replies = Replies(client, notifier, tasks)
     app.use(installed_workspace_only(replies))
+    app.use(taken_once(awaited_by_listener=is_decision_click))  # its listener awaits it
     if seen_events is not None:  # after the team check: only events of this workspace
         app.use(once_per_event(seen_events))
     on_button = button_listener(approvals, replies, home)

@@ -15,9 +15,7 @@ import sys
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
-from redis.exceptions import RedisError
-
-from agent_host.durable.connections import open_redis
+from agent_host.durable.connections import STORE_ERRORS, open_redis
 from agent_host.durable.crypto import generate_key
 from agent_host.durable.host import check_workers, load_keyring
 from agent_host.durable.rotation import rotate_checkpoints
@@ -149,7 +147,7 @@ async def _rotate(settings: ServiceSettings) -> int:
     )  # (not beside another's embedded Redis)
     try:
         report = await rotate_checkpoints(redis, keyring)
-    except (RedisError, OSError) as exc:
+    except STORE_ERRORS as exc:
         print(
             f"countersign: Redis did not answer ({type(exc).__name__}: {exc}); what was "
             "rotated stays rotated: run `countersign keys rotate` again once it answers.",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import hmac
@@ -29,6 +30,7 @@ from agent_host.errors import ConfigurationError, StoreUnavailable
 from bot.app import BackgroundTasks, build_bolt_app
 from bot.delivery import channel_problem
 from bot.home import HomeTab
+from bot.listeners.taken_once import FIRST_TIME
 from bot.member_channels import MemberChannels
 from bot.parsing import well_formed
 from bot.permalinks import Permalinks
@@ -204,10 +206,14 @@ def mount_slack(app: web.Application, bot: SlackBot) -> None:
             bolt_request = None
         if bolt_request is None or not well_formed(bolt_request.body):
             return web.json_response({"error": "malformed Slack request body"}, status=400)
-        if not await _first_time(signature):
-            log.warning("a signed Slack request was sent again; ignored")
-            return web.Response(status=200)
-        return await to_aiohttp_response(await bot.bolt.async_dispatch(bolt_request))
+        # The replay guard's round trip overlaps the dispatch; it is awaited before the
+        # request can change anything (`bot.listeners.taken_once`), and here at the latest.
+        guard = asyncio.ensure_future(_first_time(signature))
+        bolt_request.context[FIRST_TIME] = guard
+        try:
+            return await to_aiohttp_response(await bot.bolt.async_dispatch(bolt_request))
+        finally:
+            await guard
 
     async def _first_time(signature: str) -> bool:
         if bot.seen_requests is None:

@@ -30,7 +30,14 @@ from agent_host.durable.redis_server import RedisServer, port_of, running_in
 from agent_host.errors import ConfigurationError, StoreUnavailable
 from agent_host.settings import Settings
 
-__all__ = ["as_text", "embedded_dir", "open_redis", "redacted", "refuse_a_second_embedded"]
+__all__ = [
+    "STORE_ERRORS",
+    "as_text",
+    "embedded_dir",
+    "open_redis",
+    "redacted",
+    "refuse_a_second_embedded",
+]
 
 log = logging.getLogger(__name__)
 
@@ -214,6 +221,8 @@ def _as_client(cluster: RedisCluster) -> Redis:
 
 
 _C = TypeVar("_C", bound=type)
+# What Redis (or the network to it) raises: to callers above this layer, StoreUnavailable.
+STORE_ERRORS: tuple[type[Exception], ...] = (RedisError, RedisClusterException, OSError)
 
 
 def unavailable_on_redis_errors(cls: _C) -> _C:
@@ -232,7 +241,7 @@ def _translated(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitabl
     async def call(*args: Any, **kwargs: Any) -> Any:
         try:
             return await method(*args, **kwargs)
-        except (RedisError, RedisClusterException, OSError) as exc:
+        except STORE_ERRORS as exc:
             # Only the error's type: its text names Redis's address, which is the log's
             # (the cause goes with the error), not the callers'.
             raise StoreUnavailable(

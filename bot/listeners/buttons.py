@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from slack_bolt.async_app import AsyncAck
+from slack_bolt.async_app import AsyncAck, AsyncBoltContext
 
 from agent_host.approvals import ApprovalRequest, ApprovalService
 from agent_host.errors import StoreUnavailable
@@ -36,11 +36,12 @@ from bot.listeners.replies import (
     already_decided,
     result_text,
 )
+from bot.listeners.taken_once import first_time
 from bot.member_channels import UNCHECKED, dm_copy_in
 from bot.mrkdwn import channel_link, escape
 from bot.parsing import Click, parse_click
 
-__all__ = ["ACTIONS", "button_listener", "refusal"]
+__all__ = ["ACTIONS", "button_listener", "is_decision_click", "refusal"]
 
 log = logging.getLogger(__name__)
 
@@ -147,15 +148,29 @@ async def _standing_refused(click: Click, request: ApprovalRequest, home: HomeTa
     )
 
 
+def is_decision_click(body: dict[str, Any]) -> bool:
+    """A click of one of ACTIONS: its listener awaits the replay guard itself, together
+    with its first read."""
+    actions = body.get("actions")
+    if body.get("type") != "block_actions" or not isinstance(actions, list) or not actions:
+        return False
+    first = actions[0]
+    return isinstance(first, dict) and first.get("action_id") in ACTIONS
+
+
 async def _on_click(
     click: Click,
     approvals: ApprovalService,
     replies: Replies,
     progress: _Progress,
     home: HomeTab | None = None,
-) -> str:
-    """The click's answer to its user ("" when the updated message says it all)."""
-    request = await approvals.load(click.request_id)
+    context: AsyncBoltContext | None = None,
+) -> str | None:
+    """The click's answer to its user ("" when the updated message says it all; None for
+    a copy of a click taken already, answered by nobody)."""
+    request, new = await asyncio.gather(approvals.load(click.request_id), first_time(context))
+    if not new:
+        return None
     if reason := refusal(request, click):
         return reason
     assert request is not None
@@ -187,24 +202,27 @@ async def _on_click(
 
 def button_listener(
     approvals: ApprovalService, replies: Replies, home: HomeTab | None = None
-) -> Callable[[AsyncAck, dict[str, Any]], Awaitable[None]]:
+) -> Callable[[AsyncAck, dict[str, Any], AsyncBoltContext], Awaitable[None]]:
     """The listener for every button in ACTIONS: ack at once, answer within the budget."""
 
-    async def on_button(ack: AsyncAck, body: dict[str, Any]) -> None:
+    async def on_button(ack: AsyncAck, body: dict[str, Any], context: AsyncBoltContext) -> None:
         await ack()
         click = parse_click(body)
         if click is None:
             log.warning("ignored a malformed click")
             return
         progress = _Progress()
+        text: str | None
         try:
             async with asyncio.timeout(LISTENER_BUDGET):
-                text = await _on_click(click, approvals, replies, progress, home)
+                text = await _on_click(click, approvals, replies, progress, home, context)
         except TimeoutError:
             text = UNCONFIRMED if progress.deciding else UNAVAILABLE
         except StoreUnavailable:
             log.warning("click by %s could not reach Redis", click.user)
             text = UNAVAILABLE
+        if text is None:  # a copy of a click taken already: nobody is answered
+            return
         if not click.from_home:
             replies.ephemeral(click.channel, click.user, text)
         elif text and home is not None:  # a decision refreshes the tab through the outbox

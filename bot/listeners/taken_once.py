@@ -1,0 +1,52 @@
+"""Each signed Slack request taken once: its replay guard's answer, awaited before the
+request can change anything.
+
+`bot.wiring.mount_slack` starts the guard (`SeenOnce` on the request's signature) as the
+request arrives and hands it to Bolt in the request's context, so the Redis round trip
+overlaps the dispatch. A decision button's listener awaits it together with its first
+read of the request (one round trip of latency, not two); every other request waits for it
+here, before its listener runs. A copy of a request taken already gets an empty 200.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from slack_bolt.async_app import AsyncBoltContext
+from slack_bolt.response import BoltResponse
+
+__all__ = ["FIRST_TIME", "first_time", "taken_once"]
+
+log = logging.getLogger(__name__)
+
+FIRST_TIME = "countersign_first_time"  # the context's key: the guard's answer to come
+
+Middleware = Callable[[dict[str, Any], AsyncBoltContext, Any], Awaitable[BoltResponse | None]]
+
+
+async def first_time(context: AsyncBoltContext | None) -> bool:
+    """Whether the request is taken for the first time (True where nothing guards it:
+    Socket Mode, whose socket carries no copies)."""
+    guard: asyncio.Future[bool] | None = context.get(FIRST_TIME) if context else None
+    if guard is None or await guard:
+        return True
+    log.warning("a signed Slack request was sent again; ignored")
+    return False
+
+
+def taken_once(awaited_by_listener: Callable[[dict[str, Any]], bool]) -> Middleware:
+    """The middleware: a request goes on once its guard says it is new; those for which
+    `awaited_by_listener` holds go on at once, their listener awaiting the guard itself."""
+
+    async def first_time_only(
+        body: dict[str, Any], context: AsyncBoltContext, next: Any
+    ) -> BoltResponse | None:
+        if awaited_by_listener(body) or await first_time(context):
+            await next()
+            return None
+        return BoltResponse(status=200, body="")
+
+    return first_time_only
