@@ -9,12 +9,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent_host.approvals import ApprovalRequest
+from agent_host.approvals import ApprovalRequest, EscalatedCopy
 from bot import blocks
 from bot.reviewers import SlackReviewerDirectory
-from slack_sandbox.blockkit import find_element
-from slack_sandbox.payloads import block_actions_payload, button_action, payload_body
-from slack_sandbox.shapes import message_json
 from slack_sandbox.signing import sign_request
 from tests.integration.bot.test_bot_commands import approvals
 from tests.integration.bot.test_bot_home import (
@@ -28,7 +25,7 @@ from tests.integration.bot.test_bot_home import (
     publishes,
     waiting_ids,
 )
-from tests.integration.bot.test_bot_signing import post
+from tests.integration.bot.test_bot_signing import click_body, post
 from tests.support.stack import ADMIN, OPS, OUTSIDER, REVIEWER2, SECRET, Stack, running_stack
 from tests.support.waiting import eventually
 
@@ -57,32 +54,6 @@ def buttons(message: dict[str, Any]) -> list[str]:
     ]
 
 
-def click_on_copy(
-    stack: Stack, user: str, request: ApprovalRequest, channel: str, ts: str, action_id: str
-) -> bytes:
-    """A signed-to-be click of `action_id`, a button of the request's own message, as
-    though it sat on the copy at `channel`/`ts` (where it is not offered)."""
-    core = stack.standin.core
-    ws = core.workspace
-    original = ws.message(request.message_channel, request.message_ts)
-    copy, clicker, where = ws.message(channel, ts), ws.user(user), ws.channel(channel)
-    assert original is not None and copy is not None and clicker is not None
-    found = find_element(original.blocks, action_id, "button")
-    assert found is not None
-    payload = block_actions_payload(
-        core,
-        user=clicker,
-        channel=where,
-        message_ts=ts,
-        message=message_json(ws, copy),
-        thread_ts=None,
-        action=button_action(*found),
-        trigger_id=core.triggers.issue(user),
-        response_url=core.new_response_url(channel, user, ts, is_ephemeral=False),
-    )
-    return payload_body(payload)
-
-
 async def archiver_escalated_to(stack: Stack, target: str) -> tuple[str, ApprovalRequest]:
     """The `archiver` run's first call, routed to the private channel and escalated to
     `target` after a second (its second call is asked only once the first is decided)."""
@@ -108,7 +79,7 @@ async def test_approve_for_this_run_is_not_given_from_an_escalated_copy(
             stack.message(first.message_channel, first.message_ts)
         )
 
-        body = click_on_copy(stack, OUTSIDER, first, copy.channel, copy.ts, blocks.APPROVE_ALWAYS)
+        body = click_body(stack, OUTSIDER, first, blocks.APPROVE_ALWAYS, at=(copy.channel, copy.ts))
         status, _ = await post(stack, body, sign_request(SECRET, int(time.time()), body))
         assert status == 200
         refused = await told(stack, OUTSIDER)
@@ -134,12 +105,24 @@ async def test_nor_from_a_copy_in_the_channel_escalated_to(redis_url: str, tmp_p
         _, first = await archiver_escalated_to(stack, f"<#{OPS}|ops>")
         [copy] = first.escalations
         assert blocks.APPROVE_ALWAYS not in buttons(stack.message(copy.channel, copy.ts))
-        body = click_on_copy(stack, REVIEWER2, first, copy.channel, copy.ts, blocks.APPROVE_ALWAYS)
+        body = click_body(
+            stack, REVIEWER2, first, blocks.APPROVE_ALWAYS, at=(copy.channel, copy.ts)
+        )
         status, _ = await post(stack, body, sign_request(SECRET, int(time.time()), body))
         assert status == 200
         assert "Approve for this run is given by the people of" in await told(stack, REVIEWER2)
         current = await stack.host.store.get_request(first.request_id)
         assert current is not None and current.status == "pending"
+
+
+async def copy_escalated_to_the_group(
+    stack: Stack, member: str
+) -> tuple[ApprovalRequest, EscalatedCopy]:
+    """A request of the private channel, escalated to GROUP after a second: `member`'s copy
+    (in their direct messages)."""
+    request = await private_request(stack, f"escalate_after=1s escalate_to=<!subteam^{GROUP}>")
+    current = await escalated(stack, request.request_id, copies=2)
+    return request, next(c for c in current.escalations if c.to == member)
 
 
 def leave_group(stack: Stack, user: str) -> None:
@@ -156,9 +139,7 @@ async def test_a_member_who_left_the_group_escalated_to_no_longer_decides_from_t
     redis_url: str, tmp_path: Path
 ) -> None:
     async with running_stack(redis_url, tmp_path) as stack:
-        request = await private_request(stack, f"escalate_after=1s escalate_to=<!subteam^{GROUP}>")
-        current = await escalated(stack, request.request_id, copies=2)
-        copy = next(c for c in current.escalations if c.to == REVIEWER2)
+        request, copy = await copy_escalated_to_the_group(stack, REVIEWER2)
         await stack.standin.click(REVIEWER2, copy.channel, copy.ts, blocks.APPROVE_COMMENT)
         form = await stack.opened_view(REVIEWER2, blocks.COMMENT_MODAL)
         leave_group(stack, REVIEWER2)
@@ -177,9 +158,7 @@ async def test_a_copy_in_someones_direct_messages_is_theirs_to_click(
     redis_url: str, tmp_path: Path
 ) -> None:
     async with running_stack(redis_url, tmp_path) as stack:
-        request = await private_request(stack, f"escalate_after=1s escalate_to=<!subteam^{GROUP}>")
-        current = await escalated(stack, request.request_id, copies=2)
-        copy = next(c for c in current.escalations if c.to == REVIEWER2)
+        request, copy = await copy_escalated_to_the_group(stack, REVIEWER2)
         await stack.standin.click(OUTSIDER, copy.channel, copy.ts, blocks.APPROVE)
 
         def answered() -> str | None:  # (Slack refuses it: they are not in that DM)

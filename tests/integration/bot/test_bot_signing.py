@@ -36,14 +36,25 @@ from tests.support.stack import (
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 
 
-def click_body(stack: Stack, user_id: str, request: ApprovalRequest, action_id: str) -> bytes:
-    """The exact body the stand-in would send for this click."""
+def click_body(
+    stack: Stack,
+    user_id: str,
+    request: ApprovalRequest,
+    action_id: str,
+    at: tuple[str, str] | None = None,
+) -> bytes:
+    """The exact body the stand-in would send for this click: of a button of the request's
+    message, on that message or, `at` (channel, ts), as though it sat on another one (a
+    copy that does not offer it)."""
     core = stack.standin.core
     ws = core.workspace
-    user, channel = ws.user(user_id), ws.channel(request.message_channel)
-    message = ws.message(request.message_channel, request.message_ts)
-    assert user is not None and channel is not None and message is not None
-    found = find_element(message.blocks, action_id, "button")
+    channel_id, ts = at or (request.message_channel, request.message_ts)
+    user, channel = ws.user(user_id), ws.channel(channel_id)
+    original = ws.message(request.message_channel, request.message_ts)
+    message = ws.message(channel_id, ts)
+    assert user is not None and channel is not None
+    assert original is not None and message is not None
+    found = find_element(original.blocks, action_id, "button")
     assert found is not None
     payload = block_actions_payload(
         core,
