@@ -92,18 +92,21 @@ class MemberChannels:
         """For a route without named reviewers (decided by the people of its channels): why
         `user_id` is not one of them, or "" (they are, or the route names its reviewers).
 
-        Whoever it was escalated to counts too (`escalation`), needing no lookup, or, for a
-        copy escalated to a user group's members, one of the group (cached briefly, as for
-        reviewer groups); a member listed in the last DECISION_MAX_AGE seconds needs none
-        either. Otherwise Slack is asked, within LOOKUP_SECONDS, whether one of its channels
-        is public, or has them among its members now. Those answers are the channel's, kept
+        With `escalation`, whoever it was escalated to counts too: a person, needing no
+        lookup; a user group's members while they are in it (cached briefly, as for
+        reviewer groups); a channel's people, as one of the request's channels. Without
+        it, only the original's channel counts. A member listed in the last
+        DECISION_MAX_AGE seconds needs no lookup either. Otherwise Slack is asked, within
+        LOOKUP_SECONDS, whether one of those channels is public, or has them among its
+        members now. Those answers are the channel's, kept
         DECISION_MAX_AGE seconds and shared by everyone deciding there: a busy channel costs
         Slack a few calls a minute, not one a click."""
         if request.route.reviewers:
             return ""
         if escalation and await self.escalated_to_now(user_id, request):
             return ""
-        where = request.channels()
+        # Without the escalation, the original's channel alone (not its copies' channels).
+        where = request.channels() if escalation else request.channels()[:1]
         listed = self._kept(self._channels, user_id, DECISION_MAX_AGE)
         if listed is not None and not listed.isdisjoint(where):
             return ""

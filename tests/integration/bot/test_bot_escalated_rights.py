@@ -191,3 +191,25 @@ async def test_from_the_home_tab_approve_for_this_run_needs_a_member_of_the_rout
 
         await click_home(stack, OUTSIDER, first, blocks.APPROVE)
         assert (await stack.decided(first.request_id)).decided_by == OUTSIDER
+
+
+async def test_nor_from_the_home_tab_of_someone_in_the_channel_escalated_to(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A member of the channel a request was escalated to may decide the call from their
+    tab; the rest of the run needs a member of the route's own channel."""
+    async with running_stack(redis_url, tmp_path, COUNTERSIGN_AGENTS=TWICE) as stack:
+        _, first = await archiver_escalated_to(stack, f"<#{OPS}|ops>")
+        view = await open_home(stack, OUTSIDER)  # in #ops (public), not in the private channel
+        assert first.request_id in waiting_ids(view)
+        seen = publishes(stack, OUTSIDER)
+        await click_home(stack, OUTSIDER, first, blocks.APPROVE_ALWAYS)
+        notice = all_text(await home_after(stack, OUTSIDER, seen))
+        assert "Not allowed" in notice and PRIVATE in notice, notice
+        current = await stack.host.store.get_request(first.request_id)
+        assert current is not None and current.status == "pending" and current.decision is None
+
+        await click_home(stack, OUTSIDER, first, blocks.APPROVE)
+        decided = await stack.decided(first.request_id)
+        assert decided.decided_by == OUTSIDER and decided.decision is not None
+        assert not decided.decision.always
