@@ -31,7 +31,8 @@ async def first_time(context: AsyncBoltContext | None) -> bool:
     """Whether the request is taken for the first time (True where nothing guards it:
     Socket Mode, whose socket carries no copies)."""
     guard: asyncio.Future[bool] | None = context.get(FIRST_TIME) if context else None
-    if guard is None or await guard:
+    # shielded: a listener's budget running out does not cancel the guard it shares
+    if guard is None or await asyncio.shield(guard):
         return True
     log.warning("a signed Slack request was sent again; ignored")
     return False
