@@ -302,3 +302,28 @@ if redis.call('HGET', KEYS[1], 'pause_id') == ARGV[1] then
 end
 return 0
 """
+
+
+# A consumer's heartbeat: resets the idle time of the entries it holds, but only of those
+# still pending under its own name. One another consumer reclaimed meanwhile (this one's
+# loop stalled past `idle_ms`) stays with that one. KEYS: the stream. ARGV: group,
+# consumer, entry ids. Returns the ids kept.
+KEEP_CLAIMED = """
+local group, consumer = ARGV[1], ARGV[2]
+local mine = {}
+for i = 3, #ARGV do
+  local id = ARGV[i]
+  if #redis.call('XPENDING', KEYS[1], group, id, id, 1, consumer) > 0 then
+    mine[#mine + 1] = id
+  end
+end
+for first = 1, #mine, 500 do
+  local claim = {'XCLAIM', KEYS[1], group, consumer, 0}
+  for i = first, math.min(first + 499, #mine) do
+    claim[#claim + 1] = mine[i]
+  end
+  claim[#claim + 1] = 'JUSTID'
+  redis.call(unpack(claim))
+end
+return mine
+"""

@@ -21,6 +21,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from agent_host.durable.connections import as_text
 from agent_host.durable.foreground import Foreground
 from agent_host.durable.poison import POISON_AFTER, TRANSIENT, Failures, GiveUp
+from agent_host.durable.scripts import KEEP_CLAIMED
 from agent_host.durable.slots import holding
 from agent_host.errors import RetryLater
 
@@ -124,6 +125,7 @@ class StreamConsumer:
         self._beat_every = idle_ms / 3000
         self._beat: asyncio.TimerHandle | None = None
         self._claiming: asyncio.Task[None] | None = None
+        self._keep_claimed_script = redis.register_script(KEEP_CLAIMED)
         self._stopping: asyncio.Event | None = None  # run()'s stop: no new entry is begun
 
     @property
@@ -364,9 +366,10 @@ class StreamConsumer:
 
     # -- the heartbeat: a slow but healthy consumer is not mistaken for a dead one --------
     # Every third of `idle_ms` while it holds entries, the consumer resets the idle time of
-    # those it has held that long, all in one XCLAIM: a backlog of a thousand entries costs
-    # one command per beat, not a thousand at once. Most entries are handled well before
-    # the first beat, and cost a timer, not a command.
+    # those it has held that long, all in one script (KEEP_CLAIMED: those still pending
+    # under its name, not one another consumer reclaimed meanwhile): a backlog of a
+    # thousand entries costs one command per beat, not a thousand at once. Most entries
+    # are handled well before the first beat, and cost a timer, not a command.
     def _hold(self, entry_id: str) -> None:
         loop = asyncio.get_running_loop()
         self._held[entry_id] = loop.time()
@@ -389,11 +392,21 @@ class StreamConsumer:
 
     async def _keep_claimed(self, entry_ids: list[str]) -> None:
         try:
-            await self.redis.xclaim(
-                self.stream, self.group, self.consumer, 0, list[Any](entry_ids), justid=True
+            kept = await self._keep_claimed_script(
+                keys=[self.stream], args=[self.group, self.consumer, *entry_ids]
             )
         except (RedisError, OSError) as exc:  # the next beat tries again; nothing else to do
             log.warning("%s: heartbeat of %d entries failed (%s)", self.stream, len(entry_ids), exc)
+        else:
+            if lost := set(entry_ids) - {as_text(k) for k in kept}:
+                # Another consumer took them while this one was silent (a stalled loop):
+                # they are theirs now; this one's handling goes on, the ledger keeping each
+                # call to one run.
+                log.warning(
+                    "%s: %d entries held here were reclaimed by another consumer (this one "
+                    "was silent past %d ms): %s",
+                    self.stream, len(lost), self.idle_ms, ", ".join(sorted(lost)),
+                )  # fmt: skip
         finally:
             self._claiming = None
 

@@ -12,6 +12,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from agent_host.durable.connections import as_text
 from agent_host.durable.slots import set_aside
 from agent_host.durable.streams import (
     READ_AHEAD,
@@ -621,3 +622,64 @@ async def test_an_ack_left_by_a_failed_flush_goes_with_the_next_read(
 
 async def _pending_count_is(redis: Redis, n: int) -> bool:
     return len(await _pending(redis)) == n
+
+
+async def test_a_heartbeat_leaves_an_entry_another_consumer_reclaimed_with_it(
+    redis: Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Consumer a holds an entry and falls silent past idle_ms (a stalled loop); b
+    reclaims it. When a's heartbeat beats again, the entry stays b's: taking it back would
+    let a third consumer reclaim it from a silent owner again, and hand it round."""
+    entry_id = as_text(await redis.xadd("s", {"n": "slow"}))
+    release = asyncio.Event()
+    started: list[str] = []
+
+    async def handler(entry: str, fields: dict[str, str]) -> None:
+        started.append(entry)
+        await release.wait()
+
+    a = StreamConsumer(redis, "s", "g", "a", handler, idle_ms=300, concurrent=True)
+    b = StreamConsumer(redis, "s", "g", "b", handler, idle_ms=300, concurrent=True)
+    a._heartbeat = lambda: None  # type: ignore[method-assign]  # silent: a stalled loop
+    await a.ensure_group()
+    stop = asyncio.Event()
+    running = [asyncio.create_task(a.run(stop))]
+    try:
+        await eventually(lambda: len(started) == 1, within=3)
+        running.append(asyncio.create_task(b.run(stop)))
+        await eventually(lambda: len(started) == 2, within=5)  # b reclaimed it
+
+        await a._keep_claimed([entry_id])  # a's next beat
+
+        [pending] = await redis.xpending_range("s", "g", min="-", max="+", count=10)
+        assert as_text(pending["consumer"]) == "b", pending
+        assert any("reclaimed by another consumer" in r.getMessage() for r in caplog.records)
+    finally:
+        release.set()
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*running), 5)
+
+
+async def test_one_heartbeat_keeps_every_entry_held_however_many(redis: Redis) -> None:
+    """The heartbeat's script claims its entries 500 at a time: all 1,200 held here get
+    their idle time reset, each still this consumer's."""
+    pipe = redis.pipeline(transaction=False)
+    for n in range(1200):
+        pipe.xadd("s", {"n": str(n)})
+    await pipe.execute()
+
+    async def handler(entry_id: str, fields: dict[str, str]) -> None:
+        raise AssertionError("not handled: only held")
+
+    consumer = StreamConsumer(redis, "s", "g", "a", handler, idle_ms=300)
+    await consumer.ensure_group()
+    read = await redis.xreadgroup("g", "a", {"s": ">"}, count=1200)
+    held = [as_text(entry_id) for entry_id, _ in read[0][1]]
+    await asyncio.sleep(0.2)
+
+    await consumer._keep_claimed(held)
+
+    pending = await redis.xpending_range("s", "g", min="-", max="+", count=2000)
+    assert len(pending) == 1200
+    assert {as_text(p["consumer"]) for p in pending} == {"a"}
+    assert max(p["time_since_delivered"] for p in pending) < 150  # reset, not 200 ms old
