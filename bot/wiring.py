@@ -53,9 +53,8 @@ class SlackBot:
     tasks: BackgroundTasks
     session: aiohttp.ClientSession
     signing_secret: str
+    seen_requests: SeenOnce  # each signed request is taken once: see `mount_slack`
     foreground: Foreground = field(default_factory=Foreground)  # the host's: clicks first
-    # Each signed request is taken once: see `mount_slack`. None: not checked (tests only)
-    seen_requests: SeenOnce | None = None
 
     async def close(self) -> None:
         """Finish the work started after acks, then close the Web API connections."""
@@ -125,7 +124,7 @@ async def build(settings: ServiceSettings) -> tuple[Host, SlackBot]:
     )
     secret = settings.slack_signing_secret or ""
     seen = SeenOnce(redis, "slack-request", keep_seconds=REPLAYABLE_SECONDS)
-    return host, SlackBot(client, routes, bolt, tasks, session, secret, host.foreground, seen)
+    return host, SlackBot(client, routes, bolt, tasks, session, secret, seen, host.foreground)
 
 
 def require_slack(settings: ServiceSettings) -> None:
@@ -216,8 +215,6 @@ def mount_slack(app: web.Application, bot: SlackBot) -> None:
             await guard
 
     async def _first_time(signature: str) -> bool:
-        if bot.seen_requests is None:
-            return True
         try:
             return await bot.seen_requests.first(signature)
         except StoreUnavailable:
