@@ -24,6 +24,7 @@ from agent_host.durable.bulks import BulkBook
 from agent_host.durable.seen_once import SeenOnce
 from bot import blocks
 from bot.home import HomeTab
+from bot.library_loggers import bolt_logger
 from bot.listeners.after_ack import BackgroundTasks, Replies
 from bot.listeners.budget import LISTENER_BUDGET
 from bot.listeners.bulk import BULK_ACTIONS, bulk_button_listener, bulk_form_listener
@@ -58,7 +59,7 @@ class _ClientCarriesTheToken(logging.Filter):
 def _bolt_logger() -> logging.Logger:
     """The logger Bolt uses by default (`slack_bolt.AsyncApp`), with that one warning
     filtered; Bolt copies its filters to the loggers of its middleware."""
-    logger = logging.getLogger("slack_bolt.AsyncApp")
+    logger = bolt_logger()
     if not any(isinstance(f, _ClientCarriesTheToken) for f in logger.filters):
         logger.addFilter(_ClientCarriesTheToken())
     return logger

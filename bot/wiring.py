@@ -30,6 +30,7 @@ from agent_host.errors import ConfigurationError, StoreUnavailable
 from bot.app import BackgroundTasks, build_bolt_app
 from bot.delivery import channel_problem
 from bot.home import HomeTab
+from bot.library_loggers import web_api_logger
 from bot.listeners.taken_once import FIRST_TIME
 from bot.member_channels import MemberChannels
 from bot.parsing import well_formed
@@ -149,6 +150,7 @@ def web_client(settings: ServiceSettings) -> tuple[aiohttp.ClientSession, AsyncW
         base_url=settings.slack_api_url,
         timeout=10,
         session=session,
+        logger=web_api_logger(),
     )
     return session, client
 
