@@ -31,7 +31,14 @@ from typing import Any, TypeVar
 from agent_host.approvals import ApprovalRequest, EscalatedCopy
 from bot.mrkdwn import channel_link
 
-__all__ = ["UNCHECKED", "GroupMembers", "MemberChannels", "among_its_people", "dm_copy_in"]
+__all__ = [
+    "GROUP_UNCHECKED",
+    "UNCHECKED",
+    "GroupMembers",
+    "MemberChannels",
+    "among_its_people",
+    "dm_copy_in",
+]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +46,10 @@ T = TypeVar("T")
 GroupMembers = Callable[[str], Awaitable[frozenset[str] | None]]
 
 UNCHECKED = "countersign could not check your channels right now; try again in a moment"
+GROUP_UNCHECKED = (
+    "countersign could not check the members of the user group this request was escalated "
+    "to right now; try again in a moment"
+)
 DECISION_MAX_AGE = 5.0  # seconds: how old the channels a decision rests on may be
 LOOKUP_SECONDS = 1.0  # for Slack to say
 PAGE = 1000  # the largest page of users.conversations and conversations.members
@@ -103,7 +114,8 @@ class MemberChannels:
         Slack a few calls a minute, not one a click."""
         if request.route.reviewers:
             return ""
-        if escalation and await self.escalated_to_now(user_id, request):
+        escalated = await self.escalated_to_now(user_id, request) if escalation else False
+        if escalated:
             return ""
         # Without the escalation, the original's channel alone (not its copies' channels).
         where = request.channels() if escalation else request.channels()[:1]
@@ -119,18 +131,21 @@ class MemberChannels:
             return ""  # in one of its channels, or one anyone in the workspace can click in
         if None in answers:
             return UNCHECKED
+        if escalated is None:  # their one claim is the group, which Slack could not list
+            return GROUP_UNCHECKED
         return f"this request is for the people in {channel_link(where[0])}, and you are not there"
 
-    async def escalated_to_now(self, user_id: str, request: ApprovalRequest) -> bool:
+    async def escalated_to_now(self, user_id: str, request: ApprovalRequest) -> bool | None:
         """Whether a copy of `request` was escalated to `user_id` and still counts: sent to
-        them, or to a user group they are still in (False when Slack cannot say)."""
+        them, or to a user group they are still in; None when Slack could not list the
+        group's members (which counts as no)."""
         if not escalated_to(user_id, request):
             return False
         group = request.route.escalate_to
         if not group.startswith("S"):
             return True
         members = await self.group_members(group) if self.group_members is not None else None
-        return members is not None and user_id in members
+        return None if members is None else user_id in members
 
     async def _may_click(self, user_id: str, channel: str) -> bool | None:
         """Whether `user_id` can click in `channel` now: it is public, or they are among its

@@ -213,3 +213,27 @@ async def test_nor_from_the_home_tab_of_someone_in_the_channel_escalated_to(
         decided = await stack.decided(first.request_id)
         assert decided.decided_by == OUTSIDER and decided.decision is not None
         assert not decided.decision.always
+
+
+async def test_a_group_that_cannot_be_listed_is_said_so_not_taken_for_leaving_it(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A member still in the group, whose one claim is their copy: when Slack cannot list
+    the group, the click is refused saying so (try again), not "you are not there"."""
+    async with running_stack(redis_url, tmp_path) as stack:
+        request, copy = await copy_escalated_to_the_group(stack, REVIEWER2)
+        directory = stack.host.approvals.directory
+        assert isinstance(directory, SlackReviewerDirectory)
+        directory.clock = lambda: time.monotonic() + 3600  # what it kept is past its age
+        stack.standin.inject("usergroups.users.list", status=500, times=20)
+
+        await stack.standin.click(REVIEWER2, copy.channel, copy.ts, blocks.APPROVE)
+        refused = await told(stack, REVIEWER2)
+        assert "could not check the members of the user group" in refused, refused
+        assert "you are not there" not in refused, refused
+        still = await stack.host.store.get_request(request.request_id)
+        assert still is not None and still.status == "pending" and not still.approvals
+
+        stack.standin.core.faults.clear()
+        await stack.standin.click(REVIEWER2, copy.channel, copy.ts, blocks.APPROVE)
+        assert (await stack.decided(request.request_id)).decided_by == REVIEWER2
