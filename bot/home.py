@@ -85,6 +85,9 @@ class HomeTab:
         waiting = waiting[:WAITING_MAX]
         recent = await self._recent(user_id)
         links = await self.permalinks.of_requests(waiting, LINKS_BUDGET)
+        # "Approve for this run" belongs to the people of a request's own channel (not to
+        # someone it was escalated to): offered where the viewer's channels include it.
+        standing = {r.request_id for r in waiting if channels and r.message_channel in channels}
         return home_view(
             user_id,
             waiting,
@@ -94,6 +97,7 @@ class HomeTab:
             more=more,
             unsure=viewer.unsure or channels is None or unchecked,
             notice=notice,
+            standing=standing,
         )
 
     async def _still_theirs(

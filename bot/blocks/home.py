@@ -4,7 +4,7 @@ bounded (`listing`), and the counts are capped well under 100 blocks."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from typing import Any
 
 from agent_host.approvals import ApprovalRequest
@@ -39,8 +39,10 @@ def home_view(
     more: bool = False,
     unsure: bool = False,
     notice: str = "",
+    standing: Container[str] = (),
 ) -> dict[str, Any]:
-    """The view to publish; `notice` is trusted mrkdwn (the answer to their last click)."""
+    """The view to publish; `notice` is trusted mrkdwn (the answer to their last click).
+    "Approve for this run" is offered on the requests in `standing` (by id) alone."""
     blocks: list[Block] = [header("Waiting for you")]
     if notice:
         blocks.append(section(plain_within(notice, SECTION_TEXT_MAX)))
@@ -48,7 +50,7 @@ def home_view(
         blocks.append(section("Nothing is waiting for your decision right now."))
     for request in waiting[:WAITING_MAX]:
         blocks.append(section(request_line(request, now, links.get(request.request_id, ""))))
-        blocks.append(buttons_block(request))
+        blocks.append(buttons_block(request, standing=request.request_id in standing))
     if more or len(waiting) > WAITING_MAX:
         blocks.append(
             context("More are waiting than fit here: `/approvals pending all` lists them all.")

@@ -164,9 +164,11 @@ def _not_whole_here(whole_fits: bool) -> str:
     )
 
 
-def buttons_block(request: ApprovalRequest) -> Block:
+def buttons_block(request: ApprovalRequest, *, standing: bool = True) -> Block:
     """The request's buttons for its line in the App Home tab: the same action ids, values
     and block id as its message, so the same listener decides; Approve opens the arguments
-    whole first where the line cuts them."""
+    whole first where the line cuts them. "Approve for this run" only with `standing` (the
+    viewer is one of the people of the request's own channel)."""
     in_full = shown_in_full(request, in_home=True)
-    return _actions(request, in_full=in_full, whole_fits=in_full or _whole_fits(request))
+    whole_fits = in_full or _whole_fits(request)
+    return _actions(request, in_full=in_full, whole_fits=whole_fits, standing=standing)

@@ -25,8 +25,17 @@ from tests.integration.bot.test_bot_home import (
     publishes,
     waiting_ids,
 )
-from tests.integration.bot.test_bot_signing import click_body, post
-from tests.support.stack import ADMIN, OPS, OUTSIDER, REVIEWER2, SECRET, Stack, running_stack
+from tests.integration.bot.test_bot_signing import click_body, home_click_body, post
+from tests.support.stack import (
+    ADMIN,
+    OPS,
+    OUTSIDER,
+    REVIEWER,
+    REVIEWER2,
+    SECRET,
+    Stack,
+    running_stack,
+)
 from tests.support.waiting import eventually
 
 GROUP = "S0REVIEWERS"  # REVIEWER and REVIEWER2
@@ -177,13 +186,15 @@ async def test_from_the_home_tab_approve_for_this_run_needs_a_member_of_the_rout
     redis_url: str, tmp_path: Path
 ) -> None:
     """Their tab lists what was escalated to them, with its buttons: the call alone may be
-    approved there, the rest of the run not."""
+    approved there, the rest of the run not (not offered, and refused when sent anyway)."""
     async with running_stack(redis_url, tmp_path, COUNTERSIGN_AGENTS=TWICE) as stack:
         _, first = await archiver_escalated_to(stack, f"<@{OUTSIDER}>")
         view = await open_home(stack, OUTSIDER)
         assert first.request_id in waiting_ids(view)
+        assert blocks.APPROVE in all_actions(view)
+        assert blocks.APPROVE_ALWAYS not in all_actions(view)
         seen = publishes(stack, OUTSIDER)
-        await click_home(stack, OUTSIDER, first, blocks.APPROVE_ALWAYS)
+        await send_home_click(stack, OUTSIDER, first, blocks.APPROVE_ALWAYS)
         notice = all_text(await home_after(stack, OUTSIDER, seen))
         assert "Not allowed" in notice and PRIVATE in notice, notice
         current = await stack.host.store.get_request(first.request_id)
@@ -202,8 +213,9 @@ async def test_nor_from_the_home_tab_of_someone_in_the_channel_escalated_to(
         _, first = await archiver_escalated_to(stack, f"<#{OPS}|ops>")
         view = await open_home(stack, OUTSIDER)  # in #ops (public), not in the private channel
         assert first.request_id in waiting_ids(view)
+        assert blocks.APPROVE_ALWAYS not in all_actions(view)
         seen = publishes(stack, OUTSIDER)
-        await click_home(stack, OUTSIDER, first, blocks.APPROVE_ALWAYS)
+        await send_home_click(stack, OUTSIDER, first, blocks.APPROVE_ALWAYS)
         notice = all_text(await home_after(stack, OUTSIDER, seen))
         assert "Not allowed" in notice and PRIVATE in notice, notice
         current = await stack.host.store.get_request(first.request_id)
@@ -213,6 +225,31 @@ async def test_nor_from_the_home_tab_of_someone_in_the_channel_escalated_to(
         decided = await stack.decided(first.request_id)
         assert decided.decided_by == OUTSIDER and decided.decision is not None
         assert not decided.decision.always
+
+
+async def test_the_home_tab_offers_approve_for_this_run_to_the_routes_channel(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async with running_stack(redis_url, tmp_path, COUNTERSIGN_AGENTS=TWICE) as stack:
+        _, first = await archiver_escalated_to(stack, f"<@{OUTSIDER}>")
+        view = await open_home(stack, REVIEWER)  # in the private channel
+        assert blocks.APPROVE_ALWAYS in all_actions(view)
+        await click_home(stack, REVIEWER, first, blocks.APPROVE_ALWAYS)
+        decided = await stack.decided(first.request_id)
+        assert decided.decision is not None and decided.decision.always
+
+
+def all_actions(view: dict[str, Any]) -> list[str]:
+    return [
+        e["action_id"] for b in view["blocks"] for e in b.get("elements", []) if "action_id" in e
+    ]
+
+
+async def send_home_click(stack: Stack, user: str, request: ApprovalRequest, action: str) -> None:
+    """A signed click from `user`'s tab on a button it does not offer (forged, or stale)."""
+    body = home_click_body(stack, user, request, action)
+    status, _ = await post(stack, body, sign_request(SECRET, int(time.time()), body))
+    assert status == 200
 
 
 async def test_a_group_that_cannot_be_listed_is_said_so_not_taken_for_leaving_it(

@@ -17,6 +17,7 @@ from slack_sandbox.payloads import (
     block_actions_payload,
     button_action,
     form_body,
+    home_actions_payload,
     payload_body,
     slash_command_fields,
 )
@@ -66,6 +67,22 @@ def click_body(
         action=button_action(*found),
         trigger_id=core.triggers.issue(user.id),
         response_url=core.new_response_url(channel.id, user.id, message.ts, is_ephemeral=False),
+    )
+    return payload_body(payload)
+
+
+def home_click_body(stack: Stack, user_id: str, request: ApprovalRequest, action_id: str) -> bytes:
+    """The body of a click in `user_id`'s App Home tab, as published, on a button of the
+    request's message, whether or not their tab offers it (a forged or stale click)."""
+    core = stack.standin.core
+    user, home = core.workspace.user(user_id), core.workspace.home(user_id)
+    original = core.workspace.message(request.message_channel, request.message_ts)
+    assert user is not None and home is not None and original is not None
+    found = find_element(original.blocks, action_id, "button")
+    assert found is not None
+    action = button_action(*found)
+    payload = home_actions_payload(
+        core, user=user, view=home.view, action=action, trigger_id=core.triggers.issue(user.id)
     )
     return payload_body(payload)
 
