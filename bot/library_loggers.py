@@ -4,8 +4,9 @@ slack_sdk and Bolt decide whether to build their debug lines (each Web API reque
 arguments, each response's headers and body, each middleware applied) from a logger's own
 level, not its effective one. With the level unset, as it is unless configured, they build
 every line and then drop it: about 1% of an approval cycle's CPU (paired `bench.steps`
-runs). Set to the level in effect, they log exactly as before; a level configured later
-for them is the operator's.
+runs). Set to the level in effect when the app is built (`serve` and `worker` configure
+logging first), they log as before. A level set on them later still applies; one set later
+on a parent (`slack_sdk`, `slack_bolt`) no longer reaches them.
 """
 
 from __future__ import annotations
