@@ -87,7 +87,7 @@ class HomeTab:
         links = await self.permalinks.of_requests(waiting, LINKS_BUDGET)
         # "Approve for this run" belongs to the people of a request's own channel (not to
         # someone it was escalated to): offered where the viewer's channels include it.
-        standing = {r.request_id for r in waiting if channels and r.message_channel in channels}
+        standing = {r.request_id for r in waiting if channels and r.original_channel in channels}
         return home_view(
             user_id,
             waiting,

@@ -13,17 +13,21 @@ from __future__ import annotations
 
 import logging
 
-__all__ = ["bolt_logger", "web_api_logger"]
+__all__ = ["LIBRARY_LOGGERS", "bolt_logger", "web_api_logger"]
+
+WEB_API_LOGGER = "slack_sdk.web.async_base_client"  # slack_sdk's Web API client's default
+BOLT_LOGGER = "slack_bolt.AsyncApp"  # Bolt's AsyncApp's default
+LIBRARY_LOGGERS = (WEB_API_LOGGER, BOLT_LOGGER)
 
 
 def web_api_logger() -> logging.Logger:
     """The logger slack_sdk's Web API client uses by default."""
-    return _level_in_effect(logging.getLogger("slack_sdk.web.async_base_client"))
+    return _level_in_effect(logging.getLogger(WEB_API_LOGGER))
 
 
 def bolt_logger() -> logging.Logger:
     """The logger Bolt's AsyncApp uses by default (it hands its level to its middleware's)."""
-    return _level_in_effect(logging.getLogger("slack_bolt.AsyncApp"))
+    return _level_in_effect(logging.getLogger(BOLT_LOGGER))
 
 
 def _level_in_effect(logger: logging.Logger) -> logging.Logger:

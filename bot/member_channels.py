@@ -118,7 +118,7 @@ class MemberChannels:
         if escalated:
             return ""
         # Without the escalation, the original's channel alone (not its copies' channels).
-        where = request.channels() if escalation else request.channels()[:1]
+        where = request.channels() if escalation else [request.original_channel]
         listed = self._kept(self._channels, user_id, DECISION_MAX_AGE)
         if listed is not None and not listed.isdisjoint(where):
             return ""

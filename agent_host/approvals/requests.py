@@ -222,10 +222,16 @@ class ApprovalRequest:
         """Shown only in its bulk message (which has no buttons of its own for it)."""
         return bool(self.bulk_ts) and self.message_ts == self.bulk_ts
 
+    @property
+    def original_channel(self) -> str:
+        """The channel of its original message: its route's destination while that is not
+        recorded (not posted yet, or posted nowhere)."""
+        return self.message_channel or self.route.destination
+
     def channels(self) -> list[str]:
-        """The channels its messages are in: the original's (its route's destination
-        while that is not recorded yet), then those of its escalated copies."""
-        first = self.message_channel or self.route.destination
+        """The channels its messages are in: the original's, then those of its escalated
+        copies."""
+        first = self.original_channel
         return list(dict.fromkeys([first, *(copy.channel for copy in self.escalations)]))
 
     def posted_in(self, channel: str) -> bool:

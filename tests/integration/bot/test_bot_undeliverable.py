@@ -20,6 +20,8 @@ from tests.support.stack import ADMIN, API_TOKEN, CHANNEL, REVIEWER, Stack, runn
 from tests.support.waiting import eventually
 
 from .test_bot_commands import approvals
+from .test_bot_escalated_rights import all_actions
+from .test_bot_home import click_home, open_home
 
 SECRET_ROOM = "C0SECRETROOM"  # exists, but the bot was never invited
 ARCHIVED = "C0ARCHIVED"
@@ -239,3 +241,26 @@ async def test_route_add_refuses_a_channel_the_bot_cannot_post_in(
         room.members.append("U0BOT")
         added = await approvals(stack, ADMIN, f"route add agent=refund-agent channel={SECRET_ROOM}")
         assert "Added route `r1`" in added
+
+
+async def test_a_request_posted_nowhere_keeps_approve_for_this_run_in_the_tab(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """With no message anywhere, the App Home tab of the route's channel's people is where
+    they decide it: "Approve for this run" is theirs to give there (its original channel is
+    the route's destination)."""
+    env = {"COUNTERSIGN_DEFAULT_CHANNEL": ARCHIVED}
+    async with running_stack(redis_url, tmp_path, **env) as stack:
+        add_channels(stack)
+        await route_to(stack, SECRET_ROOM)
+        run_id = await stack.start_run("refund-agent", "refund order 123")
+        await admin_dms(stack)
+        await outbox_drained(stack)
+        [request] = await stack.host.store.run_requests(run_id)
+        assert request.message_channel == "" and request.allow_always
+
+        view = await open_home(stack, REVIEWER)  # in the route's channel
+        assert blocks.APPROVE_ALWAYS in all_actions(view)
+        await click_home(stack, REVIEWER, request, blocks.APPROVE_ALWAYS)
+        decided = await stack.decided(request.request_id)
+        assert decided.decision is not None and decided.decision.always
