@@ -12,6 +12,7 @@ from typing import Any
 from agent_host.approvals import ApprovalRequest, EscalatedCopy
 from bot import blocks
 from bot.reviewers import SlackReviewerDirectory
+from slack_sandbox.blockkit import action_ids
 from slack_sandbox.signing import sign_request
 from tests.integration.bot.test_bot_commands import approvals
 from tests.integration.bot.test_bot_home import (
@@ -189,16 +190,8 @@ async def test_from_the_home_tab_approve_for_this_run_needs_a_member_of_the_rout
     approved there, the rest of the run not (not offered, and refused when sent anyway)."""
     async with running_stack(redis_url, tmp_path, COUNTERSIGN_AGENTS=TWICE) as stack:
         _, first = await archiver_escalated_to(stack, f"<@{OUTSIDER}>")
-        view = await open_home(stack, OUTSIDER)
-        assert first.request_id in waiting_ids(view)
+        view = await standing_neither_offered_nor_taken_from_the_tab(stack, OUTSIDER, first)
         assert blocks.APPROVE in all_actions(view)
-        assert blocks.APPROVE_ALWAYS not in all_actions(view)
-        seen = publishes(stack, OUTSIDER)
-        await send_home_click(stack, OUTSIDER, first, blocks.APPROVE_ALWAYS)
-        notice = all_text(await home_after(stack, OUTSIDER, seen))
-        assert "Not allowed" in notice and PRIVATE in notice, notice
-        current = await stack.host.store.get_request(first.request_id)
-        assert current is not None and current.status == "pending"
 
         await click_home(stack, OUTSIDER, first, blocks.APPROVE)
         assert (await stack.decided(first.request_id)).decided_by == OUTSIDER
@@ -211,15 +204,8 @@ async def test_nor_from_the_home_tab_of_someone_in_the_channel_escalated_to(
     tab; the rest of the run needs a member of the route's own channel."""
     async with running_stack(redis_url, tmp_path, COUNTERSIGN_AGENTS=TWICE) as stack:
         _, first = await archiver_escalated_to(stack, f"<#{OPS}|ops>")
-        view = await open_home(stack, OUTSIDER)  # in #ops (public), not in the private channel
-        assert first.request_id in waiting_ids(view)
-        assert blocks.APPROVE_ALWAYS not in all_actions(view)
-        seen = publishes(stack, OUTSIDER)
-        await send_home_click(stack, OUTSIDER, first, blocks.APPROVE_ALWAYS)
-        notice = all_text(await home_after(stack, OUTSIDER, seen))
-        assert "Not allowed" in notice and PRIVATE in notice, notice
-        current = await stack.host.store.get_request(first.request_id)
-        assert current is not None and current.status == "pending" and current.decision is None
+        # OUTSIDER is in #ops (public), not in the private channel
+        await standing_neither_offered_nor_taken_from_the_tab(stack, OUTSIDER, first)
 
         await click_home(stack, OUTSIDER, first, blocks.APPROVE)
         decided = await stack.decided(first.request_id)
@@ -240,16 +226,27 @@ async def test_the_home_tab_offers_approve_for_this_run_to_the_routes_channel(
 
 
 def all_actions(view: dict[str, Any]) -> list[str]:
-    return [
-        e["action_id"] for b in view["blocks"] for e in b.get("elements", []) if "action_id" in e
-    ]
+    return action_ids(view["blocks"])
 
 
-async def send_home_click(stack: Stack, user: str, request: ApprovalRequest, action: str) -> None:
-    """A signed click from `user`'s tab on a button it does not offer (forged, or stale)."""
-    body = home_click_body(stack, user, request, action)
+async def standing_neither_offered_nor_taken_from_the_tab(
+    stack: Stack, user: str, request: ApprovalRequest
+) -> dict[str, Any]:
+    """`user`'s tab lists `request` without "Approve for this run", and a signed click on it
+    sent anyway (forged, or from a stale tab) is refused, naming the route's channel, and
+    changes nothing; the tab as opened."""
+    view = await open_home(stack, user)
+    assert request.request_id in waiting_ids(view)
+    assert blocks.APPROVE_ALWAYS not in all_actions(view)
+    seen = publishes(stack, user)
+    body = home_click_body(stack, user, request, blocks.APPROVE_ALWAYS)
     status, _ = await post(stack, body, sign_request(SECRET, int(time.time()), body))
     assert status == 200
+    notice = all_text(await home_after(stack, user, seen))
+    assert "Not allowed" in notice and PRIVATE in notice, notice
+    current = await stack.host.store.get_request(request.request_id)
+    assert current is not None and current.status == "pending" and current.decision is None
+    return view
 
 
 async def test_a_group_that_cannot_be_listed_is_said_so_not_taken_for_leaving_it(
