@@ -10,6 +10,7 @@ same resume entry over, and dropped once the pause's outcome is saved.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from redis.asyncio import Redis
@@ -44,8 +45,14 @@ class ProgressStore:
         self._save = redis.register_script(SAVE_PROGRESS)
         self._clear = redis.register_script(CLEAR_PROGRESS)
 
-    def journal(self, run_id: str, pause_id: str) -> RedisTurnJournal:
-        return RedisTurnJournal(self, run_id, pause_id)
+    def journal(
+        self,
+        run_id: str,
+        pause_id: str,
+        outcomes: RunStore | None = None,
+        before_outcome: Callable[[], None] = lambda: None,
+    ) -> RedisTurnJournal:
+        return RedisTurnJournal(self, run_id, pause_id, outcomes, before_outcome)
 
     async def load(self, run_id: str, pause_id: str) -> RunState | None:
         """The progress saved while resuming `pause_id`, if any (CheckpointError if damaged)."""
@@ -85,7 +92,13 @@ class ProgressStore:
         )
         k = Keys(run_id)
         kind, taken = await self._save(keys=[k.run, k.progress], args=[pause_id, state.turns, blob])
-        outcome = as_text(kind)
+        return self.went_on(run_id, pause_id, state, as_text(kind), taken)
+
+    def went_on(
+        self, run_id: str, pause_id: str, state: RunState, outcome: str, taken: Any
+    ) -> RunState:
+        """The state to go on from after saving `state` came back as `outcome` ("saved",
+        "taken" with the blob saved first, or "moved_on": RunMovedOn)."""
         if outcome == "saved":
             return state
         if outcome == "taken":
@@ -119,10 +132,30 @@ class ProgressStore:
 
 
 class RedisTurnJournal:
-    """The journal of one resume (or start) entry: saves progress under its pause id."""
+    """The journal of one resume (or start) entry: saves progress under its pause id.
 
-    def __init__(self, progress: ProgressStore, run_id: str, pause_id: str) -> None:
+    Given the run store, it saves a final answer (a response with no call) as the run's
+    outcome instead, in the one step that would have followed: `finished` says it did,
+    and `before_outcome` is called first. A worker that dies before that step asks the
+    model again for the answer, as it would for any response it had not saved; once the
+    step is taken the run is over and nothing asks again."""
+
+    def __init__(
+        self,
+        progress: ProgressStore,
+        run_id: str,
+        pause_id: str,
+        outcomes: RunStore | None = None,
+        before_outcome: Callable[[], None] = lambda: None,
+    ) -> None:
         self.progress, self.run_id, self.pause_id = progress, run_id, pause_id
+        self.outcomes, self.before_outcome = outcomes, before_outcome
+        self.finished = False
 
     async def planned(self, state: RunState) -> RunState:
-        return await self.progress.save(self.run_id, self.pause_id, state)
+        if self.outcomes is None or state.status != "succeeded":
+            return await self.progress.save(self.run_id, self.pause_id, state)
+        self.before_outcome()
+        outcome, taken = await self.outcomes.finish_answer(state, self.pause_id, "worker")
+        self.finished = outcome == "saved"
+        return self.progress.went_on(self.run_id, self.pause_id, state, outcome, taken)

@@ -250,10 +250,22 @@ return {'decided', 0, redis.call('HGETALL', KEYS[1])}
 """
 
 # KEYS: run, checkpoint, run audit, OUTBOX, progress, the run's request list
-# ARGV: expected pause id, status, output, error, final state blob, now, actor, final pause id
+# ARGV: expected pause id, status, output, error, final state blob, now, actor, final pause id,
+# and for a model's final answer its turn. Returns 1 when finished, 0 when the run moved on,
+# or {'taken', progress blob} (a final answer only: see below).
 FINISH = """
-local current = redis.call('HGET', KEYS[1], 'pause_id') or ''
-if current ~= ARGV[1] then return 0 end
+local run = redis.call('HMGET', KEYS[1], 'pause_id', 'status')
+local current = run[1] or ''
+if current ~= ARGV[1] or run[2] == 'succeeded' or run[2] == 'failed' then return 0 end
+-- A final answer is the model's response of its turn, saved as SAVE_PROGRESS saves one:
+-- a turn another worker saved first for this pause, this one or a later, wins, and this
+-- worker goes on from it instead.
+if ARGV[9] then
+  local saved = redis.call('HMGET', KEYS[5], 'pause_id', 'turn', 'blob')
+  if saved[1] == ARGV[1] and tonumber(saved[2]) >= tonumber(ARGV[9]) then
+    return {'taken', saved[3]}
+  end
+end
 -- The checkpoint and the pause id it is sealed to change together: without a final
 -- state the last pause's checkpoint stays, readable under its own pause id.
 local pause_id = current

@@ -162,6 +162,34 @@ class RunStore:
         actor: str,
         state: RunState | None = None,
     ) -> bool:
+        done = await self._finished(run_id, expected_pause_id, status, output, error, actor, state)
+        return bool(done == 1)
+
+    async def finish_answer(self, state: RunState, pause_id: str, actor: str) -> tuple[str, Any]:
+        """Save a model's final answer as the run's outcome, fenced as SAVE_PROGRESS fences
+        a turn: ("saved", None); ("taken", blob) when another worker saved this turn or a
+        later one of the pause first (the progress blob to go on from); ("moved_on", None)
+        when the run is no longer at `pause_id`."""
+        output = state.output or ""
+        done = await self._finished(
+            state.run_id, pause_id, "succeeded", output, "", actor, state, turn=state.turns
+        )
+        if isinstance(done, list):
+            return "taken", done[1]
+        return ("saved" if done == 1 else "moved_on"), None
+
+    async def _finished(
+        self,
+        run_id: str,
+        expected_pause_id: str,
+        status: str,
+        output: str,
+        error: str,
+        actor: str,
+        state: RunState | None,
+        turn: int | None = None,
+    ) -> Any:
+        """FINISH's reply (see `scripts`)."""
         k, now = K.Keys(run_id), self.clock()
         final_id = f"final_{k.token}"
         blob = b""
@@ -171,11 +199,12 @@ class RunStore:
             )
         output = self.sealed.seal_run_value(run_id, "output", output)
         error = self.sealed.seal_run_value(run_id, "error", error)
-        done = await self._finish(
+        args: list[Any] = [expected_pause_id, status, output, error, blob, repr(now), actor]
+        args += [final_id] if turn is None else [final_id, turn]
+        return await self._finish(
             keys=[k.run, k.checkpoint, k.audit, k.shard.outbox, k.progress, k.requests],
-            args=[expected_pause_id, status, output, error, blob, repr(now), actor, final_id],
+            args=args,
         )
-        return bool(done)
 
     async def _save_pause(self, outcome: Paused, expected_pause_id: str, actor: str) -> bool:
         state = outcome.state

@@ -120,7 +120,13 @@ class ResumeWorker:
         start = fields.get("type") == "start"
         if start and info.status != RunStatus.RUNNING:
             return None
-        journal = self.progress.journal(run_id, pause_id)
+
+        def before_outcome() -> None:  # the resumed run's next state is about to be saved
+            if not start:
+                self.crash.reached("after_tool_ran")
+
+        # A final answer is saved by the journal as the run's outcome, in one step.
+        journal = self.progress.journal(run_id, pause_id, self.store, before_outcome)
         try:
             if (progress := self._progress(run_id, pause_id, saved)) is not None:
                 log.info("run %s: replaying its saved turn %d", run_id, progress.turns)
@@ -152,9 +158,9 @@ class ResumeWorker:
                 run_id, pause_id, str(exc), await self._as_far_as_known(run_id, pause_id)
             )
             return None
-        if not start:
-            self.crash.reached("after_tool_ran")
-        await self.store.save_outcome(outcome, pause_id, "worker")
+        if not journal.finished:
+            before_outcome()
+            await self.store.save_outcome(outcome, pause_id, "worker")
         counted = self._resume_latency(info) if read is not None else None
         if not isinstance(outcome, Paused):
             return counted  # FINISH dropped the saved turn with the outcome

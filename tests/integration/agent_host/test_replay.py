@@ -229,26 +229,100 @@ async def test_damaged_progress_fails_the_run_closed_and_runs_nothing_again(redi
 
 
 async def test_a_final_answer_saved_before_a_crash_is_not_asked_for_again(redis: Redis) -> None:
+    """A final answer is saved as the run's outcome (FINISH, fenced as a turn): a worker
+    that dies after that step, before its entry is acknowledged, leaves a finished run."""
     shop = Shop([call("notify", target="order 7")], reply("told them"))
     env = make_env(redis, registry=shop.registry())
     run_id = await env.store.create_run("shop", "tell order 7", "alice")
     entry = await start_entry(env, run_id)
-    real_finish = env.store.finish
+    real_finish_answer = env.store.finish_answer
 
-    async def dies_before_saving(*args: Any, **kwargs: Any) -> bool:
-        env.store.finish = real_finish  # type: ignore[method-assign]
+    async def dies_after_saving(*args: Any, **kwargs: Any) -> Any:
+        env.store.finish_answer = real_finish_answer  # type: ignore[method-assign]
+        await real_finish_answer(*args, **kwargs)
         raise Crash
 
-    env.store.finish = dies_before_saving  # type: ignore[method-assign]
+    env.store.finish_answer = dies_after_saving  # type: ignore[method-assign]
     with pytest.raises(Crash):
         await env.worker("dies").handle("1-0", entry)
     assert shop.model.requests == Counter({0: 1, 1: 1})
+    assert await env.status(run_id) == "succeeded"
 
     await env.worker("takes-over").handle("1-0", entry)
 
     assert shop.model.requests == Counter({0: 1, 1: 1}), "no turn was asked twice"
     assert (await env.info(run_id)).output == "told them"
     assert shop.notified == ["order 7"]
+    assert not await redis.exists(K.Keys(run_id).progress), "the saved turn went with it"
+
+
+async def test_a_final_answer_not_yet_saved_is_asked_for_again_and_nothing_runs_twice(
+    redis: Redis,
+) -> None:
+    """A worker that dies between the model's final answer and its save asks again for
+    that answer only, as for any response it had not saved: the call before it ran once."""
+    shop = Shop([call("notify", target="order 7")], reply("told them"))
+    env = make_env(redis, registry=shop.registry())
+    run_id = await env.store.create_run("shop", "tell order 7", "alice")
+    entry = await start_entry(env, run_id)
+    real_finish_answer = env.store.finish_answer
+
+    async def dies_before_saving(*args: Any, **kwargs: Any) -> Any:
+        env.store.finish_answer = real_finish_answer  # type: ignore[method-assign]
+        raise Crash
+
+    env.store.finish_answer = dies_before_saving  # type: ignore[method-assign]
+    with pytest.raises(Crash):
+        await env.worker("dies").handle("1-0", entry)
+    assert await env.status(run_id) == "running"
+
+    await env.worker("takes-over").handle("1-0", entry)
+
+    assert shop.model.requests == Counter({0: 1, 1: 2}), "only the unsaved answer again"
+    assert shop.notified == ["order 7"], "the ALLOW call ran once"
+    assert (await env.info(run_id)).output == "told them"
+
+
+async def test_a_final_answer_to_a_turn_another_worker_saved_first_goes_on_from_that_turn(
+    redis: Redis,
+) -> None:
+    """Two workers on one entry asked the same turn: one got a call and saved it, then
+    died in the tool; the other got a final answer. The call saved first wins: the final
+    answer is dropped, the call is not run again, and the run goes on from it."""
+    b_asked, released = asyncio.Event(), asyncio.Event()
+
+    class TwoMinds:
+        name = "two-minds"
+
+        async def respond(
+            self, messages: Sequence[Message], tools: Sequence[ToolSpec]
+        ) -> ModelResponse:
+            if sum(1 for m in messages if m.role == "assistant"):
+                return reply("told them")
+            if not b_asked.is_set():  # worker b, asked first, answers last
+                b_asked.set()
+                await released.wait()
+                return reply("nothing to do")
+            return ModelResponse(tool_calls=[call("notify", target="order 7")])
+
+    shop = Shop()
+    shop.model = TwoMinds()  # type: ignore[assignment]
+    env = make_env(redis, registry=shop.registry())
+    run_id = await env.store.create_run("shop", "tell order 7", "alice")
+    entry = await start_entry(env, run_id)
+    b = asyncio.create_task(env.worker("b").handle("1-0", entry))
+    await b_asked.wait()
+    shop.crash_in_notify = True
+    with pytest.raises(Crash):
+        await env.worker("a").handle("1-0", entry)  # saved its turn, died in the tool
+    released.set()
+    await b
+
+    info = await env.info(run_id)
+    assert (info.status, info.output) == ("succeeded", "told them")
+    assert shop.notified == ["order 7"], "the call saved first ran once"
+    [notify] = (await env.final_state(run_id)).calls
+    assert (notify.outcome, notify.result) == ("unknown_outcome", UNKNOWN_OUTCOME)
 
 
 async def test_a_turn_saved_under_a_rotated_away_key_still_replays(redis: Redis) -> None:
