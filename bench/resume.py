@@ -3,7 +3,8 @@
 Measured: from `RunStore.decide` returning (an Approve of a paused refund run) to the
 resumed run's new state saved by a resume worker running in-process (`Host.start_background`,
 one worker, no sweeper, no outbox), one decision at a time. "Saved" is when the worker's
-`save_outcome` returns; the store is wrapped to note that moment and nothing else.
+`save_outcome` returns, or `finish_answer` for a final answer (the journal saves it as the
+run's outcome); the store is wrapped to note that moment and nothing else.
 
 Baseline: the bare hand-off the worker relies on: XADD on one connection, a consumer
 blocked in XREADGROUP on another, from sending the XADD to XREADGROUP returning (timed from
@@ -24,6 +25,7 @@ from agent_host.approvals import Route
 from agent_host.durable.host import Host
 from agent_host.durable.store import RunStore
 from agent_host.examples import build_registry
+from agent_host.runtime.checkpoint import RunState
 from agent_host.runtime.decisions import Approve
 from agent_host.runtime.runner import RunOutcome
 from agent_host.settings import load_settings
@@ -49,7 +51,8 @@ ROUTE = Route(destination="C0APPROVALS")
 
 
 class TimedStore(RunStore):
-    """Notes when each run's new state was saved (the worker calls save_outcome)."""
+    """Notes when each run's new state was saved (the worker calls save_outcome, or
+    finish_answer for a final answer)."""
 
     def __init__(self, redis: Redis) -> None:
         super().__init__(redis, KEYRING, StaticRouter(ROUTE))
@@ -62,10 +65,18 @@ class TimedStore(RunStore):
 
     async def save_outcome(self, outcome: RunOutcome, expected_pause_id: str, actor: str) -> bool:
         done = await super().save_outcome(outcome, expected_pause_id, actor)
-        future = self.saved.get(outcome.state.run_id)
+        self._saved(outcome.state.run_id)
+        return done
+
+    async def finish_answer(self, state: RunState, pause_id: str, actor: str) -> tuple[str, Any]:
+        done = await super().finish_answer(state, pause_id, actor)
+        self._saved(state.run_id)
+        return done
+
+    def _saved(self, run_id: str) -> None:
+        future = self.saved.get(run_id)
         if future is not None and not future.done():
             future.set_result(time.perf_counter())
-        return done
 
 
 async def handoff_latencies(redis_url: str, count: int) -> list[float]:
