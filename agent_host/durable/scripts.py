@@ -51,6 +51,16 @@ local function schedule_ladder(ladder, rid, route_json, now_n, expiry)
 end
 """
 
+# Whether the run (its hash at `run_key`) is still at `pause_id` and not over: a run that
+# failed without a final state keeps its pause id, and a worker still resuming that pause
+# must not pause it again nor finish it a second time.
+_AT_PAUSE = """
+local function at_pause(run_key, pause_id)
+  local run = redis.call('HMGET', run_key, 'pause_id', 'status')
+  return run[2] ~= 'succeeded' and run[2] ~= 'failed' and (run[1] or '') == pause_id
+end
+"""
+
 # KEYS: run, checkpoint, requests, run audit, PENDING, DEADLINES, OUTBOX, RESUME, then per
 #       request: request hash, pending-by-destination zset; then per bulk: its hash;
 #       last: LADDER
@@ -65,9 +75,9 @@ end
 # others of its bulk: one `requests_posted_bulk` entry per bulk instead of one each.
 PAUSE = (
     _SCHEDULE_LADDER
+    + _AT_PAUSE
     + """
-local current = redis.call('HGET', KEYS[1], 'pause_id') or ''
-if current ~= ARGV[1] then return 0 end
+if not at_pause(KEYS[1], ARGV[1]) then return 0 end
 local n = tonumber(ARGV[6])
 redis.call('SET', KEYS[2], ARGV[3])
 local t = redis.call('TIME')
@@ -253,10 +263,10 @@ return {'decided', 0, redis.call('HGETALL', KEYS[1])}
 # ARGV: expected pause id, status, output, error, final state blob, now, actor, final pause id,
 # and for a model's final answer its turn. Returns 1 when finished, 0 when the run moved on,
 # or {'taken', progress blob} (a final answer only: see below).
-FINISH = """
-local run = redis.call('HMGET', KEYS[1], 'pause_id', 'status')
-local current = run[1] or ''
-if current ~= ARGV[1] or run[2] == 'succeeded' or run[2] == 'failed' then return 0 end
+FINISH = (
+    _AT_PAUSE
+    + """
+if not at_pause(KEYS[1], ARGV[1]) then return 0 end
 -- A final answer is the model's response of its turn, saved as SAVE_PROGRESS saves one:
 -- a turn another worker saved first for this pause, this one or a later, wins, and this
 -- worker goes on from it instead.
@@ -268,7 +278,7 @@ if ARGV[9] then
 end
 -- The checkpoint and the pause id it is sealed to change together: without a final
 -- state the last pause's checkpoint stays, readable under its own pause id.
-local pause_id = current
+local pause_id = ARGV[1]
 if ARGV[5] ~= '' then
   redis.call('SET', KEYS[2], ARGV[5])
   pause_id = ARGV[8]
@@ -286,6 +296,7 @@ local ids = table.concat(redis.call('LRANGE', KEYS[6], 0, -1), ',')
 redis.call('XADD', KEYS[4], '*', 'type', 'run_finished', 'run_id', run_id, 'request_ids', ids)
 return 1
 """
+)
 
 # A run's progress: the state right after a model response, saved before any of its calls
 # runs. Fenced like FINISH by the pause id being resumed (and a live run); per pause the

@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 
 from agent_host.durable import keys as K
 from agent_host.durable.crypto import KeyRing, generate_key, kid_of
+from agent_host.durable.progress import ProgressStore
 from agent_host.durable.rotation import rotate_checkpoints
 from agent_host.runtime.agents import Agent, AgentRegistry
 from agent_host.runtime.decisions import Approve
@@ -323,6 +324,78 @@ async def test_a_final_answer_to_a_turn_another_worker_saved_first_goes_on_from_
     assert shop.notified == ["order 7"], "the call saved first ran once"
     [notify] = (await env.final_state(run_id)).calls
     assert (notify.outcome, notify.result) == ("unknown_outcome", UNKNOWN_OUTCOME)
+
+
+async def test_a_final_answer_to_a_turn_another_worker_went_past_goes_on_from_its_last_turn(
+    redis: Redis,
+) -> None:
+    """Worker a answers turn 1 finally while worker b, a turn ahead, saved turns 1 and 2
+    and ran both calls, then died: a's answer is dropped for b's latest saved turn, so the
+    run ends with both calls on record, each run once."""
+    a_asked, released = asyncio.Event(), asyncio.Event()
+    b_died: list[bool] = []
+
+    class AheadAndBehind:
+        name = "ahead-and-behind"
+
+        async def respond(
+            self, messages: Sequence[Message], tools: Sequence[ToolSpec]
+        ) -> ModelResponse:
+            turn = sum(1 for m in messages if m.role == "assistant")
+            if turn == 0 and not a_asked.is_set():  # worker a, asked first, answers last
+                a_asked.set()
+                await released.wait()
+                return reply("nothing to do")
+            if turn < 2:
+                return ModelResponse(tool_calls=[call("notify", target=f"call {turn + 1}")])
+            if not b_died:
+                b_died.append(True)
+                raise Crash
+            return reply("told them")
+
+    shop = Shop()
+    shop.model = AheadAndBehind()  # type: ignore[assignment]
+    env = make_env(redis, registry=shop.registry())
+    run_id = await env.store.create_run("shop", "tell them twice", "alice")
+    entry = await start_entry(env, run_id)
+    a = asyncio.create_task(env.worker("a").handle("1-0", entry))
+    await a_asked.wait()
+    with pytest.raises(Crash):
+        await env.worker("b").handle("1-0", entry)  # saved turns 1 and 2, ran both calls
+    released.set()
+    await a
+
+    info = await env.info(run_id)
+    assert (info.status, info.output) == ("succeeded", "told them")
+    assert shop.notified == ["call 1", "call 2"], "each call ran once"
+    calls = (await env.final_state(run_id)).calls
+    assert [(c.arguments, c.outcome) for c in calls] == [
+        ({"target": "call 1"}, "executed"),
+        ({"target": "call 2"}, "executed"),
+    ]
+
+
+async def test_a_final_answer_an_older_worker_saved_as_progress_is_not_asked_for_again(
+    redis: Redis,
+) -> None:
+    """Progress left by a worker that saved final answers as a turn (before they were saved
+    as the run's outcome) and died before finishing: the next worker finishes the run with
+    that answer and asks nothing again."""
+    shop = Shop([call("notify", target="order 7")], reply("told them"))
+    env = make_env(redis, registry=shop.registry())
+    run_id = await env.store.create_run("shop", "tell order 7", "alice")
+    entry = await start_entry(env, run_id)
+    older = ProgressStore(redis, env.keyring).journal(run_id, "")  # saves every answer as a turn
+    outcome = await env.runner.run("shop", "tell order 7", run_id=run_id, journal=older)
+    assert outcome.kind == "succeeded" and await env.status(run_id) == "running"
+    assert await redis.hget(K.Keys(run_id).progress, "turn") == b"2"
+
+    await env.worker("takes-over").handle("1-0", entry)
+
+    assert shop.model.requests == Counter({0: 1, 1: 1}), "no turn was asked twice"
+    assert (await env.info(run_id)).output == "told them"
+    assert shop.notified == ["order 7"]
+    assert not await redis.exists(K.Keys(run_id).progress)
 
 
 async def test_a_turn_saved_under_a_rotated_away_key_still_replays(redis: Redis) -> None:

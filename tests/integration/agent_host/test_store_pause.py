@@ -143,18 +143,25 @@ async def test_stale_finish_writes_nothing(redis: Redis) -> None:
     assert (await env.info(run_id), await redis.get(K.Keys(run_id).checkpoint)) == before
 
 
-async def test_a_run_failed_without_its_state_is_not_finished_again(redis: Redis) -> None:
+async def test_a_run_failed_without_its_state_is_neither_finished_nor_paused_again(
+    redis: Redis,
+) -> None:
     """A run failed with no final state keeps its pause id; a worker still resuming that
-    pause cannot finish it a second time (nor post a second outcome)."""
+    pause cannot finish it a second time, nor pause it again (a tool's question, a hosted
+    agent's next interruption), so nothing more of it runs and no second outcome is posted."""
     env = make_env(redis)
     run_id = await env.start("refund-agent", "refund order 123")
     pause_id = (await env.info(run_id)).pause_id
+    state = await env.store.load_checkpoint(run_id, pause_id)
     assert await env.store.finish(run_id, pause_id, "failed", "", "could not read it", "worker")
-    before = await env.info(run_id), await xlen_all(redis, "outbox")
-    assert before[0].pause_id == pause_id
+    before = await scan_keys(redis), await env.info(run_id), await xlen_all(redis, "outbox")
+    assert before[1].pause_id == pause_id
 
     assert not await env.store.finish(run_id, pause_id, "succeeded", "late", "", "worker")
-    assert (await env.info(run_id), await xlen_all(redis, "outbox")) == before
+    assert not await env.store.save_outcome(Paused(state, state.pending), pause_id, "worker")
+    assert (await scan_keys(redis), await env.info(run_id), await xlen_all(redis, "outbox")) == (
+        before
+    )
 
 
 async def test_checkpoint_is_encrypted_at_rest(redis: Redis) -> None:
