@@ -229,6 +229,20 @@ async def test_damaged_progress_fails_the_run_closed_and_runs_nothing_again(redi
     assert not await redis.exists(progress), "the failed run's saved turn went with it"
 
 
+def dies_at_the_final_answer(env: Env, *, saved: bool) -> None:
+    """The next worker to save a final answer dies right after that step (`saved`) or
+    right before it; the workers after it save as usual."""
+    real_finish_answer = env.store.finish_answer
+
+    async def dies(*args: Any, **kwargs: Any) -> Any:
+        env.store.finish_answer = real_finish_answer  # type: ignore[method-assign]
+        if saved:
+            await real_finish_answer(*args, **kwargs)
+        raise Crash
+
+    env.store.finish_answer = dies  # type: ignore[method-assign]
+
+
 async def test_a_final_answer_saved_before_a_crash_is_not_asked_for_again(redis: Redis) -> None:
     """A final answer is saved as the run's outcome (FINISH, fenced as a turn): a worker
     that dies after that step, before its entry is acknowledged, leaves a finished run."""
@@ -236,14 +250,7 @@ async def test_a_final_answer_saved_before_a_crash_is_not_asked_for_again(redis:
     env = make_env(redis, registry=shop.registry())
     run_id = await env.store.create_run("shop", "tell order 7", "alice")
     entry = await start_entry(env, run_id)
-    real_finish_answer = env.store.finish_answer
-
-    async def dies_after_saving(*args: Any, **kwargs: Any) -> Any:
-        env.store.finish_answer = real_finish_answer  # type: ignore[method-assign]
-        await real_finish_answer(*args, **kwargs)
-        raise Crash
-
-    env.store.finish_answer = dies_after_saving  # type: ignore[method-assign]
+    dies_at_the_final_answer(env, saved=True)
     with pytest.raises(Crash):
         await env.worker("dies").handle("1-0", entry)
     assert shop.model.requests == Counter({0: 1, 1: 1})
@@ -266,13 +273,7 @@ async def test_a_final_answer_not_yet_saved_is_asked_for_again_and_nothing_runs_
     env = make_env(redis, registry=shop.registry())
     run_id = await env.store.create_run("shop", "tell order 7", "alice")
     entry = await start_entry(env, run_id)
-    real_finish_answer = env.store.finish_answer
-
-    async def dies_before_saving(*args: Any, **kwargs: Any) -> Any:
-        env.store.finish_answer = real_finish_answer  # type: ignore[method-assign]
-        raise Crash
-
-    env.store.finish_answer = dies_before_saving  # type: ignore[method-assign]
+    dies_at_the_final_answer(env, saved=False)
     with pytest.raises(Crash):
         await env.worker("dies").handle("1-0", entry)
     assert await env.status(run_id) == "running"
