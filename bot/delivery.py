@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -23,7 +24,9 @@ from bot.mrkdwn import channel_link, inline_code
 __all__ = [
     "PERMANENT",
     "RETRYABLE",
+    "ChannelFacts",
     "admin_alert",
+    "channel_facts",
     "channel_problem",
     "error_code",
     "is_retryable",
@@ -175,18 +178,48 @@ def admin_alert(
 LOOKUP_SECONDS = 1.0  # inside the slash command's 2 s budget (LISTENER_BUDGET), under Slack's 3 s
 
 
+@dataclass(frozen=True)
+class ChannelFacts:
+    """What `conversations.info` said of a channel: `problem`, why the bot cannot post in
+    it, with how to fix it (None when it can); `private`, whether only its members see it
+    (a private channel or a direct message; None when Slack did not say)."""
+
+    problem: str | None
+    private: bool | None = None
+
+
 async def channel_problem(
     client: Any, channel: str, *, then: str = "add the route again"
 ) -> str | None:
     """Why the bot cannot post in `channel`, with how to fix it (and `then` what to do once
-    fixed); None when it can.
+    fixed); None when it can."""
+    return (await channel_facts(client, channel, then=then)).problem
 
-    One `conversations.info` call (scopes channels:read, groups:read): it says whether the
-    channel exists for the bot, is archived, and whether the bot is a member
-    (`is_member`). A private channel the bot is not in answers `channel_not_found`.
-    """
+
+async def channel_facts(
+    client: Any, channel: str, *, then: str = "add the route again"
+) -> ChannelFacts:
+    """`channel_problem` and whether the channel is private, from one `conversations.info`
+    call (scopes channels:read, groups:read): it says whether the channel exists for the
+    bot, is archived, whether the bot is a member (`is_member`), and `is_private`. A private
+    channel the bot is not in answers `channel_not_found`."""
+    info = await _lookup(client, channel, then)
+    if isinstance(info, str):
+        return ChannelFacts(info)
     where = channel_link(channel)
-    invite = f"invite the bot with `/invite @countersign` in {where}, then {then}"
+    if info.get("is_archived"):
+        return ChannelFacts(f"{where} is archived: unarchive it, or choose another channel.")
+    if not info.get("is_member") and not info.get("is_im"):
+        return ChannelFacts(f"I am not a member of {where}; {_invite(channel, then)}.")
+    private = info.get("is_private")
+    if info.get("is_im") or info.get("is_mpim"):
+        private = True
+    return ChannelFacts(None, private if isinstance(private, bool) else None)
+
+
+async def _lookup(client: Any, channel: str, then: str) -> str | dict[str, Any]:
+    """The channel as `conversations.info` describes it, or why it could not be read."""
+    where = channel_link(channel)
     try:
         reply: Any = await asyncio.wait_for(
             client.conversations_info(channel=channel), LOOKUP_SECONDS
@@ -196,7 +229,7 @@ async def channel_problem(
         if code == "channel_not_found":
             return (
                 f"I cannot see {where}: it does not exist, or it is private and I am not "
-                f"in it; {invite}."
+                f"in it; {_invite(channel, then)}."
             )
         if code == "missing_scope":
             return (
@@ -209,9 +242,9 @@ async def channel_problem(
         )
     except (TimeoutError, OSError, aiohttp.ClientError):
         return f"Slack did not answer whether I can post in {where}; try again in a moment."
-    info = reply.get("channel") or {}
-    if info.get("is_archived"):
-        return f"{where} is archived: unarchive it, or choose another channel."
-    if not info.get("is_member") and not info.get("is_im"):
-        return f"I am not a member of {where}; {invite}."
-    return None
+    info = reply.get("channel")
+    return info if isinstance(info, dict) else {}
+
+
+def _invite(channel: str, then: str) -> str:
+    return f"invite the bot with `/invite @countersign` in {channel_link(channel)}, then {then}"

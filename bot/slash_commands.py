@@ -32,6 +32,7 @@ from agent_host.errors import CheckpointError
 from bot.blocks import PENDING_NEXT, mask_secrets
 from bot.blocks.limits import FALLBACK_TEXT_MAX, SECTION_TEXT_MAX, plain_within
 from bot.blocks.listing import request_line
+from bot.delivery import ChannelFacts
 from bot.mrkdwn import channel_link, date, escape, inline_code, mention
 from bot.permalinks import Permalinks
 from bot.reviewers import SlackReviewerDirectory
@@ -66,7 +67,7 @@ def help_text() -> str:
 
 
 # Why the bot cannot post in a channel (with how to fix it), or None: bot.delivery.
-ChannelCheck = Callable[[str], Awaitable[str | None]]
+ChannelCheck = Callable[[str], Awaitable[ChannelFacts]]
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,20 @@ def _shadowed(rule: RouteRule, earlier: list[RouteRule]) -> str:
     )
 
 
+def _exposed(rule: RouteRule, facts: list[ChannelFacts]) -> str:
+    """A warning when `rule` escalates from a private channel to a public one (its
+    requests, arguments included, would be read by anyone there once escalated), or ""."""
+    if len(facts) != 2 or (facts[0].private, facts[1].private) != (True, False):
+        return ""
+    public = channel_link(rule.escalate_to)
+    return (
+        f"\n:warning: Route `{rule.id}` escalates from the private {channel_link(rule.channel)} "
+        f"to the public {public}: once escalated, anyone in {public} can read its requests, "
+        f"arguments included. To keep them private, remove it (`/approvals route remove "
+        f"{rule.id}`) and add it again escalating to a private channel, a user group or a person."
+    )
+
+
 def _quorum_problem(rule: RouteRule, groups: dict[str, Any]) -> str:
     """Why the route's reviewers, its groups' members counted, are too few for its quorum
     (its requests could only expire), or ""."""
@@ -138,13 +153,13 @@ class SlashCommands:
         routes: RouteBook,
         admins: Collection[str],
         reviewers: SlackReviewerDirectory,
-        channel_problem: ChannelCheck | None = None,
+        channel_check: ChannelCheck | None = None,
         permalinks: Permalinks | None = None,
     ) -> None:
         self.store, self.routes, self.admins = store, routes, frozenset(admins)
         self.visibility = Visibility(reviewers, self.admins)
         self.directory = reviewers
-        self.channel_problem = channel_problem
+        self.channel_check = channel_check
         self.permalinks = permalinks
 
     async def handle(self, user_id: str, channel_id: str, text: str) -> str | CommandReply:
@@ -278,14 +293,18 @@ class SlashCommands:
         except RouteSpecError as exc:
             return f":warning: {escape(str(exc))}"
         # A route into a channel the bot cannot post in would strand every request it takes;
-        # one escalating into such a channel would escalate into silence.
+        # one escalating into such a channel would escalate into silence. One escalating
+        # from a private channel to a public one is added, with a warning (`_exposed`).
         channels = [rule.channel]
         if rule.escalate_to[:1] in ("C", "G"):
             channels.append(rule.escalate_to)
-        check = self.channel_problem
+        facts = []
         for channel in channels:
-            if check is not None and (problem := await check(channel)):
-                return f":warning: Route not added: {problem}"
+            if self.channel_check is not None:
+                checked = await self.channel_check(channel)
+                if checked.problem:
+                    return f":warning: Route not added: {checked.problem}"
+                facts.append(checked)
         # A user group that does not exist, or has nobody in it, would leave its requests to
         # nobody (or escalate them to nobody); too few people for the quorum, to expiry.
         groups = [g for g in (*rule.reviewers, rule.escalate_to) if g.startswith("S")]
@@ -300,7 +319,7 @@ class SlashCommands:
         added = f":white_check_mark: Added route `{saved.id}`.\n" + format_rules(
             [saved], self.routes.default_channel
         )
-        return added + _shadowed(saved, earlier)
+        return added + _shadowed(saved, earlier) + _exposed(saved, facts)
 
     async def remove_route(self, user_id: str, rule_id: str) -> str:
         rule_id = rule_id.strip()

@@ -28,7 +28,7 @@ from agent_host.durable.route_book import RouteBook
 from agent_host.durable.seen_once import SeenOnce
 from agent_host.errors import ConfigurationError, StoreUnavailable
 from bot.app import BackgroundTasks, build_bolt_app
-from bot.delivery import channel_problem
+from bot.delivery import channel_facts
 from bot.home import HomeTab
 from bot.library_loggers import web_api_logger
 from bot.listeners.taken_once import FIRST_TIME
@@ -115,7 +115,7 @@ async def build(settings: ServiceSettings) -> tuple[Host, SlackBot]:
             routes,
             settings.admin_ids,
             directory,
-            functools.partial(channel_problem, client),
+            functools.partial(channel_facts, client),
             permalinks,
         ),
         tasks=tasks,

@@ -23,7 +23,8 @@ from agent_host.settings import Settings
 from bot import blocks
 from bot.slash_commands import help_text
 from slack_sandbox.blockkit import check_blocks
-from slack_sandbox.workspace import UserGroup
+from slack_sandbox.seed import BOT_USER_ID
+from slack_sandbox.workspace import Channel, UserGroup
 from tests.support.replies import flat
 from tests.support.stack import (
     ADMIN,
@@ -414,6 +415,48 @@ async def test_a_route_naming_a_user_group_nobody_could_decide_through_is_refuse
 
         removed = await approvals(stack, ADMIN, "route remove r1")
         assert "Requests already waiting under it keep it" in removed
+
+
+async def test_a_route_escalating_from_a_private_channel_to_a_public_one_is_added_with_a_warning(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Escalated, a private channel's requests (their arguments included) would be read by
+    anyone in a public channel: the route is added, as asked, and the admin is told so with
+    how to keep them private. Escalating within the private or within the public says
+    nothing of it."""
+    private, other_private = "G0PRIVOPS", "G0PRIVSEC"
+    async with running_stack(redis_url, tmp_path) as stack:
+        members = [ADMIN, REVIEWER, BOT_USER_ID]
+        stack.standin.workspace.channels += [
+            Channel(private, "private-ops", 0, members, is_private=True),
+            Channel(other_private, "private-sec", 0, members, is_private=True),
+        ]
+        exposed = await approvals(
+            stack,
+            ADMIN,
+            f"route add agent=refund-agent channel=<#{private}> escalate_after=1h "
+            f"escalate_to=<#{OPS}>",
+        )
+        kept_private = await approvals(
+            stack,
+            ADMIN,
+            f"route add agent=cleanup-agent channel=<#{private}> escalate_after=1h "
+            f"escalate_to=<#{other_private}>",
+        )
+        public_to_public = await approvals(
+            stack,
+            ADMIN,
+            f"route add agent=deployer channel=<#{CHANNEL}> escalate_after=1h escalate_to=<#{OPS}>",
+        )
+
+        assert "Added route `r1`" in exposed
+        assert (
+            f"Route `r1` escalates from the private <#{private}> to the public <#{OPS}>" in exposed
+        ), exposed
+        assert "`/approvals route remove r1`" in exposed
+        for added in (kept_private, public_to_public):
+            assert "Added route" in added and "escalates from the private" not in added, added
+        assert len(await stack.bot.routes.rules()) == 3
 
 
 async def test_a_route_whose_reviewers_are_too_few_for_its_quorum_is_refused(
