@@ -10,7 +10,8 @@ approvals may go to, each reported as one line: ok, or what is wrong and how to 
     durability    Redis keeps an AOF (appendonly yes), and what its appendfsync can lose
     keys in use   every waiting run's checkpoint is under a key the ring holds
     slack token   auth.test accepts SLACK_BOT_TOKEN
-    channel …     the bot may post in the default channel and every routed one
+    channel …     the bot may post in the default channel and every routed one (a route
+                  escalating from a private channel to a public one is noted, not failed)
 
 Nothing is written, to Redis or to Slack.
 """
@@ -31,7 +32,7 @@ from agent_host.durable.crypto import KeyRing
 from agent_host.durable.host import KEY_FILE, load_keyring, load_registry
 from agent_host.durable.reach import RedisReach, reach_redis
 from agent_host.errors import ConfigurationError, StoreUnavailable
-from bot.delivery import channel_problem, error_code, how_to_fix
+from bot.delivery import ChannelFacts, channel_facts, error_code, exposes, how_to_fix
 from bot.slack_settings import ServiceSettings, load_settings
 from bot.socket_client import socket_mode_url
 from bot.wiring import require_slack, web_client
@@ -265,19 +266,36 @@ async def _channels(
     wanted: dict[str, str] = {}
     if settings.default_channel:
         wanted[settings.default_channel] = "COUNTERSIGN_DEFAULT_CHANNEL"
+    escalating = []
     for rule in rules:
         name = f"route {rule.id or rule.agent + '/' + rule.tool}"
         wanted.setdefault(rule.channel, name)
         if rule.escalate_to[:1] in ("C", "G"):  # a user group or a user is a direct message
             wanted.setdefault(rule.escalate_to, f"{name}'s escalation")
+            escalating.append((name, rule))
+    facts = {}
     for channel, why in wanted.items():
-        findings.append(await _channel(client, channel, why))
+        facts[channel] = await channel_facts(client, channel, then="run `countersign check` again")
+        findings.append(_channel(channel, why, facts[channel]))
+    for name, rule in escalating:
+        if exposes(facts[rule.channel], facts[rule.escalate_to]):
+            findings.append(_exposed(name, rule))
     return findings
 
 
-async def _channel(client: Any, channel: str, why: str) -> Finding:
+def _channel(channel: str, why: str, facts: ChannelFacts) -> Finding:
     check = f"channel {channel} ({why})"
-    found = await channel_problem(client, channel, then="run `countersign check` again")
-    if found is None:
+    if facts.problem is None:
         return Finding(check, "the bot can post here")
-    return _fail(check, _CHANNEL_LINK.sub(r"#\1", found))
+    return _fail(check, _CHANNEL_LINK.sub(r"#\1", facts.problem))
+
+
+def _exposed(name: str, rule: RouteRule) -> Finding:
+    """Not a failure (it may be meant), but said: who will read the requests."""
+    return Finding(
+        f"{name}'s escalation",
+        f"note: it escalates from the private #{rule.channel} to the public "
+        f"#{rule.escalate_to}; once escalated, anyone there reads its requests, arguments "
+        "included (escalate to a private channel, a user group or a person to keep them "
+        "private)",
+    )

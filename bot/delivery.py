@@ -27,8 +27,8 @@ __all__ = [
     "ChannelFacts",
     "admin_alert",
     "channel_facts",
-    "channel_problem",
     "error_code",
+    "exposes",
     "is_retryable",
     "permanent_failure",
     "rerouted_note",
@@ -188,20 +188,19 @@ class ChannelFacts:
     private: bool | None = None
 
 
-async def channel_problem(
-    client: Any, channel: str, *, then: str = "add the route again"
-) -> str | None:
-    """Why the bot cannot post in `channel`, with how to fix it (and `then` what to do once
-    fixed); None when it can."""
-    return (await channel_facts(client, channel, then=then)).problem
+def exposes(channel: ChannelFacts | None, escalation: ChannelFacts | None) -> bool:
+    """Whether escalating from `channel` to `escalation` takes requests from a private
+    channel to a public one, where anyone reads them, arguments included."""
+    return (channel and channel.private, escalation and escalation.private) == (True, False)
 
 
 async def channel_facts(
     client: Any, channel: str, *, then: str = "add the route again"
 ) -> ChannelFacts:
-    """`channel_problem` and whether the channel is private, from one `conversations.info`
-    call (scopes channels:read, groups:read): it says whether the channel exists for the
-    bot, is archived, whether the bot is a member (`is_member`), and `is_private`. A private
+    """Whether the bot can post in `channel` (if not, why, how to fix it, and `then` what
+    to do once fixed) and whether it is private, from one `conversations.info` call (scopes
+    channels:read, groups:read): it says whether the channel exists for the bot, is
+    archived, whether the bot is a member (`is_member`), and `is_private`. A private
     channel the bot is not in answers `channel_not_found`."""
     info = await _lookup(client, channel, then)
     if isinstance(info, str):

@@ -32,7 +32,7 @@ from agent_host.errors import CheckpointError
 from bot.blocks import PENDING_NEXT, mask_secrets
 from bot.blocks.limits import FALLBACK_TEXT_MAX, SECTION_TEXT_MAX, plain_within
 from bot.blocks.listing import request_line
-from bot.delivery import ChannelFacts
+from bot.delivery import ChannelFacts, exposes
 from bot.mrkdwn import channel_link, date, escape, inline_code, mention
 from bot.permalinks import Permalinks
 from bot.reviewers import SlackReviewerDirectory
@@ -119,7 +119,7 @@ def _shadowed(rule: RouteRule, earlier: list[RouteRule]) -> str:
 def _exposed(rule: RouteRule, facts: list[ChannelFacts]) -> str:
     """A warning when `rule` escalates from a private channel to a public one (its
     requests, arguments included, would be read by anyone there once escalated), or ""."""
-    if len(facts) != 2 or (facts[0].private, facts[1].private) != (True, False):
+    if len(facts) != 2 or not exposes(*facts):
         return ""
     public = channel_link(rule.escalate_to)
     return (

@@ -24,6 +24,7 @@ from tests.support.redis_fixtures import RedisServerFactory
 TOKEN = "xoxb-check-token"
 APPROVALS, OPS = "C0APPROVALS", "C0OPS"  # the bot is in both (the sandbox's seed)
 SECRET_ROOM, ARCHIVED = "C0SECRETROOM", "C0ARCHIVED"
+PRIVATE_OPS = "G0PRIVATEOPS"  # private, the bot in it
 
 
 @pytest.fixture
@@ -32,6 +33,7 @@ async def standin() -> AsyncIterator[SlackStandIn]:
     workspace.channels += [
         Channel(SECRET_ROOM, "secret-room", 1_700_000_000, ["U0REVIEWER"]),
         Channel(ARCHIVED, "old-approvals", 1_700_000_000, ["U0BOT"], is_archived=True),
+        Channel(PRIVATE_OPS, "private-ops", 1_700_000_000, ["U0BOT"], is_private=True),
     ]
     served = SlackStandIn(workspace, token=TOKEN)
     await served.start()
@@ -296,4 +298,33 @@ async def test_an_escalation_channel_the_bot_cannot_post_in_fails_with_the_fix(
         f"FAIL  channel {SECRET_ROOM} (route */*'s escalation): I am not a member of "
         f"#{SECRET_ROOM}; invite the bot with `/invite @countersign` in #{SECRET_ROOM}, then "
         "run `countersign check` again.",
+    ], done.out
+
+
+async def test_a_route_escalating_from_a_private_channel_to_a_public_one_is_said_not_failed(
+    standin: SlackStandIn, redis_url: str, tmp_path: Path
+) -> None:
+    """A routes file's escalation from a private channel to a public one passes (it may be
+    meant) with a line saying who will read its requests; one between private channels, or
+    from a public one, says nothing of it."""
+    env = good_env(standin, redis_url, tmp_path)
+    path = tmp_path / "escalating.yml"
+    path.write_text(
+        "routes:\n"
+        f"  - agent: exposed\n    channel: {PRIVATE_OPS}\n    escalate_after: 4h\n"
+        f"    escalate_to: {OPS}\n"
+        f"  - agent: kept\n    channel: {OPS}\n    escalate_after: 4h\n"
+        f"    escalate_to: {PRIVATE_OPS}\n"
+    )
+    env["COUNTERSIGN_ROUTES_FILE"] = str(path)
+
+    done = await check(env, tmp_path)
+
+    assert done.code == 0 and failures(done) == [], done
+    said = [line for line in done.out.splitlines() if "escalates from the private" in line]
+    assert said == [
+        f"ok    route exposed/*'s escalation: note: it escalates from the private "
+        f"#{PRIVATE_OPS} to the public #{OPS}; once escalated, anyone there reads its "
+        "requests, arguments included (escalate to a private channel, a user group or a "
+        "person to keep them private)"
     ], done.out
