@@ -32,7 +32,14 @@ from agent_host.durable.crypto import KeyRing
 from agent_host.durable.host import KEY_FILE, load_keyring, load_registry
 from agent_host.durable.reach import RedisReach, reach_redis
 from agent_host.errors import ConfigurationError, StoreUnavailable
-from bot.delivery import ChannelFacts, channel_facts, error_code, exposes, how_to_fix
+from bot.delivery import (
+    ChannelFacts,
+    channel_facts,
+    error_code,
+    exposes,
+    exposure,
+    how_to_fix,
+)
 from bot.slack_settings import ServiceSettings, load_settings
 from bot.socket_client import socket_mode_url
 from bot.wiring import require_slack, web_client
@@ -292,10 +299,9 @@ def _channel(channel: str, why: str, facts: ChannelFacts) -> Finding:
 
 def _exposed(name: str, rule: RouteRule) -> Finding:
     """Not a failure (it may be meant), but said: who will read the requests."""
+    said = _CHANNEL_LINK.sub(r"#\1", exposure(rule.channel, rule.escalate_to))
     return Finding(
         f"{name}'s escalation",
-        f"note: it escalates from the private #{rule.channel} to the public "
-        f"#{rule.escalate_to}; once escalated, anyone there reads its requests, arguments "
-        "included (escalate to a private channel, a user group or a person to keep them "
-        "private)",
+        f"note: it {said} (escalate to a private channel, a user group or a person to keep "
+        "them private)",
     )

@@ -29,6 +29,7 @@ __all__ = [
     "channel_facts",
     "error_code",
     "exposes",
+    "exposure",
     "is_retryable",
     "permanent_failure",
     "rerouted_note",
@@ -192,6 +193,16 @@ def exposes(channel: ChannelFacts | None, escalation: ChannelFacts | None) -> bo
     """Whether escalating from `channel` to `escalation` takes requests from a private
     channel to a public one, where anyone reads them, arguments included."""
     return (channel and channel.private, escalation and escalation.private) == (True, False)
+
+
+def exposure(channel: str, escalation: str) -> str:
+    """What a route escalating from the private `channel` to the public `escalation` shows,
+    and to whom (mrkdwn; `route add` and `countersign check` both say it)."""
+    return (
+        f"escalates from the private {channel_link(channel)} to the public "
+        f"{channel_link(escalation)}; once escalated, anyone there reads its requests, "
+        "arguments included"
+    )
 
 
 async def channel_facts(

@@ -32,7 +32,7 @@ from agent_host.errors import CheckpointError
 from bot.blocks import PENDING_NEXT, mask_secrets
 from bot.blocks.limits import FALLBACK_TEXT_MAX, SECTION_TEXT_MAX, plain_within
 from bot.blocks.listing import request_line
-from bot.delivery import ChannelFacts, exposes
+from bot.delivery import ChannelFacts, exposes, exposure
 from bot.mrkdwn import channel_link, date, escape, inline_code, mention
 from bot.permalinks import Permalinks
 from bot.reviewers import SlackReviewerDirectory
@@ -66,7 +66,7 @@ def help_text() -> str:
     )
 
 
-# Why the bot cannot post in a channel (with how to fix it), or None: bot.delivery.
+# Whether the bot can post in a channel, and whether it is private: bot.delivery.channel_facts.
 ChannelCheck = Callable[[str], Awaitable[ChannelFacts]]
 
 
@@ -121,12 +121,10 @@ def _exposed(rule: RouteRule, facts: list[ChannelFacts]) -> str:
     requests, arguments included, would be read by anyone there once escalated), or ""."""
     if len(facts) != 2 or not exposes(*facts):
         return ""
-    public = channel_link(rule.escalate_to)
     return (
-        f"\n:warning: Route `{rule.id}` escalates from the private {channel_link(rule.channel)} "
-        f"to the public {public}: once escalated, anyone in {public} can read its requests, "
-        f"arguments included. To keep them private, remove it (`/approvals route remove "
-        f"{rule.id}`) and add it again escalating to a private channel, a user group or a person."
+        f"\n:warning: Route `{rule.id}` {exposure(rule.channel, rule.escalate_to)}. To keep "
+        f"them private, remove it (`/approvals route remove {rule.id}`) and add it again "
+        "escalating to a private channel, a user group or a person."
     )
 
 
