@@ -133,6 +133,12 @@ class DeliveryFailed(CountersignError):
     the request elsewhere where it can, and acknowledges the entry instead of retrying.
     """
 
+    # countersign's own codes, for a notification it gave up on itself (see `poison`): one
+    # that kept failing with an error of its own, and one that stopped every process
+    # that took it.
+    OWN_ERROR = "countersign_error"
+    STOPPED = "countersign_stopped"
+
     def __init__(self, code: str, channel: str = "", detail: str = "") -> None:
         self.code, self.channel, self.detail = code, channel, detail
         where = f" in {channel}" if channel else ""

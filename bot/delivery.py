@@ -109,6 +109,10 @@ _FIX = {
     "token_revoked": "the bot token was revoked: reinstall the app and update SLACK_BOT_TOKEN",
     "account_inactive": "the app was uninstalled or its workspace deleted: reinstall the app",
     "missing_scope": "the app lacks a scope: reinstall it from manifest.yml",
+    DeliveryFailed.STOPPED: (
+        "every countersign process that took it to post it stopped (killed or crashed) "
+        "before it was done, so it was given up: see the logs and the processes' memory"
+    ),
 }
 _FIX_OTHERWISE = "see `/approvals routes` and the countersign logs"
 

@@ -29,7 +29,7 @@ from agent_host.durable.crashpoints import NEVER, CrashPoints
 from agent_host.durable.escalations import LadderDelivery
 from agent_host.durable.foreground import Foreground
 from agent_host.durable.ladder import ESCALATED, REMINDED, Ladder
-from agent_host.durable.poison import POISON_AFTER, TRANSIENT
+from agent_host.durable.poison import POISON_AFTER, TRANSIENT, NeverFinished
 from agent_host.durable.store import RunStore
 from agent_host.durable.streams import (
     RetryLater,
@@ -101,7 +101,10 @@ class Outbox:
         about = fields.get("request_id") or fields.get("run_id") or fields.get("bulk_id", "")
         if not about:
             return
-        failure = DeliveryFailed("countersign_error", detail=f"{type(exc).__name__}: {exc}"[:300])
+        code = (
+            DeliveryFailed.STOPPED if isinstance(exc, NeverFinished) else DeliveryFailed.OWN_ERROR
+        )
+        failure = DeliveryFailed(code, detail=f"{type(exc).__name__}: {exc}"[:300])
         if kind == BULK_POSTED:  # its calls are then posted (or given up) one by one
             await self.store.record_delivery_failure(about, failure, kind)
             try:

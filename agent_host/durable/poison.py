@@ -8,18 +8,37 @@ attempt. The consumer's owner says what giving such an entry up means (the outbo
 a refusal and tells the administrators; the resume worker fails the run, so its requester
 hears of it in the thread); the consumer then acknowledges it.
 
-Attempts are counted by each consumer in its own process.
+An entry can also stop the process handling it (killed for its memory, a crash in native
+code): no error is ever caught then, and each process that reclaims it would stop in turn.
+Redis counts those attempts across processes (the entry's delivery count), so an entry
+reclaimed after POISON_AFTER deliveries that never finished is given up without being
+taken a further time (`NeverFinished`). A failure that passes (TRANSIENT) starts that count
+afresh, so an outage is never taken for a process dying on the entry; so does a consumer
+stopping on purpose (a deploy) for the entries it let go unfinished.
+
+Errors are counted by each consumer in its own process; deliveries by Redis.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from redis.exceptions import RedisClusterException, RedisError
 
+from agent_host.durable.connections import as_text
 from agent_host.errors import RetryLater, StoreError
 
-__all__ = ["POISON_AFTER", "TRANSIENT", "Failures", "GiveUp"]
+__all__ = [
+    "POISON_AFTER",
+    "TRANSIENT",
+    "Failures",
+    "GiveUp",
+    "NeverFinished",
+    "count_afresh",
+    "never_finished",
+]
 
 # Attempts of one entry failing with an error of countersign's own before it is given up.
 POISON_AFTER = 5
@@ -51,3 +70,43 @@ class Failures:
     def forget(self, entry_id: str) -> None:
         """`entry_id` succeeded, or was given up."""
         self._counts.pop(entry_id, None)
+
+
+class NeverFinished(Exception):
+    """Handed to `GiveUp` for an entry taken POISON_AFTER times or more before and never
+    acknowledged: every process that took it stopped before it was done."""
+
+    def __init__(self, attempts: int) -> None:
+        super().__init__(
+            f"taken {attempts} times and never finished: each process that took it "
+            "stopped (killed or crashed) before it was done"
+        )
+        self.attempts = attempts
+
+
+async def never_finished(
+    redis: Any, stream: str, group: str, consumer: str, entry_ids: list[str]
+) -> dict[str, int]:
+    """Of `entry_ids`, just reclaimed by `consumer`, those taken POISON_AFTER times or more
+    before this delivery, with that count. One round trip, paid only when a reclaim found
+    entries (a consumer died, or a handler failed)."""
+    if not entry_ids:
+        return {}
+    async with redis.pipeline(transaction=False) as pipe:
+        for entry_id in entry_ids:
+            pipe.xpending_range(stream, group, entry_id, entry_id, 1, consumername=consumer)
+        rows = await pipe.execute()
+    before = {
+        as_text(row[0]["message_id"]): int(row[0]["times_delivered"]) - 1 for row in rows if row
+    }
+    return {entry_id: n for entry_id, n in before.items() if n >= POISON_AFTER}
+
+
+async def count_afresh(
+    redis: Any, stream: str, group: str, consumer: str, entry_ids: list[str]
+) -> None:
+    """`entry_ids` (held by `consumer`) failed in a way that passes, or were let go by a
+    consumer stopping on purpose: their delivery counts start again (XCLAIM RETRYCOUNT 0).
+    Best effort: with Redis away they count one more."""
+    with contextlib.suppress(RedisError, OSError):
+        await redis.xclaim(stream, group, consumer, 0, entry_ids, retrycount=0, justid=True)

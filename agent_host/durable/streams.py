@@ -20,7 +20,15 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from agent_host.durable.connections import as_text
 from agent_host.durable.foreground import Foreground
-from agent_host.durable.poison import POISON_AFTER, TRANSIENT, Failures, GiveUp
+from agent_host.durable.poison import (
+    POISON_AFTER,
+    TRANSIENT,
+    Failures,
+    GiveUp,
+    NeverFinished,
+    count_afresh,
+    never_finished,
+)
 from agent_host.durable.scripts import KEEP_CLAIMED
 from agent_host.durable.slots import holding
 from agent_host.errors import RetryLater
@@ -102,6 +110,12 @@ class StreamConsumer:
         # countersign's own (see `poison`); None: it is retried for as long as it fails.
         self.give_up = give_up
         self._failures = Failures()
+        # Reclaimed entries taken too often before without ever finishing (see `poison`):
+        # given up, not handled, when their turn comes. Entry id -> times taken before.
+        self._never_finished: dict[str, int] = {}
+        # Entries this consumer let go unfinished on purpose (it is stopping): their
+        # delivery counts start afresh as it stops, not being deaths.
+        self._let_go: set[str] = set()
         self.idle_ms, self.block_ms, self.count = idle_ms, block_ms, count
         self._group_ready = False
         self.concurrent = concurrent  # handle a batch at once (the outbox: one slow channel
@@ -164,6 +178,7 @@ class StreamConsumer:
         if not entries:
             entries = await self._read(block)
         if self._stopping is not None and self._stopping.is_set():
+            self._let_go.update(as_text(entry_id) for entry_id, _ in entries)
             return 0  # stopping: what was just read stays pending, for another consumer
         batch: list[tuple[str, dict[str, str]]] = []
         for entry_id, fields in entries:
@@ -205,6 +220,7 @@ class StreamConsumer:
             finally:  # stopped by an error: what was not begun is let go, to be reclaimed
                 for unbegun, _ in batch[begun:]:
                     self._release(unbegun)
+                    self._let_go.add(unbegun)
         if flush:
             await self.flush()
         return handled
@@ -335,6 +351,7 @@ class StreamConsumer:
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is None or task.cancelling():
+                self._let_go.add(entry_id)
                 raise  # stopped: left pending
             # Nobody cancelled it (a library's timeout gone wrong): a failure like any other,
             # not the end of the consumer.
@@ -347,10 +364,21 @@ class StreamConsumer:
 
     async def _handle_or_give_up(self, entry_id: str, fields: dict[str, str]) -> WithAck | None:
         """The handler's writes; or, for an entry that failed POISON_AFTER times with an
-        error of countersign's own, none once `give_up` has dealt with it."""
+        error of countersign's own, or that was reclaimed after more deliveries than that
+        which never finished, none once `give_up` has dealt with it."""
+        if self.give_up is not None and (dead := self._never_finished.pop(entry_id, 0)):
+            log.error(
+                "%s entry %s was taken %d times and never finished: given up without "
+                "handling it again", self.stream, entry_id, dead,
+            )  # fmt: skip
+            await self.give_up(entry_id, fields, NeverFinished(dead))
+            self._failures.forget(entry_id)
+            return None
         try:
             with_ack = await self.handler(entry_id, fields)
         except TRANSIENT:
+            if self.give_up is not None:  # it passes: not one of the deliveries counted
+                await count_afresh(self.redis, self.stream, self.group, self.consumer, [entry_id])
             raise
         except Exception as exc:
             if self.give_up is None or not self._failures.failed(entry_id):
@@ -437,6 +465,17 @@ class StreamConsumer:
             )
         )
         entries = list(reply[1])
+        if self.give_up is not None:
+            reclaimed = [as_text(e) for e, fields in entries if fields is not None]
+            self._never_finished.update(
+                await never_finished(
+                    self.redis,
+                    self.stream,
+                    self.group,
+                    self.consumer,
+                    [e for e in reclaimed if e not in self._held],
+                )
+            )
         # Done until the next due time, unless more may wait: then again on the next poll.
         more = len(entries) >= self.count
         self._reclaimed_at = None if more else asyncio.get_running_loop().time()
@@ -455,6 +494,13 @@ class StreamConsumer:
             self._stop_heartbeat()
             with contextlib.suppress(RedisError, OSError):
                 await asyncio.shield(self.flush())  # stopping: nothing handled stays unacked
+            if self.give_up is not None and self._let_go:  # stopped on purpose: no death of
+                # theirs to count (see `poison`)
+                await asyncio.shield(
+                    count_afresh(
+                        self.redis, self.stream, self.group, self.consumer, sorted(self._let_go)
+                    )
+                )
 
     async def _run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

@@ -26,7 +26,7 @@ from agent_host.approvals import RunRecord, RunStatus
 from agent_host.durable import keys as K
 from agent_host.durable.crashpoints import NEVER, CrashPoints
 from agent_host.durable.foreground import Foreground
-from agent_host.durable.poison import POISON_AFTER, TRANSIENT
+from agent_host.durable.poison import POISON_AFTER, TRANSIENT, NeverFinished
 from agent_host.durable.progress import ProgressStore, RedisTurnJournal
 from agent_host.durable.redis_ledger import RedisLedger
 from agent_host.durable.store import (
@@ -210,18 +210,28 @@ class ResumeWorker:
         return await self.runner.resume(state, decisions, journal=journal, copy=False)
 
     async def _give_up(self, entry_id: str, fields: dict[str, str], exc: Exception) -> None:
-        """The entry failed POISON_AFTER times with an error of countersign's own: its run
-        fails, saying so (a run that moved on meanwhile is left as it is)."""
+        """The entry failed POISON_AFTER times with an error of countersign's own, or every
+        worker that took it stopped before it was done (`NeverFinished`): its run fails,
+        saying so (a run that moved on meanwhile is left as it is)."""
         run_id = fields.get("run_id", "")
         if not K.is_run_id(run_id):  # nothing to fail: written by hand, not by countersign
             log.error("resume entry %s names no run (%r); dropped", entry_id, run_id)
             return
         # Only the error's type: its text may quote arguments, and the run's error is
         # shown in the thread. The worker's log has it whole.
+        if isinstance(exc, NeverFinished):
+            what = (
+                f"stopped the worker handling it {exc.attempts} times (each was killed or "
+                "crashed before it was done)"
+            )
+        else:
+            what = (
+                f"failed {POISON_AFTER} times with an error of countersign's own "
+                f"({type(exc).__name__})"
+            )
         reason = (
-            f"resuming the run failed {POISON_AFTER} times with an error of countersign's own "
-            f"({type(exc).__name__}), so it was stopped rather than retried for ever; nothing "
-            f"more of it runs. The worker's log has the details"
+            f"resuming the run {what}, so it was stopped rather than retried for ever; "
+            "nothing more of it runs. The worker's log has the details"
         )
         pause_id = fields.get("pause_id", "")
         await self._fail(run_id, pause_id, reason, await self._as_far_as_known(run_id, pause_id))

@@ -6,6 +6,7 @@ Redis being away are retried as long as they last. Real Redis, the real consumer
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -29,6 +30,7 @@ class FailingNotifier(LoggingNotifier):
         self.error, self.failing = error, failing
         self.attempts = 0
         self.told: list[tuple[str, str]] = []  # (request id, failure code) the admins heard
+        self.details: list[str] = []  # and what they read of it
 
     async def request_posted(self, request: ApprovalRequest) -> MessageRef | None:
         self.attempts += 1
@@ -44,6 +46,7 @@ class FailingNotifier(LoggingNotifier):
         fallback_failure: DeliveryFailed | None = None,
     ) -> None:
         self.told.append((request.request_id, failure.code))
+        self.details.append(failure.detail)
 
 
 async def deliver_until(redis: Redis, outbox: Outbox, done: Any) -> None:
@@ -83,6 +86,57 @@ async def test_a_post_failing_with_our_own_error_is_given_up_and_the_admins_told
     audit = [e for e in await env.store.audit(run_id) if e["event"] == "undeliverable"]
     assert [e["error"] for e in audit] == ["countersign_error"]
     assert await pending_entries(redis, "outbox") == 0  # acknowledged: not retried again
+
+
+class KilledWhilePosting(FailingNotifier):
+    """The post never returns: the process is killed meanwhile (no error is ever caught)."""
+
+    def __init__(self) -> None:
+        super().__init__(RuntimeError("never raised"))
+        self.taken = asyncio.Event()
+
+    async def request_posted(self, request: ApprovalRequest) -> MessageRef | None:
+        self.taken.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+async def test_a_post_that_kills_every_process_taking_it_is_given_up_and_the_admins_told(
+    redis: Redis,
+) -> None:
+    env = make_env(redis)
+    run_id = await env.start("refund-agent", "refund order 123")
+    [request] = await env.requests(run_id)
+    for attempt in range(POISON_AFTER):
+        doomed = KilledWhilePosting()
+        outbox = Outbox(env.store, doomed, f"killed-{attempt}", idle_ms=100)
+        await outbox.consumer.ensure_groups()
+        process = asyncio.create_task(outbox.consumer.run(asyncio.Event()))
+        await asyncio.wait_for(doomed.taken.wait(), 5)
+        process.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await process
+    assert await pending_entries(redis, "outbox") == 1
+
+    survivor = FailingNotifier(RuntimeError("not reached"), failing=0)
+    outbox = Outbox(env.store, survivor, "survivor", idle_ms=100)
+
+    async def given_up() -> bool | None:
+        return True if survivor.told else None
+
+    await deliver_until(redis, outbox, given_up)
+
+    assert survivor.attempts == 0  # not taken a sixth time
+    assert survivor.told == [(request.request_id, "countersign_stopped")]
+    current = await env.store.get_request(request.request_id)
+    assert current is not None and current.delivery == "undeliverable"
+    assert current.status == "pending"  # still decidable from /approvals and the API
+    audit = [e for e in await env.store.audit(run_id) if e["event"] == "undeliverable"]
+    assert [e["error"] for e in audit] == ["countersign_stopped"]
+    assert f"taken {POISON_AFTER} times and never finished" in survivor.details[0]
+    letters: Any = await redis.xrange(K.Keys(request.request_id).shard.deadletter)
+    assert [fields[b"request_id"].decode() for _, fields in letters] == [request.request_id]
+    assert await pending_entries(redis, "outbox") == 0
 
 
 class FailingBulkNotifier(FailingNotifier):

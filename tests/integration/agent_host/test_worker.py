@@ -4,6 +4,7 @@ redelivered entries and failed handlers; tampered checkpoints fail closed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -13,6 +14,7 @@ from redis.asyncio import Redis
 
 from agent_host.durable import keys as K
 from agent_host.durable.poison import POISON_AFTER
+from agent_host.durable.worker import ResumeWorker
 from agent_host.runtime.agents import Agent, AgentRegistry
 from agent_host.runtime.decisions import Approve
 from agent_host.runtime.messages import Message, ModelResponse, ToolSpec
@@ -254,6 +256,114 @@ async def test_a_resume_failing_with_our_own_error_fails_the_run_saying_why(
         if fields[b"type"] == b"run_finished"
     ]
     assert [f[b"run_id"].decode() for f in finished] == [run_id]  # the thread hears of it
+
+
+async def dies_handling(worker: ResumeWorker) -> None:
+    """`worker` takes the run's resume entry and its process is killed meanwhile: the entry
+    stays pending under its name and no error is ever caught."""
+    taken = asyncio.Event()
+
+    async def killed(entry_id: str, fields: dict[str, str]) -> None:
+        taken.set()
+        await asyncio.Event().wait()  # never returns: the process is gone
+
+    for consumer in worker.consumer.consumers:
+        consumer.handler = killed
+
+    async def polling() -> None:
+        while True:
+            await worker.consumer.poll(block_ms=1)
+
+    process = asyncio.create_task(polling())
+    try:
+        await asyncio.wait_for(taken.wait(), 5)
+    finally:
+        process.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await process
+
+
+async def test_a_resume_that_kills_every_worker_taking_it_is_given_up_not_taken_again(
+    redis: Redis,
+) -> None:
+    """Nothing is caught when a process dies (out of memory, a crash in native code): each
+    worker reclaiming the entry would die in turn, for ever. Redis counts the deliveries;
+    after POISON_AFTER that never finished, the next worker fails the run without
+    handling the entry again."""
+    env = make_env(redis)
+    run_id = await approved_refund(env)
+    for attempt in range(POISON_AFTER):
+        await dies_handling(env.worker(f"killed-{attempt}", idle_ms=30))
+        await asyncio.sleep(0.05)  # idle past idle_ms: the next worker reclaims it
+    assert await env.status(run_id) == "resuming" and await pending_entries(redis) == 1
+
+    survivor = env.worker("survivor", idle_ms=30)
+    handled: list[str] = []
+    real_handler = survivor.handle_entry
+
+    async def watched(entry_id: str, fields: dict[str, str]) -> Any:
+        handled.append(entry_id)
+        return await real_handler(entry_id, fields)
+
+    for consumer in survivor.consumer.consumers:
+        consumer.handler = watched
+
+    async def ended() -> bool:
+        return await env.status(run_id) != "resuming"
+
+    await polled_until(survivor, ended)
+
+    assert handled == []  # given up without being handled a sixth time
+    info = await env.info(run_id)
+    assert info.status == "failed", info
+    assert f"stopped the worker handling it {POISON_AFTER} times" in info.error
+    assert env.effects.count("refund") == 0
+    assert await pending_entries(redis) == 0  # acknowledged: nobody takes it again
+
+
+async def stopped_on_purpose(worker: ResumeWorker) -> None:
+    """`worker` takes the run's resume entry and its process is stopped (a deploy) while
+    the entry is handled: its grace period over, the entry is cut short, left pending."""
+    taken = asyncio.Event()
+
+    async def slow(entry_id: str, fields: dict[str, str]) -> None:
+        taken.set()
+        await asyncio.Event().wait()
+
+    for consumer in worker.consumer.consumers:
+        consumer.handler = slow
+    await worker.consumer.ensure_groups()
+    stop = asyncio.Event()
+    running = asyncio.create_task(worker.consumer.run(stop))
+    try:
+        await asyncio.wait_for(taken.wait(), 5)
+    except TimeoutError:
+        raise AssertionError("the entry was not taken again (given up?)") from None
+    stop.set()  # no new entry is begun; then, the grace period over, this one is cut short
+    running.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await running
+
+
+async def test_a_resume_cut_short_by_deploys_is_not_taken_for_one_that_kills_workers(
+    redis: Redis,
+) -> None:
+    """A process stopped on purpose lets its entries go as it stops: those deliveries are
+    not counted as deaths, however many deploys an entry sits through."""
+    env = make_env(redis)
+    run_id = await approved_refund(env)
+    for attempt in range(POISON_AFTER + 1):
+        await stopped_on_purpose(env.worker(f"deployed-{attempt}", idle_ms=30))
+        await asyncio.sleep(0.05)
+    survivor = env.worker("survivor", idle_ms=30)
+
+    async def ended() -> bool:
+        return await env.status(run_id) != "resuming"
+
+    await polled_until(survivor, ended)
+
+    assert await env.status(run_id) == "succeeded"
+    assert env.effects.count("refund") == 1
 
 
 class FailsOnceTheToolRan:
