@@ -45,6 +45,7 @@ from agent_host.durable.connections import as_text
 from agent_host.durable.poison import POISON_AFTER, TRANSIENT
 from agent_host.durable.store import RunStore
 from agent_host.durable.streams import RetryLater, ShardedConsumer, StreamConsumer
+from agent_host.durable.suspects import SuspectGate
 from agent_host.settings import Settings
 
 __all__ = [
@@ -149,10 +150,12 @@ class CallbackDelivery:
         backoff: float = 2.0,
         idle_ms: int = 5_000,
         clock: Callable[[], float] = time.time,
+        gate: SuspectGate | None = None,
     ) -> None:
         self.store, self.settings, self.sender = store, settings, sender
         self.attempts, self.backoff, self.clock = attempts, backoff, clock
         in_flight = asyncio.Semaphore(IN_FLIGHT)
+        shared_gate = gate if gate is not None else SuspectGate()  # its shards share it
         self.consumer = ShardedConsumer(
             [
                 StreamConsumer(
@@ -167,6 +170,7 @@ class CallbackDelivery:
                     # those whose decisions come after (it finishes behind the poll)
                     in_flight=in_flight,
                     give_up=self._give_up,
+                    gate=shared_gate,
                 )
                 for shard in K.shards()
             ]

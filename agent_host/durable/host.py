@@ -33,6 +33,7 @@ from agent_host.durable.redis_ledger import RedisLedger
 from agent_host.durable.redis_server import RedisServer
 from agent_host.durable.store import RunStore
 from agent_host.durable.streams import ShardedConsumer
+from agent_host.durable.suspects import SuspectGate
 from agent_host.durable.sweeper import TRIM_EVERY_SECONDS, Sweeper
 from agent_host.durable.worker import ResumeWorker
 from agent_host.errors import ConfigurationError
@@ -208,6 +209,8 @@ class Host:
         self.external = ExternalRequests(self.store)
         # The Slack endpoint marks its requests; the outbox and the workers yield to them.
         self.foreground = Foreground()
+        # Entries suspected of stopping the process are handled alone in it (`suspects`).
+        self.suspect_gate = SuspectGate()
 
     def start_background(
         self, workers: int = 1, *, sweeper: bool = True, outbox: bool = True
@@ -223,6 +226,7 @@ class Host:
                 idle_ms=self.resume_idle_ms,
                 crash=self.crash,
                 foreground=self.foreground,
+                gate=self.suspect_gate,
             )
             self._spawn(worker.consumer.run(self._stop), f"resume-worker-{n}", worker.consumer)
         if sweeper:
@@ -244,6 +248,7 @@ class Host:
                 idle_ms=self.retry_idle_ms,
                 crash=self.crash,
                 foreground=self.foreground,
+                gate=self.suspect_gate,
             )
             self._spawn(box.consumer.run(self._stop), "outbox", box.consumer)
             callbacks = CallbackDelivery(
@@ -254,6 +259,7 @@ class Host:
                 attempts=self.callback_attempts,
                 backoff=self.callback_backoff,
                 idle_ms=self.retry_idle_ms,
+                gate=self.suspect_gate,
             )
             self._spawn(callbacks.consumer.run(self._stop), "callbacks", callbacks.consumer)
 

@@ -38,6 +38,7 @@ from agent_host.durable.streams import (
     WithAck,
     send_now,
 )
+from agent_host.durable.suspects import SuspectGate
 from agent_host.errors import DeliveryFailed
 
 __all__ = ["IN_FLIGHT", "POISON_AFTER", "Outbox", "RetryLater"]
@@ -62,12 +63,14 @@ class Outbox:
         idle_ms: int = 5_000,
         crash: CrashPoints = NEVER,
         foreground: Foreground | None = None,
+        gate: SuspectGate | None = None,
     ) -> None:
         self.store, self.notifier, self.crash = store, notifier, crash
         self.book = BulkBook(store)
         self.ladder = LadderDelivery(store, notifier, Ladder(store.redis), self.book)
         self.bulks = BulkDelivery(store, notifier, self.book, self._post)
         in_flight = asyncio.Semaphore(IN_FLIGHT)
+        shared_gate = gate if gate is not None else SuspectGate()  # its shards share it
         self.consumer = ShardedConsumer(
             [
                 StreamConsumer(
@@ -82,6 +85,7 @@ class Outbox:
                     foreground=foreground,
                     in_flight=in_flight,
                     give_up=self._give_up,
+                    gate=shared_gate,
                 )
                 for shard in K.shards()
             ]

@@ -10,18 +10,21 @@ hears of it in the thread); the consumer then acknowledges it.
 
 An entry can also stop the process handling it (killed for its memory, a crash in native
 code): no error is ever caught then, and each process that reclaims it would stop in turn.
-Redis counts those attempts across processes (the entry's delivery count), so an entry
-reclaimed after POISON_AFTER deliveries that never finished is given up without being
-taken a further time (`NeverFinished`). A failure that passes (TRANSIENT) starts that count
-afresh, so an outage is never taken for a process dying on the entry; so does a consumer
-stopping on purpose (a deploy) for the entries it let go unfinished.
+Redis tells such an entry apart: its delivery count. A handling that ends in a caught
+failure, or is let go by a consumer stopping on purpose (a deploy), starts that count
+afresh (COUNT_AFRESH), so an entry reclaimed with a count above one was taken before and
+never reached a verdict: a suspect. A suspect is handled alone in its process
+(`suspects.SuspectGate`), each such attempt counted in Redis before it begins; after
+POISON_AFTER attempts alone that never finished, it is given up without being handled
+again (`NeverFinished`), and after as many more (giving it up stopped the process too),
+acknowledged with only the log saying so. Entries that were merely in flight beside it
+are suspects once, handled alone once, and go on.
 
-Errors are counted by each consumer in its own process; deliveries by Redis.
+Errors are counted by each consumer in its own process; deaths by Redis.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -36,8 +39,10 @@ __all__ = [
     "Failures",
     "GiveUp",
     "NeverFinished",
-    "count_afresh",
-    "never_finished",
+    "attempt_alone",
+    "attempts_key",
+    "forget_attempts",
+    "suspects",
 ]
 
 # Attempts of one entry failing with an error of countersign's own before it is given up.
@@ -51,6 +56,10 @@ TRANSIENT = (RetryLater, StoreError, RedisError, RedisClusterException, OSError)
 GiveUp = Callable[[str, dict[str, str], Exception], Awaitable[None]]
 
 _KEPT = 10_000  # entries whose failures are counted at once (then counted afresh)
+
+# How long a stream's attempts hash outlives its last suspect (a field is dropped once its
+# entry is acknowledged; this only bounds what a trimmed entry would leave behind).
+ATTEMPTS_KEPT_SECONDS = 7 * 86400
 
 
 class Failures:
@@ -73,40 +82,51 @@ class Failures:
 
 
 class NeverFinished(Exception):
-    """Handed to `GiveUp` for an entry taken POISON_AFTER times or more before and never
-    acknowledged: every process that took it stopped before it was done."""
+    """Handed to `GiveUp` for an entry whose process died every time it was handled alone,
+    POISON_AFTER times: the entry is what stops it."""
 
     def __init__(self, attempts: int) -> None:
         super().__init__(
-            f"taken {attempts} times and never finished: each process that took it "
+            f"handled alone {attempts} times and never finished: each process that took it "
             "stopped (killed or crashed) before it was done"
         )
         self.attempts = attempts
 
 
-async def never_finished(
+def attempts_key(stream: str) -> str:
+    """The hash of a stream's suspects' attempts (in the stream's own hash slot)."""
+    return f"{stream}:attempts"
+
+
+async def suspects(
     redis: Any, stream: str, group: str, consumer: str, entry_ids: list[str]
-) -> dict[str, int]:
-    """Of `entry_ids`, just reclaimed by `consumer`, those taken POISON_AFTER times or more
-    before this delivery, with that count. One round trip, paid only when a reclaim found
-    entries (a consumer died, or a handler failed)."""
+) -> set[str]:
+    """Of `entry_ids`, just reclaimed by `consumer`, those whose delivery before this one
+    reached no verdict (XPENDING's delivery count above 1). One round trip, paid only when a
+    reclaim found entries."""
     if not entry_ids:
-        return {}
+        return set()
     async with redis.pipeline(transaction=False) as pipe:
         for entry_id in entry_ids:
             pipe.xpending_range(stream, group, entry_id, entry_id, 1, consumername=consumer)
         rows = await pipe.execute()
-    before = {
-        as_text(row[0]["message_id"]): int(row[0]["times_delivered"]) - 1 for row in rows if row
-    }
-    return {entry_id: n for entry_id, n in before.items() if n >= POISON_AFTER}
+    return {as_text(row[0]["message_id"]) for row in rows if row and row[0]["times_delivered"] > 1}
 
 
-async def count_afresh(
-    redis: Any, stream: str, group: str, consumer: str, entry_ids: list[str]
-) -> None:
-    """`entry_ids` (held by `consumer`) failed in a way that passes, or were let go by a
-    consumer stopping on purpose: their delivery counts start again (XCLAIM RETRYCOUNT 0).
-    Best effort: with Redis away they count one more."""
-    with contextlib.suppress(RedisError, OSError):
-        await redis.xclaim(stream, group, consumer, 0, entry_ids, retrycount=0, justid=True)
+async def attempt_alone(redis: Any, stream: str, entry_id: str) -> int:
+    """Count one more attempt of suspect `entry_id`, before it begins; returns the count."""
+    key = attempts_key(stream)
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.hincrby(key, entry_id, 1)
+        pipe.expire(key, ATTEMPTS_KEPT_SECONDS)
+        count, _ = await pipe.execute()
+    return int(count)
+
+
+def forget_attempts(stream: str, entry_id: str) -> Callable[[Any], Awaitable[None]]:
+    """The write dropping a suspect's attempts, to send with its acknowledgement."""
+
+    async def queue(pipe: Any) -> None:
+        pipe.hdel(attempts_key(stream), entry_id)
+
+    return queue

@@ -350,3 +350,21 @@ for first = 1, #mine, 500 do
 end
 return mine
 """
+
+
+# Entries whose handling ended without dying (a failure that was caught, or a consumer
+# stopping on purpose): their delivery count starts again, and the count of their attempts
+# as suspects is dropped (see `poison`), but only for those still pending under this
+# consumer's own name: one another consumer took over meanwhile stays as it is. KEYS: the
+# stream, its attempts hash. ARGV: group, consumer, entry ids.
+COUNT_AFRESH = """
+local group, consumer = ARGV[1], ARGV[2]
+for i = 3, #ARGV do
+  local id = ARGV[i]
+  if #redis.call('XPENDING', KEYS[1], group, id, id, 1, consumer) > 0 then
+    redis.call('XCLAIM', KEYS[1], group, consumer, 0, id, 'RETRYCOUNT', 0, 'JUSTID')
+    redis.call('HDEL', KEYS[2], id)
+  end
+end
+return 0
+"""

@@ -26,11 +26,14 @@ from agent_host.durable.poison import (
     Failures,
     GiveUp,
     NeverFinished,
-    count_afresh,
-    never_finished,
+    attempt_alone,
+    attempts_key,
+    forget_attempts,
+    suspects,
 )
-from agent_host.durable.scripts import KEEP_CLAIMED
+from agent_host.durable.scripts import COUNT_AFRESH, KEEP_CLAIMED
 from agent_host.durable.slots import holding
+from agent_host.durable.suspects import SuspectGate
 from agent_host.errors import RetryLater
 
 __all__ = [
@@ -103,6 +106,7 @@ class StreamConsumer:
         foreground: Foreground | None = None,
         in_flight: asyncio.Semaphore | None = None,
         give_up: GiveUp | None = None,
+        gate: SuspectGate | None = None,
     ) -> None:
         self.redis, self.stream, self.group, self.consumer = redis, stream, group, consumer
         self.handler = handler
@@ -110,12 +114,14 @@ class StreamConsumer:
         # countersign's own (see `poison`); None: it is retried for as long as it fails.
         self.give_up = give_up
         self._failures = Failures()
-        # Reclaimed entries taken too often before without ever finishing (see `poison`):
-        # given up, not handled, when their turn comes. Entry id -> times taken before.
-        self._never_finished: dict[str, int] = {}
+        # Where suspects (entries whose last delivery reached no verdict, see `poison`)
+        # are handled alone: the process's, shared by all its consumers (the Host's).
+        self.gate = gate if gate is not None else SuspectGate()
+        self._suspects: set[str] = set()  # reclaimed suspects not handled yet
         # Entries this consumer let go unfinished on purpose (it is stopping): their
         # delivery counts start afresh as it stops, not being deaths.
         self._let_go: set[str] = set()
+        self._count_afresh_script = redis.register_script(COUNT_AFRESH)
         self.idle_ms, self.block_ms, self.count = idle_ms, block_ms, count
         self._group_ready = False
         self.concurrent = concurrent  # handle a batch at once (the outbox: one slow channel
@@ -340,13 +346,20 @@ class StreamConsumer:
             async with holding(self.in_flight):
                 if self.foreground is not None:
                     await self.foreground.wait_turn()
-                with_ack = await self._handle_or_give_up(entry_id, fields)
+                if entry_id in self._suspects:
+                    async with self.gate.suspect():
+                        with_ack = await self._handle_suspect(entry_id, fields)
+                else:
+                    async with self.gate.entry():
+                        with_ack = await self._handle_or_give_up(entry_id, fields)
         except RetryLater as exc:
             log.info("%s entry %s deferred: %s", self.stream, entry_id, exc)
+            await self._count_afresh([entry_id])
             return False
         except Exception:
             # Left pending: reclaimed after idle_ms and tried again.
             log.exception("%s entry %s failed; it will be retried", self.stream, entry_id)
+            await self._count_afresh([entry_id])
             return False
         except asyncio.CancelledError:
             task = asyncio.current_task()
@@ -364,21 +377,10 @@ class StreamConsumer:
 
     async def _handle_or_give_up(self, entry_id: str, fields: dict[str, str]) -> WithAck | None:
         """The handler's writes; or, for an entry that failed POISON_AFTER times with an
-        error of countersign's own, or that was reclaimed after more deliveries than that
-        which never finished, none once `give_up` has dealt with it."""
-        if self.give_up is not None and (dead := self._never_finished.pop(entry_id, 0)):
-            log.error(
-                "%s entry %s was taken %d times and never finished: given up without "
-                "handling it again", self.stream, entry_id, dead,
-            )  # fmt: skip
-            await self.give_up(entry_id, fields, NeverFinished(dead))
-            self._failures.forget(entry_id)
-            return None
+        error of countersign's own, none once `give_up` has dealt with it."""
         try:
             with_ack = await self.handler(entry_id, fields)
         except TRANSIENT:
-            if self.give_up is not None:  # it passes: not one of the deliveries counted
-                await count_afresh(self.redis, self.stream, self.group, self.consumer, [entry_id])
             raise
         except Exception as exc:
             if self.give_up is None or not self._failures.failed(entry_id):
@@ -391,6 +393,41 @@ class StreamConsumer:
             with_ack = None
         self._failures.forget(entry_id)
         return with_ack
+
+    async def _handle_suspect(self, entry_id: str, fields: dict[str, str]) -> WithAck | None:
+        """A suspect, alone in the process: its attempt counted before it begins, and given
+        up, not handled, once POISON_AFTER attempts never finished (see `poison`)."""
+        self._suspects.discard(entry_id)
+        attempt = await attempt_alone(self.redis, self.stream, entry_id)
+        if attempt <= POISON_AFTER:
+            with_ack = await self._handle_or_give_up(entry_id, fields)
+        elif attempt <= 2 * POISON_AFTER:
+            log.error(
+                "%s entry %s stopped its process each of the %d times it was handled alone: "
+                "given up without handling it again", self.stream, entry_id, attempt - 1,
+            )  # fmt: skip
+            assert self.give_up is not None  # suspects are looked for only then
+            await self.give_up(entry_id, fields, NeverFinished(attempt - 1))
+            with_ack = None
+        else:  # giving it up stopped the process too: only this log says so
+            log.critical(
+                "%s entry %s stopped its process %d times, being given up too: "
+                "acknowledged as it is", self.stream, entry_id, attempt - 1,
+            )  # fmt: skip
+            with_ack = None
+        return together(with_ack, forget_attempts(self.stream, entry_id))
+
+    async def _count_afresh(self, entry_ids: list[str]) -> None:
+        """Their handling ended here without the process dying: not suspects (see
+        `poison`). Best effort: with Redis away, a next reclaim takes them for suspects,
+        handled alone once."""
+        if self.give_up is None:
+            return  # suspects are not looked for
+        with contextlib.suppress(RedisError, OSError):
+            await self._count_afresh_script(
+                keys=[self.stream, attempts_key(self.stream)],
+                args=[self.group, self.consumer, *entry_ids],
+            )
 
     # -- the heartbeat: a slow but healthy consumer is not mistaken for a dead one --------
     # Every third of `idle_ms` while it holds entries, the consumer resets the idle time of
@@ -467,14 +504,9 @@ class StreamConsumer:
         entries = list(reply[1])
         if self.give_up is not None:
             reclaimed = [as_text(e) for e, fields in entries if fields is not None]
-            self._never_finished.update(
-                await never_finished(
-                    self.redis,
-                    self.stream,
-                    self.group,
-                    self.consumer,
-                    [e for e in reclaimed if e not in self._held],
-                )
+            fresh = [e for e in reclaimed if e not in self._held]
+            self._suspects |= await suspects(
+                self.redis, self.stream, self.group, self.consumer, fresh
             )
         # Done until the next due time, unless more may wait: then again on the next poll.
         more = len(entries) >= self.count
@@ -494,13 +526,8 @@ class StreamConsumer:
             self._stop_heartbeat()
             with contextlib.suppress(RedisError, OSError):
                 await asyncio.shield(self.flush())  # stopping: nothing handled stays unacked
-            if self.give_up is not None and self._let_go:  # stopped on purpose: no death of
-                # theirs to count (see `poison`)
-                await asyncio.shield(
-                    count_afresh(
-                        self.redis, self.stream, self.group, self.consumer, sorted(self._let_go)
-                    )
-                )
+            if self._let_go:  # stopped on purpose: no death of theirs to count
+                await asyncio.shield(self._count_afresh(sorted(self._let_go)))
 
     async def _run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

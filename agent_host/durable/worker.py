@@ -42,6 +42,7 @@ from agent_host.durable.streams import (
     send_now,
     together,
 )
+from agent_host.durable.suspects import SuspectGate
 from agent_host.errors import (
     CheckpointDecryptError,
     CheckpointError,
@@ -75,11 +76,13 @@ class ResumeWorker:
         idle_ms: int = 30_000,
         crash: CrashPoints = NEVER,
         foreground: Foreground | None = None,
+        gate: SuspectGate | None = None,
     ):
         self.store, self.crash = store, crash
         self.runner = runner
         self.progress = ProgressStore(store.redis, store.keyring)
         self.ledger = RedisLedger(store.redis, store.keyring)  # read when a run is given up
+        shared_gate = gate if gate is not None else SuspectGate()  # its shards share it
         self.consumer = ShardedConsumer(
             [
                 StreamConsumer(
@@ -94,6 +97,7 @@ class ResumeWorker:
                     count=1,
                     foreground=foreground,
                     give_up=self._give_up,
+                    gate=shared_gate,
                 )
                 for shard in K.shards()
             ]

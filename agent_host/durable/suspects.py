@@ -1,0 +1,54 @@
+"""Entries suspected of stopping the process that handles them are handled alone.
+
+An entry reclaimed after a delivery that reached no verdict (its process was killed, or
+crashed) may be what stopped that process. Handled beside others, another death would
+count against them all. So a suspect waits until nothing else of this process is being
+handled, nothing else begins meanwhile, and suspects go one at a time: if it stops the
+process again, it alone is to blame (`poison` counts those attempts). Suspects are rare
+(they follow a crash), so the usual cost is a counter and two flags per entry.
+
+One gate per process, shared by every consumer in it (the `Host` makes it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+__all__ = ["SuspectGate"]
+
+
+class SuspectGate:
+    def __init__(self) -> None:
+        self._running = 0
+        self._quiet = asyncio.Event()  # no entry is being handled
+        self._quiet.set()
+        self._open = asyncio.Event()  # no suspect waits for its turn or is being handled
+        self._open.set()
+        self._one_suspect = asyncio.Lock()
+
+    @contextlib.asynccontextmanager
+    async def entry(self) -> AsyncIterator[None]:
+        """Around the handling of an entry above suspicion."""
+        while not self._open.is_set():
+            await self._open.wait()
+        self._running += 1
+        self._quiet.clear()
+        try:
+            yield
+        finally:
+            self._running -= 1
+            if not self._running:
+                self._quiet.set()
+
+    @contextlib.asynccontextmanager
+    async def suspect(self) -> AsyncIterator[None]:
+        """Around the handling of a suspect: alone in the process."""
+        async with self._one_suspect:
+            self._open.clear()
+            try:
+                await self._quiet.wait()
+                yield
+            finally:
+                self._open.set()

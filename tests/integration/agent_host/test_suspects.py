@@ -1,0 +1,160 @@
+"""An entry that kills the process handling it is told apart from those that were merely
+in flight beside it (real Redis, the real consumer): a reclaimed entry whose last delivery
+reached no verdict is a suspect, handled alone, and only one that dies alone POISON_AFTER
+times is given up. Starting a count afresh never takes an entry from another consumer."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from redis.asyncio import Redis
+
+from agent_host.durable.poison import POISON_AFTER, NeverFinished
+from agent_host.durable.streams import StreamConsumer
+from agent_host.errors import RetryLater
+from tests.support.waiting import eventually
+
+
+def consumer(redis: Redis, name: str, handler: Any, given_up: list[tuple[str, str]]) -> Any:
+    async def give_up(entry_id: str, fields: dict[str, str], exc: Exception) -> None:
+        given_up.append((fields["kind"], type(exc).__name__))
+
+    return StreamConsumer(
+        redis, "s", "g", name, handler, idle_ms=100, count=100, concurrent=True, give_up=give_up
+    )
+
+
+async def killed_while_handling(c: StreamConsumer, taken: asyncio.Event) -> None:
+    """`c` polls until `taken`, then its process is killed: nothing of it runs again."""
+
+    async def polling() -> None:
+        while True:
+            await c.poll(block_ms=1)
+
+    process = asyncio.create_task(polling())
+    try:
+        await asyncio.wait_for(taken.wait(), 5)
+    finally:
+        process.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await process
+
+
+async def test_an_entry_in_flight_beside_one_that_kills_the_process_goes_on(
+    redis: Redis,
+) -> None:
+    await redis.xgroup_create("s", "g", id="0", mkstream=True)
+    await redis.xadd("s", {"kind": "kills"})
+    await redis.xadd("s", {"kind": "healthy"})
+    given_up: list[tuple[str, str]] = []
+    for n in range(POISON_AFTER + 1):
+        taken = asyncio.Event()
+
+        async def dying(
+            entry_id: str, fields: dict[str, str], taken: asyncio.Event = taken
+        ) -> None:
+            if fields["kind"] == "kills":
+                taken.set()  # and the process dies, with whatever else it handles
+            await asyncio.Event().wait()
+
+        await killed_while_handling(consumer(redis, f"killed-{n}", dying, given_up), taken)
+        await asyncio.sleep(0.15)  # idle past idle_ms: the next process reclaims both
+    handled: list[str] = []
+
+    async def fine(entry_id: str, fields: dict[str, str]) -> None:
+        handled.append(fields["kind"])
+
+    survivor = consumer(redis, "survivor", fine, given_up)
+
+    async def settled() -> bool:
+        await survivor.poll(block_ms=1)
+        summary: Any = await redis.xpending("s", "g")
+        return summary["pending"] == 0
+
+    await eventually(settled, within=10)
+    assert given_up == [("kills", NeverFinished.__name__)]
+    assert handled == ["healthy"]
+
+
+async def test_a_count_started_afresh_never_takes_the_entry_from_another_consumer(
+    redis: Redis,
+) -> None:
+    """A handled the entry and stalled (its heartbeat silent); B reclaimed it and is
+    handling it; A's handler then ends in "not now". A's fresh start of the entry's count
+    must leave it with B, or a third consumer would handle it beside B."""
+    await redis.xgroup_create("s", "g", id="0", mkstream=True)
+    await redis.xadd("s", {"kind": "post"})
+    given_up: list[tuple[str, str]] = []
+    a_took, a_fails, b_took = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def a_handler(entry_id: str, fields: dict[str, str]) -> None:
+        a_took.set()
+        await a_fails.wait()
+        raise RetryLater("Slack unreachable")
+
+    async def b_handler(entry_id: str, fields: dict[str, str]) -> None:
+        b_took.set()
+        await asyncio.Event().wait()
+
+    a = consumer(redis, "A", a_handler, given_up)
+    a._beat_every = 3600  # its loop stalled: no heartbeat keeps the entry claimed
+    b = consumer(redis, "B", b_handler, given_up)
+    a_poll = asyncio.create_task(a.poll(block_ms=1))
+    await asyncio.wait_for(a_took.wait(), 5)
+    await asyncio.sleep(0.15)  # idle past idle_ms
+    b_poll = asyncio.create_task(b.poll(block_ms=1))
+    await asyncio.wait_for(b_took.wait(), 5)
+    a_fails.set()
+    await a_poll
+    try:
+        pending: Any = await redis.xpending_range("s", "g", "-", "+", 10)
+        assert [as_name(p["consumer"]) for p in pending] == ["B"]
+    finally:
+        b_poll.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await b_poll
+
+
+def as_name(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+async def test_an_entry_whose_giving_up_kills_the_process_too_is_let_go_in_the_end(
+    redis: Redis,
+) -> None:
+    """Giving an entry up may meet what killed the process (the worker reads the run's
+    state to fail it): past twice POISON_AFTER deaths alone it is acknowledged as it is,
+    with the log saying so, rather than killing every process for ever."""
+    await redis.xgroup_create("s", "g", id="0", mkstream=True)
+    await redis.xadd("s", {"kind": "kills"})
+    deaths = 0
+    while True:
+        taken = asyncio.Event()
+
+        async def dying(
+            entry_id: str, fields: dict[str, str], taken: asyncio.Event = taken
+        ) -> None:
+            taken.set()
+            await asyncio.Event().wait()
+
+        async def dying_too(
+            entry_id: str, fields: dict[str, str], exc: Exception, taken: asyncio.Event = taken
+        ) -> None:
+            taken.set()
+            await asyncio.Event().wait()
+
+        c = StreamConsumer(
+            redis, "s", "g", f"killed-{deaths}", dying, idle_ms=100, give_up=dying_too
+        )
+        try:
+            await killed_while_handling(c, taken)
+        except TimeoutError:
+            break  # neither handled nor given up: let go
+        deaths += 1
+        assert deaths <= 2 * POISON_AFTER + 1, "taken again and again"
+        await asyncio.sleep(0.15)
+    summary: Any = await redis.xpending("s", "g")
+    assert summary["pending"] == 0
+    assert deaths == 2 * POISON_AFTER + 1  # the first, then alone: handled, then given up

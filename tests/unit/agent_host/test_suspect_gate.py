@@ -1,0 +1,59 @@
+"""A suspect (an entry that may be what stopped the last process handling it) is handled
+alone: after what was in flight, before what comes next, one suspect at a time."""
+
+from __future__ import annotations
+
+import asyncio
+
+from agent_host.durable.suspects import SuspectGate
+
+
+async def test_a_suspect_waits_for_what_is_in_flight_and_holds_back_what_comes_next() -> None:
+    gate = SuspectGate()
+    order: list[str] = []
+    running: set[str] = set()
+
+    async def entry(name: str, delay: float, seconds: float) -> None:
+        await asyncio.sleep(delay)
+        async with gate.entry():
+            assert not any(r.startswith("suspect") for r in running), running
+            running.add(name)
+            order.append(f"{name} begins")
+            await asyncio.sleep(seconds)
+            running.discard(name)
+
+    async def suspect(name: str, delay: float) -> None:
+        await asyncio.sleep(delay)
+        async with gate.suspect():
+            assert not running, f"{name} began beside {running}"
+            running.add(name)
+            order.append(f"{name} begins")
+            await asyncio.sleep(0.02)
+            running.discard(name)
+            order.append(f"{name} ends")
+
+    await asyncio.gather(
+        entry("in flight", 0, 0.05),
+        suspect("suspect 1", 0.01),  # arrives while "in flight" runs
+        suspect("suspect 2", 0.015),
+        entry("next", 0.02, 0.01),  # arrives while suspect 1 waits for its turn
+    )
+    assert order[:2] == ["in flight begins", "suspect 1 begins"]
+    assert order.index("next begins") > order.index("suspect 1 ends")
+    assert "suspect 2 begins" in order
+
+
+async def test_entries_above_suspicion_run_side_by_side() -> None:
+    gate = SuspectGate()
+    running, most = 0, 0
+
+    async def entry() -> None:
+        nonlocal running, most
+        async with gate.entry():
+            running += 1
+            most = max(most, running)
+            await asyncio.sleep(0.01)
+            running -= 1
+
+    await asyncio.gather(*(entry() for _ in range(5)))
+    assert most == 5
