@@ -12,13 +12,13 @@ An entry can also stop the process handling it (killed for its memory, a crash i
 code): no error is ever caught then, and each process that reclaims it would stop in turn.
 Redis tells such an entry apart: its delivery count. A handling that ends in a caught
 failure, or is let go by a consumer stopping on purpose (a deploy), starts that count
-afresh (COUNT_AFRESH), so an entry reclaimed with a count above one was taken before and
-never reached a verdict: a suspect. A suspect is handled alone in its process
-(`suspects.SuspectGate`), each such attempt counted in Redis before it begins; after
-POISON_AFTER attempts alone that never finished, it is given up without being handled
-again (`NeverFinished`), and after as many more (giving it up stopped the process too),
-acknowledged with only the log saying so. Entries that were merely in flight beside it
-are suspects once, handled alone once, and go on.
+afresh (COUNT_AFRESH), so an entry reclaimed with a count above SUSPECT_AFTER was taken
+that many times in a row and never reached a verdict: a suspect. A suspect is handled
+alone in its process (`suspects.SuspectGate`), each such attempt counted in Redis before
+it begins; after POISON_AFTER attempts alone that never finished, it is given up without
+being handled again (`NeverFinished`), and after as many more (giving it up stopped the
+process too), acknowledged with only the log saying so. Entries that were merely in
+flight beside it are handled alone once, and go on.
 
 Errors are counted by each consumer in its own process; deaths by Redis.
 """
@@ -35,6 +35,7 @@ from agent_host.errors import RetryLater, StoreError
 
 __all__ = [
     "POISON_AFTER",
+    "SUSPECT_AFTER",
     "TRANSIENT",
     "Failures",
     "GiveUp",
@@ -56,6 +57,12 @@ TRANSIENT = (RetryLater, StoreError, RedisError, RedisClusterException, OSError)
 GiveUp = Callable[[str, dict[str, str], Exception], Awaitable[None]]
 
 _KEPT = 10_000  # entries whose failures are counted at once (then counted afresh)
+
+# Deliveries in a row that reached no verdict before an entry is a suspect. One is not
+# enough: everything a process held when it died (or when Redis went away before a count
+# could start afresh) has one, and handling all that alone, one by one, would stall the
+# process for nothing. A second in a row is a crash loop, and costs at most one death more.
+SUSPECT_AFTER = 2
 
 # How long a stream's attempts hash outlives its last suspect (a field is dropped once its
 # entry is acknowledged; this only bounds what a trimmed entry would leave behind).
@@ -101,16 +108,20 @@ def attempts_key(stream: str) -> str:
 async def suspects(
     redis: Any, stream: str, group: str, consumer: str, entry_ids: list[str]
 ) -> set[str]:
-    """Of `entry_ids`, just reclaimed by `consumer`, those whose delivery before this one
-    reached no verdict (XPENDING's delivery count above 1). One round trip, paid only when a
-    reclaim found entries."""
+    """Of `entry_ids`, just reclaimed by `consumer`, those whose last SUSPECT_AFTER
+    deliveries reached no verdict (XPENDING's delivery count). One round trip, paid only
+    when a reclaim found entries."""
     if not entry_ids:
         return set()
     async with redis.pipeline(transaction=False) as pipe:
         for entry_id in entry_ids:
             pipe.xpending_range(stream, group, entry_id, entry_id, 1, consumername=consumer)
         rows = await pipe.execute()
-    return {as_text(row[0]["message_id"]) for row in rows if row and row[0]["times_delivered"] > 1}
+    return {
+        as_text(row[0]["message_id"])
+        for row in rows
+        if row and row[0]["times_delivered"] > SUSPECT_AFTER
+    }
 
 
 async def attempt_alone(redis: Any, stream: str, entry_id: str) -> int:

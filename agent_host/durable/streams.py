@@ -118,6 +118,7 @@ class StreamConsumer:
         # are handled alone: the process's, shared by all its consumers (the Host's).
         self.gate = gate if gate is not None else SuspectGate()
         self._suspects: set[str] = set()  # reclaimed suspects not handled yet
+        self._giving_up: set[str] = set()  # suspects being given up (see `_survived`)
         # Entries this consumer let go unfinished on purpose (it is stopping): their
         # delivery counts start afresh as it stops, not being deaths.
         self._let_go: set[str] = set()
@@ -342,24 +343,26 @@ class StreamConsumer:
 
     async def _handle(self, entry_id: str, fields: dict[str, str]) -> bool:
         """Handle a held entry (see `poll`) and let it go."""
+        suspect = entry_id in self._suspects
         try:
-            async with holding(self.in_flight):
-                if self.foreground is not None:
-                    await self.foreground.wait_turn()
-                if entry_id in self._suspects:
-                    async with self.gate.suspect():
-                        with_ack = await self._handle_suspect(entry_id, fields)
+            if self.foreground is not None:
+                await self.foreground.wait_turn()
+            # The gate before the slot: a suspect waiting for its turn holds no slot, and
+            # never waits for one held by an entry queued behind it.
+            turn = self.gate.suspect() if suspect else self.gate.entry()
+            async with turn, holding(self.in_flight):
+                if suspect:
+                    with_ack = await self._handle_suspect(entry_id, fields)
                 else:
-                    async with self.gate.entry():
-                        with_ack = await self._handle_or_give_up(entry_id, fields)
+                    with_ack = await self._handle_or_give_up(entry_id, fields)
         except RetryLater as exc:
             log.info("%s entry %s deferred: %s", self.stream, entry_id, exc)
-            await self._count_afresh([entry_id])
+            await self._survived(entry_id)
             return False
         except Exception:
             # Left pending: reclaimed after idle_ms and tried again.
             log.exception("%s entry %s failed; it will be retried", self.stream, entry_id)
-            await self._count_afresh([entry_id])
+            await self._survived(entry_id)
             return False
         except asyncio.CancelledError:
             task = asyncio.current_task()
@@ -372,6 +375,7 @@ class StreamConsumer:
             return False
         finally:
             self._release(entry_id)
+        self._suspects.discard(entry_id)
         self._handled.append((entry_id, with_ack))
         return True
 
@@ -397,7 +401,6 @@ class StreamConsumer:
     async def _handle_suspect(self, entry_id: str, fields: dict[str, str]) -> WithAck | None:
         """A suspect, alone in the process: its attempt counted before it begins, and given
         up, not handled, once POISON_AFTER attempts never finished (see `poison`)."""
-        self._suspects.discard(entry_id)
         attempt = await attempt_alone(self.redis, self.stream, entry_id)
         if attempt <= POISON_AFTER:
             with_ack = await self._handle_or_give_up(entry_id, fields)
@@ -407,7 +410,9 @@ class StreamConsumer:
                 "given up without handling it again", self.stream, entry_id, attempt - 1,
             )  # fmt: skip
             assert self.give_up is not None  # suspects are looked for only then
+            self._giving_up.add(entry_id)  # should it fail, the entry stays a suspect
             await self.give_up(entry_id, fields, NeverFinished(attempt - 1))
+            self._giving_up.discard(entry_id)
             with_ack = None
         else:  # giving it up stopped the process too: only this log says so
             log.critical(
@@ -416,6 +421,15 @@ class StreamConsumer:
             )  # fmt: skip
             with_ack = None
         return together(with_ack, forget_attempts(self.stream, entry_id))
+
+    async def _survived(self, entry_id: str) -> None:
+        """Its handling failed, and the error was caught: no death to count, unless it
+        was the giving up of an entry already found to kill its process."""
+        if entry_id in self._giving_up:
+            self._giving_up.discard(entry_id)
+            return
+        self._suspects.discard(entry_id)
+        await self._count_afresh([entry_id])
 
     async def _count_afresh(self, entry_ids: list[str]) -> None:
         """Their handling ended here without the process dying: not suspects (see
@@ -526,8 +540,10 @@ class StreamConsumer:
             self._stop_heartbeat()
             with contextlib.suppress(RedisError, OSError):
                 await asyncio.shield(self.flush())  # stopping: nothing handled stays unacked
-            if self._let_go:  # stopped on purpose: no death of theirs to count
-                await asyncio.shield(self._count_afresh(sorted(self._let_go)))
+            # Stopped on purpose: no death to count for what it let go, but a suspect stays one.
+            if let_go := sorted(self._let_go - self._suspects):
+                await asyncio.shield(self._count_afresh(let_go))
+            self._let_go.clear()
 
     async def _run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

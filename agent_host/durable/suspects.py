@@ -1,11 +1,12 @@
 """Entries suspected of stopping the process that handles them are handled alone.
 
-An entry reclaimed after a delivery that reached no verdict (its process was killed, or
-crashed) may be what stopped that process. Handled beside others, another death would
-count against them all. So a suspect waits until nothing else of this process is being
-handled, nothing else begins meanwhile, and suspects go one at a time: if it stops the
-process again, it alone is to blame (`poison` counts those attempts). Suspects are rare
-(they follow a crash), so the usual cost is a counter and two flags per entry.
+An entry reclaimed after deliveries that reached no verdict (its process was killed, or
+crashed, each time: `poison.SUSPECT_AFTER`) may be what stopped that process. Handled
+beside others, another death would count against them all. So a suspect waits until no
+other entry of this process is being handled, none begins meanwhile, and suspects go one
+at a time: if it stops the process again, it alone is to blame (`poison` counts those
+attempts). The Slack endpoint and the HTTP API are not held back. Suspects follow a crash
+loop, so the usual cost is a counter and two flags per entry.
 
 One gate per process, shared by every consumer in it (the `Host` makes it).
 """

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -194,3 +196,21 @@ async def polled_until(worker: Any, done: Any) -> None:
         return bool(await done())
 
     await eventually(polled, within=10)
+
+
+async def killed_while_polling(consumer: Any, taken: asyncio.Event) -> None:
+    """`consumer` (a stream consumer, or every shard's) polls until `taken` is set, then
+    its process is killed: its polls end where they are, and none of `run()`'s clean-up
+    happens (a process stopped on purpose would start its entries' counts afresh)."""
+
+    async def polling() -> None:
+        while True:
+            await consumer.poll(block_ms=1)
+
+    process = asyncio.create_task(polling())
+    try:
+        await asyncio.wait_for(taken.wait(), 5)
+    finally:
+        process.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await process

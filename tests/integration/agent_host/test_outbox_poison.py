@@ -6,7 +6,6 @@ Redis being away are retried as long as they last. Real Redis, the real consumer
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 import pytest
@@ -18,8 +17,9 @@ from agent_host.approvals.bulk import Bulk
 from agent_host.approvals.notifier import LoggingNotifier, MessageRef
 from agent_host.durable import keys as K
 from agent_host.durable.outbox import POISON_AFTER, Outbox
+from agent_host.durable.poison import SUSPECT_AFTER
 from agent_host.errors import DeliveryFailed, RetryLater
-from tests.support.host_env import make_env, pending_entries
+from tests.support.host_env import killed_while_polling, make_env, pending_entries
 from tests.support.waiting import eventually
 
 
@@ -107,22 +107,11 @@ async def test_a_post_that_kills_every_process_taking_it_is_given_up_and_the_adm
     env = make_env(redis)
     run_id = await env.start("refund-agent", "refund order 123")
     [request] = await env.requests(run_id)
-    for attempt in range(POISON_AFTER + 1):  # the first delivery, then POISON_AFTER alone
+    for attempt in range(SUSPECT_AFTER + POISON_AFTER):  # then a suspect, alone
         doomed = KilledWhilePosting()
         outbox = Outbox(env.store, doomed, f"killed-{attempt}", idle_ms=100)
         await outbox.consumer.ensure_groups()
-
-        async def polling(outbox: Outbox = outbox) -> None:
-            while True:
-                await outbox.consumer.poll(block_ms=1)
-
-        # Killed: its polls end where they are, and none of run()'s clean-up happens
-        # (a process stopped on purpose would start the entry's count afresh).
-        process = asyncio.create_task(polling())
-        await asyncio.wait_for(doomed.taken.wait(), 5)
-        process.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await process
+        await killed_while_polling(outbox.consumer, doomed.taken)
     assert await pending_entries(redis, "outbox") == 1
 
     survivor = FailingNotifier(RuntimeError("not reached"), failing=0)

@@ -11,9 +11,12 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from agent_host.durable.poison import POISON_AFTER, NeverFinished
+from agent_host.durable.poison import POISON_AFTER, SUSPECT_AFTER, NeverFinished
+from agent_host.durable.slots import set_aside
 from agent_host.durable.streams import StreamConsumer
+from agent_host.durable.suspects import SuspectGate
 from agent_host.errors import RetryLater
+from tests.support.host_env import killed_while_polling
 from tests.support.waiting import eventually
 
 
@@ -26,22 +29,6 @@ def consumer(redis: Redis, name: str, handler: Any, given_up: list[tuple[str, st
     )
 
 
-async def killed_while_handling(c: StreamConsumer, taken: asyncio.Event) -> None:
-    """`c` polls until `taken`, then its process is killed: nothing of it runs again."""
-
-    async def polling() -> None:
-        while True:
-            await c.poll(block_ms=1)
-
-    process = asyncio.create_task(polling())
-    try:
-        await asyncio.wait_for(taken.wait(), 5)
-    finally:
-        process.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await process
-
-
 async def test_an_entry_in_flight_beside_one_that_kills_the_process_goes_on(
     redis: Redis,
 ) -> None:
@@ -49,7 +36,7 @@ async def test_an_entry_in_flight_beside_one_that_kills_the_process_goes_on(
     await redis.xadd("s", {"kind": "kills"})
     await redis.xadd("s", {"kind": "healthy"})
     given_up: list[tuple[str, str]] = []
-    for n in range(POISON_AFTER + 1):
+    for n in range(SUSPECT_AFTER + POISON_AFTER):
         taken = asyncio.Event()
 
         async def dying(
@@ -59,7 +46,7 @@ async def test_an_entry_in_flight_beside_one_that_kills_the_process_goes_on(
                 taken.set()  # and the process dies, with whatever else it handles
             await asyncio.Event().wait()
 
-        await killed_while_handling(consumer(redis, f"killed-{n}", dying, given_up), taken)
+        await killed_while_polling(consumer(redis, f"killed-{n}", dying, given_up), taken)
         await asyncio.sleep(0.15)  # idle past idle_ms: the next process reclaims both
     handled: list[str] = []
 
@@ -149,12 +136,87 @@ async def test_an_entry_whose_giving_up_kills_the_process_too_is_let_go_in_the_e
             redis, "s", "g", f"killed-{deaths}", dying, idle_ms=100, give_up=dying_too
         )
         try:
-            await killed_while_handling(c, taken)
+            await killed_while_polling(c, taken)
         except TimeoutError:
             break  # neither handled nor given up: let go
         deaths += 1
-        assert deaths <= 2 * POISON_AFTER + 1, "taken again and again"
+        assert deaths <= SUSPECT_AFTER + 2 * POISON_AFTER, "taken again and again"
         await asyncio.sleep(0.15)
     summary: Any = await redis.xpending("s", "g")
     assert summary["pending"] == 0
-    assert deaths == 2 * POISON_AFTER + 1  # the first, then alone: handled, then given up
+    assert deaths == SUSPECT_AFTER + 2 * POISON_AFTER  # then alone: handled, given up
+
+
+async def suspects_of_a_dead_process(redis: Redis, count: int) -> list[str]:
+    """`count` entries a process read and died on SUSPECT_AFTER times in a row: suspects
+    for the next consumer to reclaim them."""
+    await redis.xgroup_create("s", "g", id="0", mkstream=True)
+    ids = [as_name(await redis.xadd("s", {"kind": f"post {n}"})) for n in range(count)]
+    await redis.xreadgroup("g", "dead", {"s": ">"}, count=count)
+    for _ in range(SUSPECT_AFTER - 1):
+        await redis.xclaim("s", "g", "dead", 0, ids)  # reclaimed, and died on again
+    await asyncio.sleep(0.15)  # idle past idle_ms
+    return ids
+
+
+async def test_suspects_outnumbering_the_slots_and_setting_theirs_aside_all_finish(
+    redis: Redis,
+) -> None:
+    """Posts waiting for their channel's turn set their slot aside (so others can post);
+    a suspect waiting for its turn to be alone must never hold one, nor wait for one held
+    by an entry queued behind it."""
+    await suspects_of_a_dead_process(redis, 3)
+    given_up: list[tuple[str, str]] = []
+
+    async def paced(entry_id: str, fields: dict[str, str]) -> None:
+        async with set_aside():  # as SlackNotifier does while it waits for the channel
+            await asyncio.sleep(0.05)
+
+    c = StreamConsumer(
+        redis, "s", "g", "survivor", paced, idle_ms=100, count=100, concurrent=True,
+        in_flight=asyncio.Semaphore(2), give_up=give_up_into(given_up), gate=SuspectGate(),
+    )  # fmt: skip
+
+    async def settled() -> bool:
+        await c.poll(block_ms=1)
+        summary: Any = await redis.xpending("s", "g")
+        return summary["pending"] == 0
+
+    await eventually(settled, within=10)
+    assert given_up == []
+
+
+async def test_a_killer_whose_giving_up_fails_for_now_stays_a_suspect(redis: Redis) -> None:
+    """Telling the administrators may meet Slack's "not now": the entry is given up again
+    on its next reclaim, its deaths still counted, never handled again as a fresh one."""
+    [entry_id] = await suspects_of_a_dead_process(redis, 1)
+    await redis.hset("s:attempts", entry_id, POISON_AFTER)  # it died alone that often
+    handled: list[str] = []
+    tries: list[str] = []
+
+    async def handler(entry_id: str, fields: dict[str, str]) -> None:
+        handled.append(entry_id)
+
+    async def give_up(entry_id: str, fields: dict[str, str], exc: Exception) -> None:
+        tries.append(type(exc).__name__)
+        if len(tries) == 1:
+            raise RetryLater("Slack unreachable")
+
+    c = StreamConsumer(redis, "s", "g", "survivor", handler, idle_ms=100, give_up=give_up)
+
+    async def settled() -> bool:
+        await c.poll(block_ms=1)
+        summary: Any = await redis.xpending("s", "g")
+        return summary["pending"] == 0
+
+    await eventually(settled, within=10)
+    assert tries == [NeverFinished.__name__, NeverFinished.__name__]
+    assert handled == []
+    assert await redis.hget("s:attempts", entry_id) is None  # dropped with the acknowledgement
+
+
+def give_up_into(given_up: list[tuple[str, str]]) -> Any:
+    async def give_up(entry_id: str, fields: dict[str, str], exc: Exception) -> None:
+        given_up.append((fields["kind"], type(exc).__name__))
+
+    return give_up

@@ -13,7 +13,7 @@ import pytest
 from redis.asyncio import Redis
 
 from agent_host.durable import keys as K
-from agent_host.durable.poison import POISON_AFTER
+from agent_host.durable.poison import POISON_AFTER, SUSPECT_AFTER
 from agent_host.durable.worker import ResumeWorker
 from agent_host.runtime.agents import Agent, AgentRegistry
 from agent_host.runtime.decisions import Approve
@@ -25,6 +25,7 @@ from agent_host.runtime.tools import ToolContext, tool
 from tests.support.agents import Recorder, counting_tool, registry_of, tc
 from tests.support.host_env import (
     Env,
+    killed_while_polling,
     make_env,
     pending_entries,
     polled_until,
@@ -269,18 +270,7 @@ async def dies_handling(worker: ResumeWorker) -> None:
 
     for consumer in worker.consumer.consumers:
         consumer.handler = killed
-
-    async def polling() -> None:
-        while True:
-            await worker.consumer.poll(block_ms=1)
-
-    process = asyncio.create_task(polling())
-    try:
-        await asyncio.wait_for(taken.wait(), 5)
-    finally:
-        process.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await process
+    await killed_while_polling(worker.consumer, taken)
 
 
 async def test_a_resume_that_kills_every_worker_taking_it_is_given_up_not_taken_again(
@@ -292,8 +282,8 @@ async def test_a_resume_that_kills_every_worker_taking_it_is_given_up_not_taken_
     fails the run without handling the entry again."""
     env = make_env(redis)
     run_id = await approved_refund(env)
-    # the first delivery, then POISON_AFTER attempts alone (a suspect: see `poison`)
-    for attempt in range(POISON_AFTER + 1):
+    # SUSPECT_AFTER deliveries before it is a suspect, then POISON_AFTER attempts alone
+    for attempt in range(SUSPECT_AFTER + POISON_AFTER):
         await dies_handling(env.worker(f"killed-{attempt}", idle_ms=30))
         await asyncio.sleep(0.05)  # idle past idle_ms: the next worker reclaims it
     assert await env.status(run_id) == "resuming" and await pending_entries(redis) == 1

@@ -15,7 +15,7 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from agent_host.durable.poison import POISON_AFTER
+from agent_host.durable.poison import POISON_AFTER, SUSPECT_AFTER
 
 from .harness import APPROVALS, Proc, World, until, world
 
@@ -42,7 +42,8 @@ async def test_a_post_that_kills_every_serve_is_given_up_and_the_admins_told(
         await w.ready(front)
         run_id = await w.start_run(front)
         assert await died(w, front) == -signal.SIGKILL
-        for _ in range(POISON_AFTER):  # each takes it alone (a suspect, see `poison`)
+        # SUSPECT_AFTER deliveries in a row that died, then POISON_AFTER deaths alone
+        for _ in range(SUSPECT_AFTER + POISON_AFTER - 1):
             front = w.serve("after_pause_saved")  # armed too: it would die the same way
             assert await died(w, front) == -signal.SIGKILL
 
