@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from pathlib import Path
 from typing import Any
 
 from redis.asyncio import Redis
@@ -16,7 +17,7 @@ from agent_host.durable.slots import set_aside
 from agent_host.durable.streams import StreamConsumer
 from agent_host.durable.suspects import SuspectGate
 from agent_host.errors import RetryLater
-from tests.support.host_env import killed_while_polling
+from tests.support.host_env import killed_while_polling, make_host
 from tests.support.waiting import eventually
 
 
@@ -220,3 +221,19 @@ def give_up_into(given_up: list[tuple[str, str]]) -> Any:
         given_up.append((fields["kind"], type(exc).__name__))
 
     return give_up
+
+
+async def test_every_consumer_of_a_host_waits_at_the_one_gate_of_its_process(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Alone means alone in the process: resumes, posts and callbacks share one gate, so a
+    suspect of one kind never runs beside an entry of another."""
+    host, _ = make_host(Redis.from_url(redis_url), tmp_path)  # it closes its client
+    host.start_background(1, sweeper=False)
+    try:
+        consumers = [c for sharded in host._consuming.values() for c in sharded.consumers]
+        kinds = {c.stream.rsplit(":", 1)[-1] for c in consumers}
+        assert {"resume", "outbox", "callbacks"} <= kinds, kinds
+        assert {id(c.gate) for c in consumers} == {id(host.suspect_gate)}
+    finally:
+        await host.stop()
