@@ -114,7 +114,7 @@ class StreamConsumer:
         # countersign's own (see `poison`); None: it is retried for as long as it fails.
         self.give_up = give_up
         self._failures = Failures()
-        # Where suspects (entries whose last delivery reached no verdict, see `poison`)
+        # Where suspects (entries whose last deliveries reached no verdict, see `poison`)
         # are handled alone: the process's, shared by all its consumers (the Host's).
         self.gate = gate if gate is not None else SuspectGate()
         self._suspects: set[str] = set()  # reclaimed suspects not handled yet
@@ -432,9 +432,8 @@ class StreamConsumer:
         await self._count_afresh([entry_id])
 
     async def _count_afresh(self, entry_ids: list[str]) -> None:
-        """Their handling ended here without the process dying: not suspects (see
-        `poison`). Best effort: with Redis away, a next reclaim takes them for suspects,
-        handled alone once."""
+        """Their handling ended here without the process dying: their delivery counts start
+        afresh (see `poison`). Best effort: with Redis away, they count one more."""
         if self.give_up is None:
             return  # suspects are not looked for
         with contextlib.suppress(RedisError, OSError):
