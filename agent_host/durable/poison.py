@@ -25,6 +25,7 @@ Errors are counted by each consumer in its own process; deaths by Redis.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -44,6 +45,7 @@ __all__ = [
     "attempts_key",
     "forget_attempts",
     "suspects",
+    "take_back_attempt",
 ]
 
 # Attempts of one entry failing with an error of countersign's own before it is given up.
@@ -132,6 +134,13 @@ async def attempt_alone(redis: Any, stream: str, entry_id: str) -> int:
         pipe.expire(key, ATTEMPTS_KEPT_SECONDS)
         count, _ = await pipe.execute()
     return int(count)
+
+
+async def take_back_attempt(redis: Any, stream: str, entry_id: str) -> None:
+    """The attempt just counted for suspect `entry_id` ended in a caught failure (giving it
+    up met Slack's "not now"): not a death. Best effort: with Redis away it stays counted."""
+    with contextlib.suppress(RedisError, OSError):
+        await redis.hincrby(attempts_key(stream), entry_id, -1)
 
 
 def forget_attempts(stream: str, entry_id: str) -> Callable[[Any], Awaitable[None]]:

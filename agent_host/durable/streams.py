@@ -30,6 +30,7 @@ from agent_host.durable.poison import (
     attempts_key,
     forget_attempts,
     suspects,
+    take_back_attempt,
 )
 from agent_host.durable.scripts import COUNT_AFRESH, KEEP_CLAIMED
 from agent_host.durable.slots import holding
@@ -425,8 +426,9 @@ class StreamConsumer:
     async def _survived(self, entry_id: str) -> None:
         """Its handling failed, and the error was caught: no death to count, unless it
         was the giving up of an entry already found to kill its process."""
-        if entry_id in self._giving_up:
+        if entry_id in self._giving_up:  # it failed, not the process: not one of its deaths
             self._giving_up.discard(entry_id)
+            await take_back_attempt(self.redis, self.stream, entry_id)
             return
         self._suspects.discard(entry_id)
         await self._count_afresh([entry_id])
