@@ -8,11 +8,13 @@ a flood of scrapes costs Redis no more than one at a time.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from agent_host.approvals import TERMINAL
 from agent_host.durable import keys as K
 from agent_host.durable.connections import as_text
+from agent_host.durable.poison import let_go_key
 from agent_host.durable.store import DELIVERED
 
 if TYPE_CHECKING:
@@ -44,6 +46,7 @@ class MetricsPage:
 async def _render(host: Host) -> str:
     counters: dict[str, float] = {}
     outbox_depth = resume_backlog = dead_letters = 0
+    let_go = dict.fromkeys(_LET_GO_BY, 0)
     async with host.redis.pipeline(transaction=False) as pipe:
         for shard in K.shards():  # every shard counts its own; the figures are their sums
             pipe.hgetall(shard.metrics)
@@ -51,6 +54,8 @@ async def _render(host: Host) -> str:
                 pipe.xinfo_groups(stream)  # an error (no stream yet) is read as such below
                 pipe.xlen(stream)
             pipe.xlen(shard.deadletter)
+            for stream_of in _LET_GO_BY.values():
+                pipe.xlen(let_go_key(stream_of(shard)))
         replies = iter(await pipe.execute(raise_on_error=False))
     for _ in range(K.SHARDS):
         for key, count in _value(next(replies)).items():
@@ -59,6 +64,8 @@ async def _render(host: Host) -> str:
         outbox_depth += _group_backlog(next(replies), _value(next(replies)), K.OUTBOX_GROUP)
         resume_backlog += _group_backlog(next(replies), _value(next(replies)), K.RESUME_GROUP)
         dead_letters += int(_value(next(replies)))
+        for name in let_go:
+            let_go[name] += int(_value(next(replies)))
     delivered = int(counters.get(f"{DELIVERED}ok", 0))
     lines = [
         "# HELP countersign_pending_requests Approval requests waiting for a decision.",
@@ -101,6 +108,13 @@ async def _render(host: Host) -> str:
         f"countersign_dead_letters {dead_letters}",
     ]
     lines += [
+        "# HELP countersign_entries_let_go Stream entries whose handling, and then their "
+        "giving up, stopped every process that took them: acknowledged unhandled, copies "
+        "kept in each shard's <stream>:let-go.",
+        "# TYPE countersign_entries_let_go gauge",
+    ]
+    lines += [f'countersign_entries_let_go{{stream="{name}"}} {n}' for name, n in let_go.items()]
+    lines += [
         "# HELP countersign_callbacks_total Decision callbacks delivered, retried after a "
         "failed attempt, and dead-lettered (GET /api/v1/callbacks/dead).",
         "# TYPE countersign_callbacks_total counter",
@@ -109,6 +123,14 @@ async def _render(host: Host) -> str:
         value = int(counters.get(f"callbacks:{result}", 0))
         lines.append(f'countersign_callbacks_total{{result="{result}"}} {value}')
     return "\n".join(lines) + "\n"
+
+
+# The streams whose consumers give entries up, by the name /metrics gives them.
+_LET_GO_BY: dict[str, Callable[[K.Shard], str]] = {
+    "resume": lambda shard: shard.resume,
+    "outbox": lambda shard: shard.outbox,
+    "callbacks": lambda shard: shard.callbacks,
+}
 
 
 def _value(reply: Any) -> Any:

@@ -17,8 +17,9 @@ that many times in a row and never reached a verdict: a suspect. A suspect is ha
 alone in its process (`suspects.SuspectGate`), each such attempt counted in Redis before
 it begins; after POISON_AFTER attempts alone that never finished, it is given up without
 being handled again (`NeverFinished`), and after as many more (giving it up stopped the
-process too), acknowledged with only the log saying so. Entries that were merely in
-flight beside it are handled alone once, and go on.
+process too), let go: acknowledged, a copy kept in `<stream>:let-go` (`let_go`), counted
+in /metrics and logged as critical. Entries that were merely in flight beside it are
+handled alone once, and go on.
 
 Errors are counted by each consumer in its own process; deaths by Redis.
 """
@@ -26,6 +27,7 @@ Errors are counted by each consumer in its own process; deaths by Redis.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -44,6 +46,8 @@ __all__ = [
     "attempt_alone",
     "attempts_key",
     "forget_attempts",
+    "let_go",
+    "let_go_key",
     "suspects",
     "take_back_attempt",
 ]
@@ -69,6 +73,9 @@ SUSPECT_AFTER = 2
 # How long a stream's attempts hash outlives its last suspect (a field is dropped once its
 # entry is acknowledged; this only bounds what a trimmed entry would leave behind).
 ATTEMPTS_KEPT_SECONDS = 7 * 86400
+
+# Entries let go kept per stream, newest (an entry let go is a crash loop giving up too).
+LET_GO_KEPT = 1000
 
 
 class Failures:
@@ -148,5 +155,24 @@ def forget_attempts(stream: str, entry_id: str) -> Callable[[Any], Awaitable[Non
 
     async def queue(pipe: Any) -> None:
         pipe.hdel(attempts_key(stream), entry_id)
+
+    return queue
+
+
+def let_go_key(stream: str) -> str:
+    """The stream keeping copies of the entries `stream` let go (in its hash slot)."""
+    return f"{stream}:let-go"
+
+
+def let_go(
+    stream: str, entry_id: str, fields: dict[str, str], deaths: int
+) -> Callable[[Any], Awaitable[None]]:
+    """The write keeping a copy of an entry let go (neither handled nor given up: its
+    process stopped every time), to send with its acknowledgement: nothing is lost, and
+    /metrics counts it (`countersign_entries_let_go`)."""
+
+    async def queue(pipe: Any) -> None:
+        copy = {"entry_id": entry_id, "deaths": str(deaths), "fields": json.dumps(fields)}
+        pipe.xadd(let_go_key(stream), copy, maxlen=LET_GO_KEPT, approximate=True)
 
     return queue

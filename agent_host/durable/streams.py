@@ -29,6 +29,8 @@ from agent_host.durable.poison import (
     attempt_alone,
     attempts_key,
     forget_attempts,
+    let_go,
+    let_go_key,
     suspects,
     take_back_attempt,
 )
@@ -415,12 +417,12 @@ class StreamConsumer:
             await self.give_up(entry_id, fields, NeverFinished(attempt - 1))
             self._giving_up.discard(entry_id)
             with_ack = None
-        else:  # giving it up stopped the process too: only this log says so
+        else:  # giving it up stopped the process too: let go, kept and counted
             log.critical(
-                "%s entry %s stopped its process %d times, being given up too: "
-                "acknowledged as it is", self.stream, entry_id, attempt - 1,
+                "%s entry %s stopped its process %d times, being given up too: let go, "
+                "its copy kept in %s", self.stream, entry_id, attempt - 1, let_go_key(self.stream),
             )  # fmt: skip
-            with_ack = None
+            with_ack = let_go(self.stream, entry_id, fields, attempt - 1)
         return together(with_ack, forget_attempts(self.stream, entry_id))
 
     async def _survived(self, entry_id: str) -> None:

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from pathlib import Path
 from typing import Any
 
 from redis.asyncio import Redis
 
-from agent_host.durable.poison import POISON_AFTER, SUSPECT_AFTER, NeverFinished
+from agent_host.durable import keys as K
+from agent_host.durable.metrics import MetricsPage
+from agent_host.durable.poison import POISON_AFTER, SUSPECT_AFTER, NeverFinished, let_go_key
 from agent_host.durable.slots import set_aside
 from agent_host.durable.streams import StreamConsumer
 from agent_host.durable.suspects import SuspectGate
@@ -110,13 +113,15 @@ def as_name(value: Any) -> str:
 
 
 async def test_an_entry_whose_giving_up_kills_the_process_too_is_let_go_in_the_end(
-    redis: Redis,
+    redis_url: str, redis: Redis, tmp_path: Path
 ) -> None:
     """Giving an entry up may meet what killed the process (the worker reads the run's
-    state to fail it): past twice POISON_AFTER deaths alone it is acknowledged as it is,
-    with the log saying so, rather than killing every process for ever."""
-    await redis.xgroup_create("s", "g", id="0", mkstream=True)
-    await redis.xadd("s", {"kind": "kills"})
+    state to fail it): past twice POISON_AFTER deaths alone it is let go rather than
+    killing every process for ever; not in silence: a copy is kept beside its stream and
+    /metrics counts it."""
+    stream = K.Shard(3).resume
+    await redis.xgroup_create(stream, "g", id="0", mkstream=True)
+    entry_id = as_name(await redis.xadd(stream, {"run_id": "run_x", "kind": "decided"}))
     deaths = 0
     while True:
         taken = asyncio.Event()
@@ -134,7 +139,7 @@ async def test_an_entry_whose_giving_up_kills_the_process_too_is_let_go_in_the_e
             await asyncio.Event().wait()
 
         c = StreamConsumer(
-            redis, "s", "g", f"killed-{deaths}", dying, idle_ms=100, give_up=dying_too
+            redis, stream, "g", f"killed-{deaths}", dying, idle_ms=100, give_up=dying_too
         )
         try:
             await killed_while_polling(c, taken)
@@ -143,9 +148,22 @@ async def test_an_entry_whose_giving_up_kills_the_process_too_is_let_go_in_the_e
         deaths += 1
         assert deaths <= SUSPECT_AFTER + 2 * POISON_AFTER, "taken again and again"
         await asyncio.sleep(0.15)
-    summary: Any = await redis.xpending("s", "g")
+    summary: Any = await redis.xpending(stream, "g")
     assert summary["pending"] == 0
     assert deaths == SUSPECT_AFTER + 2 * POISON_AFTER  # then alone: handled, given up
+    [(_, copy)] = await redis.xrange(let_go_key(stream))
+    assert {as_name(k): as_name(v) for k, v in copy.items()} == {
+        "entry_id": entry_id,
+        "deaths": str(2 * POISON_AFTER),
+        "fields": json.dumps({"run_id": "run_x", "kind": "decided"}),
+    }
+    host, _ = make_host(Redis.from_url(redis_url), tmp_path)
+    try:
+        metrics = await MetricsPage(host).render()
+    finally:
+        await host.stop()
+    assert 'countersign_entries_let_go{stream="resume"} 1' in metrics
+    assert 'countersign_entries_let_go{stream="outbox"} 0' in metrics
 
 
 async def suspects_of_a_dead_process(redis: Redis, count: int) -> list[str]:
