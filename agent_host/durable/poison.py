@@ -21,7 +21,11 @@ process too), let go: acknowledged, a copy kept in `<stream>:let-go` (`let_go`),
 in /metrics and logged as critical. Entries that were merely in flight beside it are
 handled alone once, and go on.
 
-Errors are counted by each consumer in its own process; deaths by Redis.
+Both are counted in Redis, in the stream's attempts hash (`attempts_key`): errors, so an
+entry whose errors alternate with deaths, each in a new process, is still given up after
+POISON_AFTER errors; and a suspect's attempts alone. What was counted of an entry goes
+with its acknowledgement; only an entry that failed is retried (reclaimed), so an entry
+handled at its first delivery costs nothing more.
 """
 
 from __future__ import annotations
@@ -40,11 +44,11 @@ __all__ = [
     "POISON_AFTER",
     "SUSPECT_AFTER",
     "TRANSIENT",
-    "Failures",
     "GiveUp",
     "NeverFinished",
     "attempt_alone",
     "attempts_key",
+    "count_error",
     "forget_attempts",
     "let_go",
     "let_go_key",
@@ -62,8 +66,6 @@ TRANSIENT = (RetryLater, StoreError, RedisError, RedisClusterException, OSError)
 # TRANSIENT error leaves the entry pending: it is given up again on its next attempt.
 GiveUp = Callable[[str, dict[str, str], Exception], Awaitable[None]]
 
-_KEPT = 10_000  # entries whose failures are counted at once (then counted afresh)
-
 # Deliveries in a row that reached no verdict before an entry is a suspect. One is not
 # enough: everything a process held when it died (or when Redis went away before a count
 # could start afresh) has one, and handling all that alone, one by one, would stall the
@@ -76,25 +78,6 @@ ATTEMPTS_KEPT_SECONDS = 7 * 86400
 
 # Entries let go kept per stream, newest (an entry let go is a crash loop giving up too).
 LET_GO_KEPT = 1000
-
-
-class Failures:
-    """How many times each entry has failed with an error of countersign's own."""
-
-    def __init__(self) -> None:
-        self._counts: dict[str, int] = {}
-
-    def failed(self, entry_id: str) -> bool:
-        """Count one more failure of `entry_id`; True once it is due to be given up."""
-        count = self._counts.get(entry_id, 0) + 1
-        if count == 1 and len(self._counts) >= _KEPT:
-            self._counts.clear()
-        self._counts[entry_id] = count
-        return count >= POISON_AFTER
-
-    def forget(self, entry_id: str) -> None:
-        """`entry_id` succeeded, or was given up."""
-        self._counts.pop(entry_id, None)
 
 
 class NeverFinished(Exception):
@@ -150,11 +133,26 @@ async def take_back_attempt(redis: Any, stream: str, entry_id: str) -> None:
         await redis.hincrby(attempts_key(stream), entry_id, -1)
 
 
+async def count_error(redis: Any, stream: str, entry_id: str) -> int:
+    """Count one more error of countersign's own of `entry_id`; returns the count."""
+    key = attempts_key(stream)
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.hincrby(key, _errors_field(entry_id), 1)
+        pipe.expire(key, ATTEMPTS_KEPT_SECONDS)
+        count, _ = await pipe.execute()
+    return int(count)
+
+
+def _errors_field(entry_id: str) -> str:
+    return f"errors:{entry_id}"
+
+
 def forget_attempts(stream: str, entry_id: str) -> Callable[[Any], Awaitable[None]]:
-    """The write dropping a suspect's attempts, to send with its acknowledgement."""
+    """The write dropping what was counted of a retried entry (its errors, its attempts as
+    a suspect), to send with its acknowledgement."""
 
     async def queue(pipe: Any) -> None:
-        pipe.hdel(attempts_key(stream), entry_id)
+        pipe.hdel(attempts_key(stream), entry_id, _errors_field(entry_id))
 
     return queue
 

@@ -23,11 +23,11 @@ from agent_host.durable.foreground import Foreground
 from agent_host.durable.poison import (
     POISON_AFTER,
     TRANSIENT,
-    Failures,
     GiveUp,
     NeverFinished,
     attempt_alone,
     attempts_key,
+    count_error,
     forget_attempts,
     let_go,
     let_go_key,
@@ -116,7 +116,9 @@ class StreamConsumer:
         # What to do with an entry that failed POISON_AFTER times with an error of
         # countersign's own (see `poison`); None: it is retried for as long as it fails.
         self.give_up = give_up
-        self._failures = Failures()
+        # Reclaimed entries not handled yet: only such an entry may have failures counted
+        # in Redis (a failed entry stays pending until reclaimed), dropped as it succeeds.
+        self._retried: set[str] = set()
         # Where suspects (entries whose last deliveries reached no verdict, see `poison`)
         # are handled alone: the process's, shared by all its consumers (the Host's).
         self.gate = gate if gate is not None else SuspectGate()
@@ -379,6 +381,9 @@ class StreamConsumer:
         finally:
             self._release(entry_id)
         self._suspects.discard(entry_id)
+        if entry_id in self._retried:  # its failures and attempts counted go with it
+            self._retried.discard(entry_id)
+            with_ack = together(with_ack, forget_attempts(self.stream, entry_id))
         self._handled.append((entry_id, with_ack))
         return True
 
@@ -390,7 +395,7 @@ class StreamConsumer:
         except TRANSIENT:
             raise
         except Exception as exc:
-            if self.give_up is None or not self._failures.failed(entry_id):
+            if self.give_up is None or await self._errors_counted(entry_id, exc) < POISON_AFTER:
                 raise
             log.error(
                 "%s entry %s failed %d times with an error of countersign's own; given up: %r",
@@ -398,8 +403,18 @@ class StreamConsumer:
             )  # fmt: skip
             await self.give_up(entry_id, fields, exc)
             with_ack = None
-        self._failures.forget(entry_id)
         return with_ack
+
+    async def _errors_counted(self, entry_id: str, exc: Exception) -> int:
+        """Count `entry_id`'s error of countersign's own, in Redis: an entry whose errors
+        alternate with deaths, each in a new process, is given up all the same. With Redis
+        away it is not counted; `exc` stands, and the entry is tried again."""
+        try:
+            counted = await count_error(self.redis, self.stream, entry_id)
+        except (RedisError, OSError) as redis_away:
+            raise exc from redis_away
+        self._retried.add(entry_id)  # counted: dropped when it succeeds
+        return counted
 
     async def _handle_suspect(self, entry_id: str, fields: dict[str, str]) -> WithAck | None:
         """A suspect, alone in the process: its attempt counted before it begins, and given
@@ -423,7 +438,7 @@ class StreamConsumer:
                 "its copy kept in %s", self.stream, entry_id, attempt - 1, let_go_key(self.stream),
             )  # fmt: skip
             with_ack = let_go(self.stream, entry_id, fields, attempt - 1)
-        return together(with_ack, forget_attempts(self.stream, entry_id))
+        return with_ack
 
     async def _survived(self, entry_id: str) -> None:
         """Its handling failed, and the error was caught: no death to count, unless it
@@ -522,6 +537,7 @@ class StreamConsumer:
         if self.give_up is not None:
             reclaimed = [as_text(e) for e, fields in entries if fields is not None]
             fresh = [e for e in reclaimed if e not in self._held]
+            self._retried.update(fresh)
             self._suspects |= await suspects(
                 self.redis, self.stream, self.group, self.consumer, fresh
             )

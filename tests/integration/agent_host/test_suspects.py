@@ -15,7 +15,13 @@ from redis.asyncio import Redis
 
 from agent_host.durable import keys as K
 from agent_host.durable.metrics import MetricsPage
-from agent_host.durable.poison import POISON_AFTER, SUSPECT_AFTER, NeverFinished, let_go_key
+from agent_host.durable.poison import (
+    POISON_AFTER,
+    SUSPECT_AFTER,
+    NeverFinished,
+    attempts_key,
+    let_go_key,
+)
 from agent_host.durable.slots import set_aside
 from agent_host.durable.streams import StreamConsumer
 from agent_host.durable.suspects import SuspectGate
@@ -164,6 +170,65 @@ async def test_an_entry_whose_giving_up_kills_the_process_too_is_let_go_in_the_e
         await host.stop()
     assert 'countersign_entries_let_go{stream="resume"} 1' in metrics
     assert 'countersign_entries_let_go{stream="outbox"} 0' in metrics
+
+
+async def test_an_entry_whose_errors_alternate_with_deaths_is_given_up(redis: Redis) -> None:
+    """A state that sometimes raises (MemoryError caught) and sometimes gets its process
+    killed never reaches two deliveries in a row without a verdict, so it is never a
+    suspect; its errors, each in a new process, are counted in Redis and it is given up
+    after POISON_AFTER of them, with nothing left counted behind it."""
+    await redis.xgroup_create("s", "g", id="0", mkstream=True)
+    await redis.xadd("s", {"kind": "sometimes raises, sometimes kills"})
+    given_up: list[tuple[str, str]] = []
+    for n in range(2 * POISON_AFTER):
+        taken = asyncio.Event()
+
+        async def raises_or_dies(
+            entry_id: str, fields: dict[str, str], n: int = n, taken: asyncio.Event = taken
+        ) -> None:
+            if n % 2 == 0:
+                raise MemoryError("state too large")
+            taken.set()
+            await asyncio.Event().wait()
+
+        process = consumer(redis, f"process-{n}", raises_or_dies, given_up)
+        if n % 2 == 0:
+            await process.poll(block_ms=1)
+        else:
+            await killed_while_polling(process, taken)
+        if given_up:
+            break
+        await asyncio.sleep(0.15)  # idle past idle_ms: the next process reclaims it
+    assert given_up == [("sometimes raises, sometimes kills", "MemoryError")]
+    assert n == 2 * (POISON_AFTER - 1)  # its fifth error
+    summary: Any = await redis.xpending("s", "g")
+    assert summary["pending"] == 0
+    assert await redis.hgetall(attempts_key("s")) == {}
+
+
+async def test_the_errors_counted_of_an_entry_go_when_it_succeeds(redis: Redis) -> None:
+    await redis.xgroup_create("s", "g", id="0", mkstream=True)
+    entry_id = as_name(await redis.xadd("s", {"kind": "fails twice"}))
+    attempts = 0
+
+    async def fails_twice(entry_id: str, fields: dict[str, str]) -> None:
+        nonlocal attempts
+        attempts += 1
+        if attempts <= 2:
+            raise ValueError("not yet")
+
+    given_up: list[tuple[str, str]] = []
+    process = consumer(redis, "process", fails_twice, given_up)
+    for failed in (1, 2):
+        await process.poll(block_ms=1)
+        counted = await redis.hget(attempts_key("s"), f"errors:{entry_id}")
+        assert (attempts, counted) == (failed, str(failed).encode())
+        await asyncio.sleep(0.15)  # idle past idle_ms: reclaimed
+    await process.poll(block_ms=1)
+    await process.flush()
+    assert attempts == 3
+    assert await redis.hgetall(attempts_key("s")) == {}
+    assert given_up == []
 
 
 async def suspects_of_a_dead_process(redis: Redis, count: int) -> list[str]:
