@@ -29,6 +29,7 @@ __all__ = [
     "external_shard",
     "home_seen",
     "is_run_id",
+    "metrics_of",
     "new_run_id",
     "new_run_id_in",
     "request_id",
@@ -110,6 +111,11 @@ class Shard:
         """The idempotency key of a caller's `external_id` (see `external_shard`)."""
         digest = hashlib.sha256(external_id.encode()).hexdigest()
         return f"{self.tag}:external:{digest}"
+
+
+def metrics_of(stream: str) -> str:
+    """The counters hash of the shard a stream of it (`Shard.resume`, ...) belongs to."""
+    return f"{stream.rpartition(':')[0]}:metrics"
 
 
 def shards() -> list[Shard]:

@@ -8,13 +8,12 @@ a flood of scrapes costs Redis no more than one at a time.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from agent_host.approvals import TERMINAL
 from agent_host.durable import keys as K
 from agent_host.durable.connections import as_text
-from agent_host.durable.poison import let_go_key
+from agent_host.durable.poison import ABANDONED
 from agent_host.durable.store import DELIVERED
 
 if TYPE_CHECKING:
@@ -46,7 +45,6 @@ class MetricsPage:
 async def _render(host: Host) -> str:
     counters: dict[str, float] = {}
     outbox_depth = resume_backlog = dead_letters = 0
-    let_go = dict.fromkeys(_LET_GO_BY, 0)
     async with host.redis.pipeline(transaction=False) as pipe:
         for shard in K.shards():  # every shard counts its own; the figures are their sums
             pipe.hgetall(shard.metrics)
@@ -54,8 +52,6 @@ async def _render(host: Host) -> str:
                 pipe.xinfo_groups(stream)  # an error (no stream yet) is read as such below
                 pipe.xlen(stream)
             pipe.xlen(shard.deadletter)
-            for stream_of in _LET_GO_BY.values():
-                pipe.xlen(let_go_key(stream_of(shard)))
         replies = iter(await pipe.execute(raise_on_error=False))
     for _ in range(K.SHARDS):
         for key, count in _value(next(replies)).items():
@@ -64,8 +60,6 @@ async def _render(host: Host) -> str:
         outbox_depth += _group_backlog(next(replies), _value(next(replies)), K.OUTBOX_GROUP)
         resume_backlog += _group_backlog(next(replies), _value(next(replies)), K.RESUME_GROUP)
         dead_letters += int(_value(next(replies)))
-        for name in let_go:
-            let_go[name] += int(_value(next(replies)))
     delivered = int(counters.get(f"{DELIVERED}ok", 0))
     lines = [
         "# HELP countersign_pending_requests Approval requests waiting for a decision.",
@@ -108,12 +102,14 @@ async def _render(host: Host) -> str:
         f"countersign_dead_letters {dead_letters}",
     ]
     lines += [
-        "# HELP countersign_entries_let_go Stream entries whose handling, and then their "
-        "giving up, stopped every process that took them: acknowledged unhandled, copies "
-        "kept in each shard's <stream>:let-go.",
-        "# TYPE countersign_entries_let_go gauge",
+        "# HELP countersign_entries_abandoned_total Stream entries acknowledged unhandled: "
+        "their handling, and then their giving up, stopped every process that took them "
+        "(copies in the shard's <stream>:abandoned).",
+        "# TYPE countersign_entries_abandoned_total counter",
     ]
-    lines += [f'countersign_entries_let_go{{stream="{name}"}} {n}' for name, n in let_go.items()]
+    for stream in ABANDONABLE:
+        value = int(counters.get(f"{ABANDONED}{stream}", 0))
+        lines.append(f'countersign_entries_abandoned_total{{stream="{stream}"}} {value}')
     lines += [
         "# HELP countersign_callbacks_total Decision callbacks delivered, retried after a "
         "failed attempt, and dead-lettered (GET /api/v1/callbacks/dead).",
@@ -125,12 +121,8 @@ async def _render(host: Host) -> str:
     return "\n".join(lines) + "\n"
 
 
-# The streams whose consumers give entries up, by the name /metrics gives them.
-_LET_GO_BY: dict[str, Callable[[K.Shard], str]] = {
-    "resume": lambda shard: shard.resume,
-    "outbox": lambda shard: shard.outbox,
-    "callbacks": lambda shard: shard.callbacks,
-}
+# The streams whose consumers give entries up (the last part of their names).
+ABANDONABLE = ("resume", "outbox", "callbacks")
 
 
 def _value(reply: Any) -> Any:

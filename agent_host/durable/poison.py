@@ -17,15 +17,16 @@ that many times in a row and never reached a verdict: a suspect. A suspect is ha
 alone in its process (`suspects.SuspectGate`), each such attempt counted in Redis before
 it begins; after POISON_AFTER attempts alone that never finished, it is given up without
 being handled again (`NeverFinished`), and after as many more (giving it up stopped the
-process too), let go: acknowledged, a copy kept in `<stream>:let-go` (`let_go`), counted
-in /metrics and logged as critical. Entries that were merely in flight beside it are
-handled alone once, and go on.
+process too), abandoned: a copy kept in `<stream>:abandoned` and counted in /metrics
+(`abandon`) before it is acknowledged, and a critical log line. Entries that were merely in
+flight beside it are handled alone once, and go on.
 
-Both are counted in Redis, in the stream's attempts hash (`attempts_key`): errors, so an
+Errors are counted in Redis too, one counter per entry (`errors_key`, kept a week after
+its last error), and only by the consumer the entry is pending under (COUNT_ERROR): an
 entry whose errors alternate with deaths, each in a new process, is still given up after
-POISON_AFTER errors; and a suspect's attempts alone. What was counted of an entry goes
-with its acknowledgement; only an entry that failed is retried (reclaimed), so an entry
-handled at its first delivery costs nothing more.
+POISON_AFTER errors. What was counted of an entry (its errors, its attempts alone) goes
+with its acknowledgement. Only an entry that failed is retried (reclaimed), so one handled
+at its first delivery costs nothing more.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from typing import Any
 
 from redis.exceptions import RedisClusterException, RedisError
 
+from agent_host.durable import keys as K
 from agent_host.durable.connections import as_text
 from agent_host.errors import RetryLater, StoreError
 
@@ -46,12 +48,12 @@ __all__ = [
     "TRANSIENT",
     "GiveUp",
     "NeverFinished",
+    "abandon",
+    "abandoned_key",
     "attempt_alone",
     "attempts_key",
-    "count_error",
+    "errors_key",
     "forget_attempts",
-    "let_go",
-    "let_go_key",
     "suspects",
     "take_back_attempt",
 ]
@@ -72,12 +74,16 @@ GiveUp = Callable[[str, dict[str, str], Exception], Awaitable[None]]
 # process for nothing. A second in a row is a crash loop, and costs at most one death more.
 SUSPECT_AFTER = 2
 
-# How long a stream's attempts hash outlives its last suspect (a field is dropped once its
-# entry is acknowledged; this only bounds what a trimmed entry would leave behind).
-ATTEMPTS_KEPT_SECONDS = 7 * 86400
+# How long a stream's attempts hash outlives its last suspect, and an entry's error count
+# its last error (both are dropped once the entry is acknowledged; this only bounds what an
+# entry trimmed or deleted while pending would leave behind).
+KEPT_SECONDS = 7 * 86400
 
-# Entries let go kept per stream, newest (an entry let go is a crash loop giving up too).
-LET_GO_KEPT = 1000
+# Copies of abandoned entries kept per stream, about (the newest).
+ABANDONED_KEPT = 1000
+
+# The shard's counter of abandoned entries, by stream name: `abandoned:resume`, ...
+ABANDONED = "abandoned:"
 
 
 class NeverFinished(Exception):
@@ -93,8 +99,13 @@ class NeverFinished(Exception):
 
 
 def attempts_key(stream: str) -> str:
-    """The hash of a stream's suspects' attempts (in the stream's own hash slot)."""
+    """The hash of a stream's suspects' attempts alone (in the stream's own hash slot)."""
     return f"{stream}:attempts"
+
+
+def errors_key(stream: str, entry_id: str) -> str:
+    """The count of an entry's errors of countersign's own (in its stream's hash slot)."""
+    return f"{stream}:errors:{entry_id}"
 
 
 async def suspects(
@@ -121,7 +132,7 @@ async def attempt_alone(redis: Any, stream: str, entry_id: str) -> int:
     key = attempts_key(stream)
     async with redis.pipeline(transaction=False) as pipe:
         pipe.hincrby(key, entry_id, 1)
-        pipe.expire(key, ATTEMPTS_KEPT_SECONDS)
+        pipe.expire(key, KEPT_SECONDS)
         count, _ = await pipe.execute()
     return int(count)
 
@@ -133,44 +144,30 @@ async def take_back_attempt(redis: Any, stream: str, entry_id: str) -> None:
         await redis.hincrby(attempts_key(stream), entry_id, -1)
 
 
-async def count_error(redis: Any, stream: str, entry_id: str) -> int:
-    """Count one more error of countersign's own of `entry_id`; returns the count."""
-    key = attempts_key(stream)
-    async with redis.pipeline(transaction=False) as pipe:
-        pipe.hincrby(key, _errors_field(entry_id), 1)
-        pipe.expire(key, ATTEMPTS_KEPT_SECONDS)
-        count, _ = await pipe.execute()
-    return int(count)
-
-
-def _errors_field(entry_id: str) -> str:
-    return f"errors:{entry_id}"
-
-
 def forget_attempts(stream: str, entry_id: str) -> Callable[[Any], Awaitable[None]]:
     """The write dropping what was counted of a retried entry (its errors, its attempts as
     a suspect), to send with its acknowledgement."""
 
     async def queue(pipe: Any) -> None:
-        pipe.hdel(attempts_key(stream), entry_id, _errors_field(entry_id))
+        pipe.hdel(attempts_key(stream), entry_id)
+        pipe.delete(errors_key(stream, entry_id))
 
     return queue
 
 
-def let_go_key(stream: str) -> str:
-    """The stream keeping copies of the entries `stream` let go (in its hash slot)."""
-    return f"{stream}:let-go"
+def abandoned_key(stream: str) -> str:
+    """The stream keeping copies of the entries `stream` abandoned (in its hash slot)."""
+    return f"{stream}:abandoned"
 
 
-def let_go(
-    stream: str, entry_id: str, fields: dict[str, str], deaths: int
-) -> Callable[[Any], Awaitable[None]]:
-    """The write keeping a copy of an entry let go (neither handled nor given up: its
-    process stopped every time), to send with its acknowledgement: nothing is lost, and
-    /metrics counts it (`countersign_entries_let_go`)."""
-
-    async def queue(pipe: Any) -> None:
-        copy = {"entry_id": entry_id, "deaths": str(deaths), "fields": json.dumps(fields)}
-        pipe.xadd(let_go_key(stream), copy, maxlen=LET_GO_KEPT, approximate=True)
-
-    return queue
+async def abandon(
+    redis: Any, stream: str, entry_id: str, fields: dict[str, str], deaths: int
+) -> None:
+    """Keep a copy of an entry about to be acknowledged unhandled (its handling, then its
+    giving up, stopped every process that took it), and count it in its shard's counters
+    (/metrics), both or neither: nothing is lost, nor let go in silence."""
+    copy = {"entry_id": entry_id, "deaths": str(deaths), "fields": json.dumps(fields)}
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.xadd(abandoned_key(stream), copy, maxlen=ABANDONED_KEPT, approximate=True)
+        pipe.hincrby(K.metrics_of(stream), f"{ABANDONED}{stream.rpartition(':')[2]}", 1)
+        await pipe.execute()

@@ -368,3 +368,18 @@ for i = 3, #ARGV do
 end
 return 0
 """
+
+
+# One more error of countersign's own for an entry, counted only while it is pending under
+# this consumer's name (one another consumer took over, and maybe acknowledged, is not this
+# one's to count): returns the count, 0 when it is not. KEYS: the stream, the entry's error
+# counter. ARGV: group, consumer, entry id, seconds the count is kept after its last error.
+COUNT_ERROR = """
+local id = ARGV[3]
+if #redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1, ARGV[2]) == 0 then
+  return 0
+end
+local count = redis.call('INCR', KEYS[2])
+redis.call('EXPIRE', KEYS[2], ARGV[4])
+return count
+"""

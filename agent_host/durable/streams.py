@@ -15,26 +15,27 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from agent_host.durable.connections import as_text
 from agent_host.durable.foreground import Foreground
 from agent_host.durable.poison import (
+    KEPT_SECONDS,
     POISON_AFTER,
     TRANSIENT,
     GiveUp,
     NeverFinished,
+    abandon,
+    abandoned_key,
     attempt_alone,
     attempts_key,
-    count_error,
+    errors_key,
     forget_attempts,
-    let_go,
-    let_go_key,
     suspects,
     take_back_attempt,
 )
-from agent_host.durable.scripts import COUNT_AFRESH, KEEP_CLAIMED
+from agent_host.durable.scripts import COUNT_AFRESH, COUNT_ERROR, KEEP_CLAIMED
 from agent_host.durable.slots import holding
 from agent_host.durable.suspects import SuspectGate
 from agent_host.errors import RetryLater
@@ -116,8 +117,8 @@ class StreamConsumer:
         # What to do with an entry that failed POISON_AFTER times with an error of
         # countersign's own (see `poison`); None: it is retried for as long as it fails.
         self.give_up = give_up
-        # Reclaimed entries not handled yet: only such an entry may have failures counted
-        # in Redis (a failed entry stays pending until reclaimed), dropped as it succeeds.
+        # Entries being retried here (reclaimed, or failed here): only such an entry may
+        # have anything counted in Redis (see `poison`), dropped with its acknowledgement.
         self._retried: set[str] = set()
         # Where suspects (entries whose last deliveries reached no verdict, see `poison`)
         # are handled alone: the process's, shared by all its consumers (the Host's).
@@ -128,6 +129,7 @@ class StreamConsumer:
         # delivery counts start afresh as it stops, not being deaths.
         self._let_go: set[str] = set()
         self._count_afresh_script = redis.register_script(COUNT_AFRESH)
+        self._count_error_script = redis.register_script(COUNT_ERROR)
         self.idle_ms, self.block_ms, self.count = idle_ms, block_ms, count
         self._group_ready = False
         self.concurrent = concurrent  # handle a batch at once (the outbox: one slow channel
@@ -380,9 +382,12 @@ class StreamConsumer:
             return False
         finally:
             self._release(entry_id)
-        self._suspects.discard(entry_id)
-        if entry_id in self._retried:  # its failures and attempts counted go with it
+            # Failed, it is retried only once reclaimed, here or elsewhere (the reclaim
+            # says so again); done, what was counted of it goes with its acknowledgement.
+            retried = entry_id in self._retried
             self._retried.discard(entry_id)
+        self._suspects.discard(entry_id)
+        if retried:
             with_ack = together(with_ack, forget_attempts(self.stream, entry_id))
         self._handled.append((entry_id, with_ack))
         return True
@@ -395,11 +400,14 @@ class StreamConsumer:
         except TRANSIENT:
             raise
         except Exception as exc:
-            if self.give_up is None or await self._errors_counted(entry_id, exc) < POISON_AFTER:
+            if self.give_up is None:
+                raise
+            errors = await self._errors_counted(entry_id, exc)
+            if errors < POISON_AFTER:
                 raise
             log.error(
                 "%s entry %s failed %d times with an error of countersign's own; given up: %r",
-                self.stream, entry_id, POISON_AFTER, exc,
+                self.stream, entry_id, errors, exc,
             )  # fmt: skip
             await self.give_up(entry_id, fields, exc)
             with_ack = None
@@ -407,14 +415,18 @@ class StreamConsumer:
 
     async def _errors_counted(self, entry_id: str, exc: Exception) -> int:
         """Count `entry_id`'s error of countersign's own, in Redis: an entry whose errors
-        alternate with deaths, each in a new process, is given up all the same. With Redis
-        away it is not counted; `exc` stands, and the entry is tried again."""
+        alternate with deaths, each in a new process, is given up all the same. 0: another
+        consumer has it now. With Redis away it is not counted; `exc` stands, and the entry
+        is tried again."""
         try:
-            counted = await count_error(self.redis, self.stream, entry_id)
-        except (RedisError, OSError) as redis_away:
+            counted = await self._count_error_script(
+                keys=[self.stream, errors_key(self.stream, entry_id)],
+                args=[self.group, self.consumer, entry_id, KEPT_SECONDS],
+            )
+        except (RedisError, RedisClusterException, OSError) as redis_away:
             raise exc from redis_away
-        self._retried.add(entry_id)  # counted: dropped when it succeeds
-        return counted
+        self._retried.add(entry_id)  # what was counted goes with its acknowledgement
+        return int(counted)
 
     async def _handle_suspect(self, entry_id: str, fields: dict[str, str]) -> WithAck | None:
         """A suspect, alone in the process: its attempt counted before it begins, and given
@@ -432,12 +444,16 @@ class StreamConsumer:
             await self.give_up(entry_id, fields, NeverFinished(attempt - 1))
             self._giving_up.discard(entry_id)
             with_ack = None
-        else:  # giving it up stopped the process too: let go, kept and counted
+        else:  # giving it up stopped the process too: abandoned, its copy kept first
+            self._giving_up.add(entry_id)  # should the copy fail, it stays a suspect
+            await abandon(self.redis, self.stream, entry_id, fields, attempt - 1)
+            self._giving_up.discard(entry_id)
             log.critical(
-                "%s entry %s stopped its process %d times, being given up too: let go, "
-                "its copy kept in %s", self.stream, entry_id, attempt - 1, let_go_key(self.stream),
+                "%s entry %s stopped its process %d times, being given up too: abandoned, "
+                "its copy kept in %s", self.stream, entry_id, attempt - 1,
+                abandoned_key(self.stream),
             )  # fmt: skip
-            with_ack = let_go(self.stream, entry_id, fields, attempt - 1)
+            with_ack = None
         return with_ack
 
     async def _survived(self, entry_id: str) -> None:
@@ -560,8 +576,8 @@ class StreamConsumer:
             with contextlib.suppress(RedisError, OSError):
                 await asyncio.shield(self.flush())  # stopping: nothing handled stays unacked
             # Stopped on purpose: no death to count for what it let go, but a suspect stays one.
-            if let_go := sorted(self._let_go - self._suspects):
-                await asyncio.shield(self._count_afresh(let_go))
+            if unfinished := sorted(self._let_go - self._suspects):
+                await asyncio.shield(self._count_afresh(unfinished))
             self._let_go.clear()
 
     async def _run(self, stop: asyncio.Event) -> None:

@@ -19,8 +19,9 @@ from agent_host.durable.poison import (
     POISON_AFTER,
     SUSPECT_AFTER,
     NeverFinished,
+    abandoned_key,
     attempts_key,
-    let_go_key,
+    errors_key,
 )
 from agent_host.durable.slots import set_aside
 from agent_host.durable.streams import StreamConsumer
@@ -118,11 +119,11 @@ def as_name(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-async def test_an_entry_whose_giving_up_kills_the_process_too_is_let_go_in_the_end(
+async def test_an_entry_whose_giving_up_kills_the_process_too_is_abandoned_with_a_copy_kept(
     redis_url: str, redis: Redis, tmp_path: Path
 ) -> None:
     """Giving an entry up may meet what killed the process (the worker reads the run's
-    state to fail it): past twice POISON_AFTER deaths alone it is let go rather than
+    state to fail it): past twice POISON_AFTER deaths alone it is abandoned rather than
     killing every process for ever; not in silence: a copy is kept beside its stream and
     /metrics counts it."""
     stream = K.Shard(3).resume
@@ -150,14 +151,14 @@ async def test_an_entry_whose_giving_up_kills_the_process_too_is_let_go_in_the_e
         try:
             await killed_while_polling(c, taken)
         except TimeoutError:
-            break  # neither handled nor given up: let go
+            break  # neither handled nor given up: abandoned
         deaths += 1
         assert deaths <= SUSPECT_AFTER + 2 * POISON_AFTER, "taken again and again"
         await asyncio.sleep(0.15)
     summary: Any = await redis.xpending(stream, "g")
     assert summary["pending"] == 0
     assert deaths == SUSPECT_AFTER + 2 * POISON_AFTER  # then alone: handled, given up
-    [(_, copy)] = await redis.xrange(let_go_key(stream))
+    [(_, copy)] = await redis.xrange(abandoned_key(stream))
     assert {as_name(k): as_name(v) for k, v in copy.items()} == {
         "entry_id": entry_id,
         "deaths": str(2 * POISON_AFTER),
@@ -168,8 +169,9 @@ async def test_an_entry_whose_giving_up_kills_the_process_too_is_let_go_in_the_e
         metrics = await MetricsPage(host).render()
     finally:
         await host.stop()
-    assert 'countersign_entries_let_go{stream="resume"} 1' in metrics
-    assert 'countersign_entries_let_go{stream="outbox"} 0' in metrics
+    assert 'countersign_entries_abandoned_total{stream="resume"} 1' in metrics
+    assert 'countersign_entries_abandoned_total{stream="outbox"} 0' in metrics
+    assert await redis.hgetall(attempts_key(stream)) == {}
 
 
 async def test_an_entry_whose_errors_alternate_with_deaths_is_given_up(redis: Redis) -> None:
@@ -203,7 +205,7 @@ async def test_an_entry_whose_errors_alternate_with_deaths_is_given_up(redis: Re
     assert n == 2 * (POISON_AFTER - 1)  # its fifth error
     summary: Any = await redis.xpending("s", "g")
     assert summary["pending"] == 0
-    assert await redis.hgetall(attempts_key("s")) == {}
+    assert await redis.keys("s:*") == []  # nothing counted left behind
 
 
 async def test_the_errors_counted_of_an_entry_go_when_it_succeeds(redis: Redis) -> None:
@@ -221,13 +223,84 @@ async def test_the_errors_counted_of_an_entry_go_when_it_succeeds(redis: Redis) 
     process = consumer(redis, "process", fails_twice, given_up)
     for failed in (1, 2):
         await process.poll(block_ms=1)
-        counted = await redis.hget(attempts_key("s"), f"errors:{entry_id}")
+        counted = await redis.get(errors_key("s", entry_id))
         assert (attempts, counted) == (failed, str(failed).encode())
         await asyncio.sleep(0.15)  # idle past idle_ms: reclaimed
     await process.poll(block_ms=1)
     await process.flush()
     assert attempts == 3
-    assert await redis.hgetall(attempts_key("s")) == {}
+    assert await redis.exists(errors_key("s", entry_id)) == 0
+    assert given_up == []
+    assert process._retried == set()
+
+
+async def test_an_error_met_after_another_consumer_took_the_entry_over_is_not_counted(
+    redis: Redis,
+) -> None:
+    """A stalled (its heartbeat silent), B reclaimed the entry and acknowledged it; A's
+    handler then fails. The entry is B's, and done: A counts nothing for it, and gives
+    nothing up, whatever its count would have been."""
+    await redis.xgroup_create("s", "g", id="0", mkstream=True)
+    entry_id = as_name(await redis.xadd("s", {"kind": "post"}))
+    await redis.set(errors_key("s", entry_id), POISON_AFTER - 1)  # one error from given up
+    a_took, a_fails = asyncio.Event(), asyncio.Event()
+
+    async def a_handler(entry_id: str, fields: dict[str, str]) -> None:
+        a_took.set()
+        await a_fails.wait()
+        raise ValueError("stale")
+
+    async def b_handler(entry_id: str, fields: dict[str, str]) -> None:
+        return None
+
+    given_up: list[tuple[str, str]] = []
+    a = consumer(redis, "A", a_handler, given_up)
+    a._beat_every = 3600  # its loop stalled: no heartbeat keeps the entry claimed
+    a_poll = asyncio.create_task(a.poll(block_ms=1))
+    await asyncio.wait_for(a_took.wait(), 5)
+    await asyncio.sleep(0.15)  # idle past idle_ms
+    b = consumer(redis, "B", b_handler, given_up)
+    assert await b.poll(block_ms=1) == 1
+    a_fails.set()
+    await a_poll
+    assert given_up == []
+    assert await redis.exists(errors_key("s", entry_id)) == 0  # B's acknowledgement dropped it
+    assert a._retried == set()
+
+
+async def test_an_abandoned_entry_whose_copy_cannot_be_written_stays_a_suspect(
+    redis: Redis,
+) -> None:
+    """The copy goes before the acknowledgement: refused (here, the copies' key is not a
+    stream), the entry stays pending and a suspect, its deaths kept; once the copy can be
+    written, it is abandoned with it."""
+    await redis.xgroup_create("s", "g", id="0", mkstream=True)
+    entry_id = as_name(await redis.xadd("s", {"kind": "kills"}))
+    await redis.xreadgroup("g", "dead", {"s": ">"}, count=1)
+    for _ in range(SUSPECT_AFTER):
+        await redis.xclaim("s", "g", "dead", 0, [entry_id])  # died on again and again
+    await redis.hset(attempts_key("s"), entry_id, 2 * POISON_AFTER)  # its give-ups died too
+    await redis.set(abandoned_key("s"), "in the way")
+    await asyncio.sleep(0.15)  # idle past idle_ms
+
+    async def unreachable(entry_id: str, fields: dict[str, str]) -> None:
+        raise AssertionError("an entry past its give-ups is not handled again")
+
+    given_up: list[tuple[str, str]] = []
+    survivor = consumer(redis, "survivor", unreachable, given_up)
+    await survivor.poll(block_ms=1)
+    summary: Any = await redis.xpending("s", "g")
+    assert summary["pending"] == 1
+    assert await redis.hget(attempts_key("s"), entry_id) == str(2 * POISON_AFTER).encode()
+    await redis.delete(abandoned_key("s"))
+    for _ in range(SUSPECT_AFTER + 1):  # delivered again until a suspect once more
+        await redis.xclaim("s", "g", "dead", 0, [entry_id])
+    await asyncio.sleep(0.15)
+    survivor._reclaimed_at = None  # a reclaim is due now
+    await survivor.poll(block_ms=1)
+    summary = await redis.xpending("s", "g")
+    assert summary["pending"] == 0
+    assert len(await redis.xrange(abandoned_key("s"))) == 1
     assert given_up == []
 
 
