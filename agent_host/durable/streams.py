@@ -372,13 +372,13 @@ class StreamConsumer:
             await self._survived(entry_id)
             return False
         except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is None or task.cancelling():
+            if _stopping():
                 self._let_go.add(entry_id)
                 raise  # stopped: left pending
-            # Nobody cancelled it (a library's timeout gone wrong): a failure like any other,
-            # not the end of the consumer.
+            # Nobody cancelled it (out of our own waits; the handler's is an error, below):
+            # a failure like any other, not the end of the consumer.
             log.exception("%s entry %s failed; it will be retried", self.stream, entry_id)
+            await self._survived(entry_id)
             return False
         finally:
             self._release(entry_id)
@@ -396,7 +396,7 @@ class StreamConsumer:
         """The handler's writes; or, for an entry that failed POISON_AFTER times with an
         error of countersign's own, none once `give_up` has dealt with it."""
         try:
-            with_ack = await self.handler(entry_id, fields)
+            with_ack = await _unasked_cancel_as_error(self.handler(entry_id, fields))
         except TRANSIENT:
             raise
         except Exception as exc:
@@ -657,6 +657,26 @@ async def trim_acknowledged(redis: Any, stream: str, group: str) -> int:
 def _entry_order(entry_id: str) -> tuple[int, int]:
     ms, _, seq = entry_id.partition("-")
     return int(ms), int(seq or 0)
+
+
+class CancelledByNobody(Exception):
+    """A handler raised CancelledError while nobody was stopping it (a library's timeout
+    gone wrong): an error of countersign's own like any other, given up in the end."""
+
+
+def _stopping() -> bool:
+    """Whether the current task is being cancelled: stopped on purpose."""
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
+
+
+async def _unasked_cancel_as_error(handling: Awaitable[WithAck | None]) -> WithAck | None:
+    try:
+        return await handling
+    except asyncio.CancelledError as cancelled:
+        if _stopping():
+            raise
+        raise CancelledByNobody("the handler raised CancelledError nobody asked for") from cancelled
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -13,6 +14,7 @@ from redis.asyncio.client import Pipeline
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from agent_host.durable.connections import as_text
+from agent_host.durable.poison import POISON_AFTER
 from agent_host.durable.slots import set_aside
 from agent_host.durable.streams import (
     READ_AHEAD,
@@ -461,6 +463,35 @@ async def test_a_handler_raising_cancelled_error_does_not_stop_the_consumer(
         stop.set()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(running, 5)
+
+
+async def test_a_handler_raising_cancelled_error_for_ever_is_given_up_like_any_error(
+    redis: Redis,
+) -> None:
+    """Not a stop, so not "left pending for the next process": an error of countersign's
+    own, given up after POISON_AFTER attempts instead of retried for ever."""
+    await redis.xadd("s", {"n": "cancels itself"})
+    attempts: list[str] = []
+    given_up: list[str] = []
+
+    async def handler(entry_id: str, fields: dict[str, str]) -> None:
+        attempts.append(entry_id)
+        raise asyncio.CancelledError()
+
+    async def give_up(entry_id: str, fields: dict[str, str], exc: Exception) -> None:
+        given_up.append(type(exc).__name__)
+
+    consumer = StreamConsumer(redis, "s", "g", "a", handler, idle_ms=100, give_up=give_up)
+    await consumer.ensure_group()
+    for _ in range(2 * POISON_AFTER):
+        await consumer.poll(block_ms=1)
+        if given_up:
+            break
+        await asyncio.sleep(0.15)  # idle past idle_ms: reclaimed
+    assert given_up == ["CancelledByNobody"]
+    assert len(attempts) == POISON_AFTER
+    summary: Any = await redis.xpending("s", "g")
+    assert summary["pending"] == 0
 
 
 async def test_a_consumer_never_reclaims_an_entry_it_is_still_handling_behind(
