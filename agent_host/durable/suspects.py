@@ -8,6 +8,11 @@ at a time: if it stops the process again, it alone is to blame (`poison` counts 
 attempts). The Slack endpoint and the HTTP API are not held back. Suspects follow a crash
 loop, so the usual cost is a counter and two flags per entry.
 
+What is in flight is waited for at most QUIET_WAIT: a resume in a long model call, or posts
+paced behind a busy channel, must not hold every stream of the process back for as long.
+The suspect then goes on beside them; should it stop the process, they count a delivery
+more too, and become suspects only if that happens to them again.
+
 One gate per process, shared by every consumer in it (the `Host` makes it).
 """
 
@@ -17,11 +22,15 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-__all__ = ["SuspectGate"]
+__all__ = ["QUIET_WAIT", "SuspectGate"]
+
+# Seconds a suspect waits for the entries in flight to finish before it goes on anyway.
+QUIET_WAIT = 30.0
 
 
 class SuspectGate:
-    def __init__(self) -> None:
+    def __init__(self, quiet_wait: float = QUIET_WAIT) -> None:
+        self.quiet_wait = quiet_wait
         self._running = 0
         self._quiet = asyncio.Event()  # no entry is being handled
         self._quiet.set()
@@ -49,7 +58,8 @@ class SuspectGate:
         async with self._one_suspect:
             self._open.clear()
             try:
-                await self._quiet.wait()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._quiet.wait(), self.quiet_wait)
                 yield
             finally:
                 self._open.set()

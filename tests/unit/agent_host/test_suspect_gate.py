@@ -57,3 +57,35 @@ async def test_entries_above_suspicion_run_side_by_side() -> None:
 
     await asyncio.gather(*(entry() for _ in range(5)))
     assert most == 5
+
+
+async def test_a_suspect_waits_for_what_is_in_flight_only_so_long() -> None:
+    """A resume in a long model call does not hold every stream of the process back: the
+    suspect goes on beside it after `quiet_wait`, and what comes next waits for the
+    suspect."""
+    gate = SuspectGate(quiet_wait=0.05)
+    order: list[str] = []
+    long_call_ends = asyncio.Event()
+
+    async def long_call() -> None:
+        async with gate.entry():
+            order.append("long call begins")
+            await long_call_ends.wait()
+
+    async def suspect() -> None:
+        await asyncio.sleep(0.01)
+        async with gate.suspect():
+            order.append("suspect begins")
+            await asyncio.sleep(0.02)
+            order.append("suspect ends")
+
+    async def next_entry() -> None:
+        await asyncio.sleep(0.02)
+        async with gate.entry():
+            order.append("next begins")
+
+    tasks = [asyncio.create_task(t()) for t in (long_call, suspect, next_entry)]
+    await asyncio.wait_for(asyncio.gather(tasks[1], tasks[2]), 2)
+    long_call_ends.set()
+    await tasks[0]
+    assert order == ["long call begins", "suspect begins", "suspect ends", "next begins"]
