@@ -40,5 +40,6 @@ class Foreground:
     async def wait_turn(self) -> None:
         """Before a background step: wait while requests are in flight (bounded)."""
         if self._in_flight:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._idle.wait(), self.max_wait)
+            with contextlib.suppress(TimeoutError):  # (not wait_for: on 3.11 it can swallow
+                async with asyncio.timeout(self.max_wait):  # a stop that comes as it ends)
+                    await self._idle.wait()

@@ -14,7 +14,8 @@ Redis tells such an entry apart: its delivery count. A handling that ends in a c
 failure, or is let go by a consumer stopping on purpose (a deploy), starts that count
 afresh (COUNT_AFRESH), so an entry reclaimed with a count above SUSPECT_AFTER was taken
 that many times in a row and never reached a verdict: a suspect. A suspect is handled
-alone in its process (`suspects.SuspectGate`), each such attempt counted in Redis before
+alone in its process (`suspects.SuspectGate`: after what is in flight, waited for at most
+`suspects.QUIET_WAIT`, and before anything else), each such attempt counted in Redis before
 it begins; after POISON_AFTER attempts alone that never finished, it is given up without
 being handled again (`NeverFinished`), and after as many more (giving it up stopped the
 process too), abandoned: a copy kept in `<stream>:abandoned` and counted in /metrics

@@ -43,6 +43,7 @@ from agent_host.errors import RetryLater
 __all__ = [
     "BATCH_WAIT",
     "READ_AHEAD",
+    "CancelledByNobody",
     "RetryLater",
     "ShardedConsumer",
     "StreamConsumer",
@@ -220,11 +221,13 @@ class StreamConsumer:
             if slow:  # they finish behind the poll, which reads what comes after them
                 moved_on = True
                 self._leave_behind(slow)
-            # Every entry that finished is seen through before an error is raised.
-            errors = [error for task in done if (error := task.exception()) is not None]
+            # Every entry that finished is seen through before an error is raised. One whose
+            # handler cancelled its own task was let go, pending: not the poll's end.
+            finished = [task for task in done if not task.cancelled()]
+            errors = [error for task in finished if (error := task.exception()) is not None]
             if errors:
                 raise errors[0]
-            handled = sum(task.result() for task in done)
+            handled = sum(task.result() for task in finished)
         else:
             handled, begun = 0, 0
             try:
@@ -362,13 +365,15 @@ class StreamConsumer:
                     with_ack = await self._handle_suspect(entry_id, fields)
                 else:
                     with_ack = await self._handle_or_give_up(entry_id, fields)
-        except RetryLater as exc:
-            log.info("%s entry %s deferred: %s", self.stream, entry_id, exc)
-            await self._survived(entry_id)
-            return False
-        except Exception:
+        except Exception as exc:
+            if _stopping():  # a stop the handler made an error of (a TaskGroup's, say):
+                self._let_go.add(entry_id)  # still a stop, left pending
+                raise asyncio.CancelledError() from exc
             # Left pending: reclaimed after idle_ms and tried again.
-            log.exception("%s entry %s failed; it will be retried", self.stream, entry_id)
+            if isinstance(exc, RetryLater):
+                log.info("%s entry %s deferred: %s", self.stream, entry_id, exc)
+            else:
+                log.exception("%s entry %s failed; it will be retried", self.stream, entry_id)
             await self._survived(entry_id)
             return False
         except asyncio.CancelledError:
@@ -400,7 +405,7 @@ class StreamConsumer:
         except TRANSIENT:
             raise
         except Exception as exc:
-            if self.give_up is None:
+            if self.give_up is None or _stopping():  # (a stop is no error of the entry's)
                 raise
             errors = await self._errors_counted(entry_id, exc)
             if errors < POISON_AFTER:
@@ -660,8 +665,9 @@ def _entry_order(entry_id: str) -> tuple[int, int]:
 
 
 class CancelledByNobody(Exception):
-    """A handler raised CancelledError while nobody was stopping it (a library's timeout
-    gone wrong): an error of countersign's own like any other, given up in the end."""
+    """A handler raised CancelledError while nobody was stopping it (a child task or future
+    it awaited was cancelled, or it raised one itself): an error of countersign's own like
+    any other, given up in the end."""
 
 
 def _stopping() -> bool:

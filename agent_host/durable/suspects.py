@@ -3,15 +3,16 @@
 An entry reclaimed after deliveries that reached no verdict (its process was killed, or
 crashed, each time: `poison.SUSPECT_AFTER`) may be what stopped that process. Handled
 beside others, another death would count against them all. So a suspect waits until no
-other entry of this process is being handled, none begins meanwhile, and suspects go one
-at a time: if it stops the process again, it alone is to blame (`poison` counts those
-attempts). The Slack endpoint and the HTTP API are not held back. Suspects follow a crash
-loop, so the usual cost is a counter and two flags per entry.
+other entry of this process is being handled (waited for at most QUIET_WAIT, below), none
+begins meanwhile, and suspects go one at a time: if it stops the process again, it is to
+blame (`poison` counts those attempts). The Slack endpoint and the HTTP API are not held
+back. Suspects follow a crash loop, so the usual cost is a counter and two flags per entry.
 
 What is in flight is waited for at most QUIET_WAIT: a resume in a long model call, or posts
 paced behind a busy channel, must not hold every stream of the process back for as long.
-The suspect then goes on beside them; should it stop the process, they count a delivery
-more too, and become suspects only if that happens to them again.
+The suspect then goes on beside them; should the process stop, the suspect's attempt
+counts against it whichever entry stopped it, and the others count a delivery more, and
+become suspects only if that happens to them again.
 
 One gate per process, shared by every consumer in it (the `Host` makes it).
 """
@@ -58,8 +59,11 @@ class SuspectGate:
         async with self._one_suspect:
             self._open.clear()
             try:
+                # (asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a stop that
+                # comes just as the wait ends, and the suspect would begin during shutdown)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._quiet.wait(), self.quiet_wait)
+                    async with asyncio.timeout(self.quiet_wait):
+                        await self._quiet.wait()
                 yield
             finally:
                 self._open.set()

@@ -14,7 +14,7 @@ from redis.asyncio.client import Pipeline
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from agent_host.durable.connections import as_text
-from agent_host.durable.poison import POISON_AFTER
+from agent_host.durable.poison import POISON_AFTER, errors_key
 from agent_host.durable.slots import set_aside
 from agent_host.durable.streams import (
     READ_AHEAD,
@@ -438,8 +438,8 @@ async def test_a_consumer_cancelled_mid_batch_leaves_no_handler_running(redis: R
 async def test_a_handler_raising_cancelled_error_does_not_stop_the_consumer(
     redis: Redis,
 ) -> None:
-    """A CancelledError out of a handler that nobody cancelled (a library's timeout gone
-    wrong) is a failure like any other: the entry is retried later and the consumer goes
+    """A CancelledError out of a handler that nobody cancelled (a child task it awaited was
+    cancelled) is a failure like any other: the entry is retried later and the consumer goes
     on, instead of the outbox stopping for good while the host runs on."""
     await redis.xadd("s", {"n": "poison"})
     handled: list[str] = []
@@ -492,6 +492,66 @@ async def test_a_handler_raising_cancelled_error_for_ever_is_given_up_like_any_e
     assert len(attempts) == POISON_AFTER
     summary: Any = await redis.xpending("s", "g")
     assert summary["pending"] == 0
+
+
+async def test_an_error_a_handler_makes_of_a_stop_is_not_counted_against_its_entry(
+    redis: Redis,
+) -> None:
+    """Stopped (a deploy), a handler that turns the CancelledError into an error of its own
+    has not failed: five deploys must not give its entry up."""
+    await redis.xadd("s", {"n": "slow"})
+    began = asyncio.Event()
+
+    async def handler(entry_id: str, fields: dict[str, str]) -> None:
+        began.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise RuntimeError("interrupted") from None
+
+    async def give_up(entry_id: str, fields: dict[str, str], exc: Exception) -> None:
+        raise AssertionError("given up for a stop")
+
+    consumer = StreamConsumer(redis, "s", "g", "a", handler, give_up=give_up)
+    await consumer.ensure_group()
+    running = asyncio.create_task(consumer.run(asyncio.Event()))
+    await asyncio.wait_for(began.wait(), 5)
+    running.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.wait_for(running, 5)  # (TimeoutError: the stop was swallowed)
+    [(entry_id, _)] = await redis.xrange("s")
+    assert await redis.exists(errors_key("s", as_text(entry_id))) == 0
+    summary: Any = await redis.xpending("s", "g")
+    assert summary["pending"] == 1  # left for the next process
+
+
+async def test_a_handler_that_cancels_its_own_task_does_not_end_a_concurrent_consumer(
+    redis: Redis,
+) -> None:
+    await redis.xadd("s", {"n": "cancels its task"})
+    handled: list[str] = []
+
+    async def handler(entry_id: str, fields: dict[str, str]) -> None:
+        if fields["n"] == "cancels its task":
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()
+            await asyncio.sleep(0)
+        handled.append(fields["n"])
+
+    consumer = StreamConsumer(redis, "s", "g", "a", handler, concurrent=True, batch_wait=0.5)
+    await consumer.ensure_group()
+    stop = asyncio.Event()
+    running = asyncio.create_task(consumer.run(stop))
+    try:
+        await asyncio.sleep(0.3)
+        await redis.xadd("s", {"n": "next"})
+        await eventually(lambda: "next" in handled, within=3, what="the consumer to go on")
+        assert not running.done()
+    finally:
+        stop.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(running, 5)
 
 
 async def test_a_consumer_never_reclaims_an_entry_it_is_still_handling_behind(

@@ -89,3 +89,35 @@ async def test_a_suspect_waits_for_what_is_in_flight_only_so_long() -> None:
     long_call_ends.set()
     await tasks[0]
     assert order == ["long call begins", "suspect begins", "suspect ends", "next begins"]
+
+
+async def test_a_stop_as_the_wait_ends_is_never_swallowed() -> None:
+    """The last entry in flight ends, and the process stops a loop turn or three later: the
+    suspect waiting for its turn stops too, never begins during the shutdown."""
+    for turns in range(4):
+        gate = SuspectGate()
+        began: list[str] = []
+        entry_ends = asyncio.Event()
+
+        async def in_flight(
+            entry_ends: asyncio.Event = entry_ends, gate: SuspectGate = gate
+        ) -> None:
+            async with gate.entry():
+                await entry_ends.wait()
+
+        async def suspect(gate: SuspectGate = gate, began: list[str] = began) -> None:
+            async with gate.suspect():
+                task = asyncio.current_task()
+                assert task is not None
+                began.append("after the stop" if task.cancelling() else "before it")
+
+        entry = asyncio.create_task(in_flight())
+        await asyncio.sleep(0)
+        waiting = asyncio.create_task(suspect())
+        await asyncio.sleep(0.01)
+        entry_ends.set()
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        waiting.cancel()
+        await asyncio.gather(entry, waiting, return_exceptions=True)
+        assert "after the stop" not in began, f"a stop {turns} loop turns later was swallowed"
