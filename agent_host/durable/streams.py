@@ -354,6 +354,9 @@ class StreamConsumer:
     async def _handle(self, entry_id: str, fields: dict[str, str]) -> bool:
         """Handle a held entry (see `poll`) and let it go."""
         suspect = entry_id in self._suspects
+        # Cancel requests already made of this task (Python 3.11's TaskGroup can leave one
+        # behind after a handler's): only one made from now on is a stop.
+        before = _cancel_requests()
         try:
             if self.foreground is not None:
                 await self.foreground.wait_turn()
@@ -366,8 +369,9 @@ class StreamConsumer:
                 else:
                     with_ack = await self._handle_or_give_up(entry_id, fields)
         except Exception as exc:
-            if _stopping():  # a stop the handler made an error of (a TaskGroup's, say):
-                self._let_go.add(entry_id)  # still a stop, left pending
+            if self._stop_requested() and _cancel_requests() > before:
+                # The stop, made an error of by the handler: a stop all the same
+                self._let_go.add(entry_id)
                 raise asyncio.CancelledError() from exc
             # Left pending: reclaimed after idle_ms and tried again.
             if isinstance(exc, RetryLater):
@@ -377,7 +381,7 @@ class StreamConsumer:
             await self._survived(entry_id)
             return False
         except asyncio.CancelledError:
-            if _stopping():
+            if _cancel_requests() > before:
                 self._let_go.add(entry_id)
                 raise  # stopped: left pending
             # Nobody cancelled it (out of our own waits; the handler's is an error, below):
@@ -405,7 +409,7 @@ class StreamConsumer:
         except TRANSIENT:
             raise
         except Exception as exc:
-            if self.give_up is None or _stopping():  # (a stop is no error of the entry's)
+            if self.give_up is None or self._stop_requested():  # (no verdict while stopping)
                 raise
             errors = await self._errors_counted(entry_id, exc)
             if errors < POISON_AFTER:
@@ -460,6 +464,10 @@ class StreamConsumer:
             )  # fmt: skip
             with_ack = None
         return with_ack
+
+    def _stop_requested(self) -> bool:
+        """Whether `run` was told to stop (a deploy): from then on no failure is an entry's."""
+        return self._stopping is not None and self._stopping.is_set()
 
     async def _survived(self, entry_id: str) -> None:
         """Its handling failed, and the error was caught: no death to count, unless it
@@ -670,17 +678,18 @@ class CancelledByNobody(Exception):
     any other, given up in the end."""
 
 
-def _stopping() -> bool:
-    """Whether the current task is being cancelled: stopped on purpose."""
+def _cancel_requests() -> int:
+    """The cancel requests pending on the current task (`Task.cancelling`)."""
     task = asyncio.current_task()
-    return task is None or task.cancelling() > 0
+    return task.cancelling() if task is not None else 0
 
 
 async def _unasked_cancel_as_error(handling: Awaitable[WithAck | None]) -> WithAck | None:
+    before = _cancel_requests()
     try:
         return await handling
     except asyncio.CancelledError as cancelled:
-        if _stopping():
+        if _cancel_requests() > before:  # the task was cancelled: a stop
             raise
         raise CancelledByNobody("the handler raised CancelledError nobody asked for") from cancelled
 

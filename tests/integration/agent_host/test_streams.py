@@ -514,15 +514,60 @@ async def test_an_error_a_handler_makes_of_a_stop_is_not_counted_against_its_ent
 
     consumer = StreamConsumer(redis, "s", "g", "a", handler, give_up=give_up)
     await consumer.ensure_group()
-    running = asyncio.create_task(consumer.run(asyncio.Event()))
+    stop = asyncio.Event()
+    running = asyncio.create_task(consumer.run(stop))
     await asyncio.wait_for(began.wait(), 5)
+    stop.set()  # as the host stops: told, then cancelled
     running.cancel()
     with contextlib.suppress(asyncio.CancelledError):
-        await asyncio.wait_for(running, 5)  # (TimeoutError: the stop was swallowed)
+        await asyncio.wait_for(running, 5)
+    assert running.cancelled()  # the stop went on, not swallowed
     [(entry_id, _)] = await redis.xrange("s")
     assert await redis.exists(errors_key("s", as_text(entry_id))) == 0
     summary: Any = await redis.xpending("s", "g")
     assert summary["pending"] == 1  # left for the next process
+
+
+async def test_a_taskgroup_failing_in_a_handler_is_its_entrys_error_not_a_stop(
+    redis: Redis,
+) -> None:
+    """Python 3.11's TaskGroup, when a child fails, can leave a cancel request on the task
+    it runs in (the consumer's own, for the resume worker): the ExceptionGroup is the
+    entry's error, counted, and the entries after it are handled as ever."""
+    await redis.xadd("s", {"n": "taskgroup"})
+    await redis.xadd("s", {"n": "fails"})
+    await redis.xadd("s", {"n": "next"})
+    handled: list[str] = []
+
+    async def child_fails() -> None:
+        raise ValueError("child")
+
+    async def handler(entry_id: str, fields: dict[str, str]) -> None:
+        if fields["n"] == "taskgroup":
+            async with asyncio.TaskGroup() as group:
+                group.create_task(child_fails())
+                group.create_task(asyncio.sleep(1))
+        if fields["n"] == "fails":
+            raise RuntimeError("an ordinary bug")
+        handled.append(fields["n"])
+
+    async def give_up(entry_id: str, fields: dict[str, str], exc: Exception) -> None:
+        raise AssertionError("not after one error")
+
+    consumer = StreamConsumer(redis, "s", "g", "a", handler, give_up=give_up)
+    await consumer.ensure_group()
+    stop = asyncio.Event()
+    running = asyncio.create_task(consumer.run(stop))
+    try:
+        await eventually(lambda: "next" in handled, within=5, what="the entries after it")
+        assert not running.done()
+        ids = [as_text(entry_id) for entry_id, _ in await redis.xrange("s")]
+        for entry_id in ids[:2]:  # each error counted against its entry
+            assert await redis.get(errors_key("s", entry_id)) == b"1"
+    finally:
+        stop.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(running, 5)
 
 
 async def test_a_handler_that_cancels_its_own_task_does_not_end_a_concurrent_consumer(
