@@ -71,14 +71,16 @@ class Service:
         if self._stopped:
             return
         self._stopped = True
-        if self._socket_mode is not None:
-            await self._socket_mode.stop()
-            self._socket_mode = None
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-        await self.bot.close()
-        await self.host.stop()
+        try:
+            if self._socket_mode is not None:
+                await self._socket_mode.stop()
+                self._socket_mode = None
+            if self._runner is not None:
+                await self._runner.cleanup()
+                self._runner = None
+            await self.bot.close()
+        finally:  # whatever failed before: the workers are told to stop, not just cancelled
+            await self.host.stop()
 
 
 async def build_service(settings: ServiceSettings) -> Service:

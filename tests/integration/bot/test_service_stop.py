@@ -1,0 +1,40 @@
+"""Stopping the service stops its host even when an earlier step of the stop fails: the
+workers are told to stop (and finish or leave pending what they hold), not left to the
+event loop's teardown, which cancels them without a word."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bot.composition import build_service
+from slack_sandbox import SlackStandIn, open_workspace
+from tests.support.stack import SECRET, TOKEN, quicken, stack_settings
+
+
+async def test_the_host_is_stopped_even_when_closing_the_bot_fails(
+    redis_url: str, tmp_path: Path
+) -> None:
+    standin = SlackStandIn(open_workspace(tmp_path / "slack"), token=TOKEN, signing_secret=SECRET)
+    await standin.start()
+    try:
+        service = await build_service(stack_settings(standin, redis_url, tmp_path))
+        quicken(service.host)
+        await service.start(http=("127.0.0.1", 0), workers=1)
+        assert service.host._tasks  # its workers, sweeper and outbox run
+
+        async def close_fails() -> None:
+            raise RuntimeError("the bot's HTTP session could not be closed")
+
+        close = service.bot.close
+        service.bot.close = close_fails  # type: ignore[method-assign]
+        try:
+            with pytest.raises(RuntimeError, match="could not be closed"):
+                await service.stop()
+            assert service.host._stop.is_set()
+            assert not service.host._tasks  # stopped and gathered, not left to be cancelled
+        finally:
+            await close()
+    finally:
+        await standin.stop()
