@@ -270,9 +270,26 @@ class Host:
         consumer: ShardedConsumer | None = None,
     ) -> None:
         task = asyncio.create_task(coro, name=name)
+        task.add_done_callback(self._ended)
         self._tasks.append(task)
         if consumer is not None:
             self._consuming[task] = consumer
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """A background task ended: expected once the host stops; before, it is work this
+        process no longer does, said loudly (restart the process)."""
+        if self._stop.is_set():
+            return
+        if task.cancelled():
+            how = "was cancelled"
+        elif (error := task.exception()) is not None:
+            how = f"failed: {error!r}"
+        else:
+            how = "returned"
+        log.critical(
+            "background task %s %s while the host runs: its work is no longer done in this "
+            "process; restart it", task.get_name(), how,
+        )  # fmt: skip
 
     async def stop(self) -> None:
         """Begin no new work; let what is under way (a tool call running, a post on its way)
