@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -435,6 +436,20 @@ async def test_a_consumer_cancelled_mid_batch_leaves_no_handler_running(redis: R
         await asyncio.wait_for(cleaned.wait(), 5)
 
 
+@contextlib.asynccontextmanager
+async def consuming(consumer: StreamConsumer) -> AsyncIterator[asyncio.Task[None]]:
+    """`consumer` running (its group made), until told to stop as the host does at the end."""
+    await consumer.ensure_group()
+    stop = asyncio.Event()
+    running = asyncio.create_task(consumer.run(stop))
+    try:
+        yield running
+    finally:
+        stop.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(running, 5)
+
+
 async def test_a_handler_raising_cancelled_error_does_not_stop_the_consumer(
     redis: Redis,
 ) -> None:
@@ -452,17 +467,10 @@ async def test_a_handler_raising_cancelled_error_does_not_stop_the_consumer(
     consumer = StreamConsumer(
         redis, "s", "g", "a", handler, concurrent=True, batch_wait=0.5, idle_ms=300
     )
-    await consumer.ensure_group()
-    stop = asyncio.Event()
-    running = asyncio.create_task(consumer.run(stop))
-    try:
+    async with consuming(consumer):
         await asyncio.sleep(0.3)
         await redis.xadd("s", {"n": "next"})
         await eventually(lambda: "next" in handled, within=3, what="the consumer to go on")
-    finally:
-        stop.set()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(running, 5)
 
 
 async def test_a_handler_raising_cancelled_error_for_ever_is_given_up_like_any_error(
@@ -555,19 +563,12 @@ async def test_a_taskgroup_failing_in_a_handler_is_its_entrys_error_not_a_stop(
         raise AssertionError("not after one error")
 
     consumer = StreamConsumer(redis, "s", "g", "a", handler, give_up=give_up)
-    await consumer.ensure_group()
-    stop = asyncio.Event()
-    running = asyncio.create_task(consumer.run(stop))
-    try:
+    async with consuming(consumer) as running:
         await eventually(lambda: "next" in handled, within=5, what="the entries after it")
         assert not running.done()
         ids = [as_text(entry_id) for entry_id, _ in await redis.xrange("s")]
         for entry_id in ids[:2]:  # each error counted against its entry
             assert await redis.get(errors_key("s", entry_id)) == b"1"
-    finally:
-        stop.set()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(running, 5)
 
 
 async def test_a_handler_that_cancels_its_own_task_does_not_end_a_concurrent_consumer(
@@ -585,18 +586,11 @@ async def test_a_handler_that_cancels_its_own_task_does_not_end_a_concurrent_con
         handled.append(fields["n"])
 
     consumer = StreamConsumer(redis, "s", "g", "a", handler, concurrent=True, batch_wait=0.5)
-    await consumer.ensure_group()
-    stop = asyncio.Event()
-    running = asyncio.create_task(consumer.run(stop))
-    try:
+    async with consuming(consumer) as running:
         await asyncio.sleep(0.3)
         await redis.xadd("s", {"n": "next"})
         await eventually(lambda: "next" in handled, within=3, what="the consumer to go on")
         assert not running.done()
-    finally:
-        stop.set()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(running, 5)
 
 
 async def test_a_consumer_never_reclaims_an_entry_it_is_still_handling_behind(
