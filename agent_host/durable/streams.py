@@ -118,8 +118,8 @@ class StreamConsumer:
         # What to do with an entry that failed POISON_AFTER times with an error of
         # countersign's own (see `poison`); None: it is retried for as long as it fails.
         self.give_up = give_up
-        # Entries being retried here (reclaimed, or failed here): only such an entry may
-        # have anything counted in Redis (see `poison`), dropped with its acknowledgement.
+        # Entries reclaimed here and not handled yet: only a retried entry may have
+        # anything counted in Redis (see `poison`), dropped with its acknowledgement.
         self._retried: set[str] = set()
         # Where suspects (entries whose last deliveries reached no verdict, see `poison`)
         # are handled alone: the process's, shared by all its consumers (the Host's).
@@ -434,7 +434,6 @@ class StreamConsumer:
             )
         except (RedisError, RedisClusterException, OSError) as redis_away:
             raise exc from redis_away
-        self._retried.add(entry_id)  # what was counted goes with its acknowledgement
         return int(counted)
 
     async def _handle_suspect(self, entry_id: str, fields: dict[str, str]) -> WithAck | None:
