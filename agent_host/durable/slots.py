@@ -13,8 +13,9 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from contextvars import ContextVar
+from typing import Any
 
-__all__ = ["holding", "set_aside"]
+__all__ = ["hand_over_slot", "holding", "set_aside"]
 
 
 class _Slot:
@@ -51,6 +52,14 @@ async def holding(slots: asyncio.Semaphore | None) -> AsyncIterator[None]:
     finally:
         _current.reset(token)
         slot.give_back()
+
+
+def hand_over_slot(task: asyncio.Task[Any]) -> None:
+    """The slot the current task holds (if any) is `task`'s to set aside from now on: the
+    task its entry's handler runs in, apart from the consumer's (see `streams`)."""
+    slot = _current.get()
+    if slot is not None:
+        slot.owner = task
 
 
 @contextlib.asynccontextmanager

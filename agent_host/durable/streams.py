@@ -36,7 +36,7 @@ from agent_host.durable.poison import (
     take_back_attempt,
 )
 from agent_host.durable.scripts import COUNT_AFRESH, COUNT_ERROR, KEEP_CLAIMED
-from agent_host.durable.slots import holding
+from agent_host.durable.slots import hand_over_slot, holding
 from agent_host.durable.suspects import SuspectGate
 from agent_host.errors import RetryLater
 
@@ -69,7 +69,7 @@ READ_AHEAD = 10
 # What a handler may hand back: writes to send together with the entry's acknowledgement,
 # in one round trip (queued on a pipeline, ahead of the XACK), instead of one each.
 WithAck = Callable[[Pipeline], Awaitable[None]]
-Handler = Callable[[str, dict[str, str]], Awaitable[WithAck | None]]
+Handler = Callable[[str, dict[str, str]], Coroutine[Any, Any, WithAck | None]]
 
 
 async def send_now(redis: Redis, with_ack: WithAck | None) -> None:
@@ -232,6 +232,8 @@ class StreamConsumer:
             handled, begun = 0, 0
             try:
                 for entry in batch:
+                    if self._stop_requested():
+                        break  # stopping: the rest of the read is let go, for another consumer
                     begun += 1
                     handled += await handle(*entry)
             finally:  # stopped by an error: what was not begun is let go, to be reclaimed
@@ -354,8 +356,7 @@ class StreamConsumer:
     async def _handle(self, entry_id: str, fields: dict[str, str]) -> bool:
         """Handle a held entry (see `poll`) and let it go."""
         suspect = entry_id in self._suspects
-        # Cancel requests already made of this task (Python 3.11's TaskGroup can leave one
-        # behind after a handler's): only one made from now on is a stop.
+        # Cancel requests already made of this task: only one made from now on is a stop.
         before = _cancel_requests()
         try:
             if self.foreground is not None:
@@ -405,7 +406,7 @@ class StreamConsumer:
         """The handler's writes; or, for an entry that failed POISON_AFTER times with an
         error of countersign's own, none once `give_up` has dealt with it."""
         try:
-            with_ack = await _unasked_cancel_as_error(self.handler(entry_id, fields))
+            with_ack = await _in_a_task_of_its_own(self.handler(entry_id, fields))
         except TRANSIENT:
             raise
         except Exception as exc:
@@ -593,7 +594,13 @@ class StreamConsumer:
             self._let_go.clear()
 
     async def _run(self, stop: asyncio.Event) -> None:
+        cancel_requests = _cancel_requests()
         while not stop.is_set():
+            if _cancel_requests() > cancel_requests:
+                # Cancelled, and the CancelledError swallowed on the way (Python 3.11's
+                # wait_for does, which redis-py uses with a socket timeout): a stop all the
+                # same, not a loop that no longer ends.
+                raise asyncio.CancelledError()
             try:
                 await self.poll(flush=False)
             except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
@@ -683,12 +690,18 @@ def _cancel_requests() -> int:
     return task.cancelling() if task is not None else 0
 
 
-async def _unasked_cancel_as_error(handling: Awaitable[WithAck | None]) -> WithAck | None:
+async def _in_a_task_of_its_own(handling: Coroutine[Any, Any, WithAck | None]) -> WithAck | None:
+    """A handler run in a task of its own: what it does to its task (cancels it, or leaves a
+    cancel request behind, as Python 3.11's TaskGroup can) is never taken for a stop of the
+    consumer, while a stop of the consumer reaches it through the await. The slot the
+    consumer holds for it (see `slots`) is the handler's to set aside."""
     before = _cancel_requests()
+    task = asyncio.create_task(handling)
+    hand_over_slot(task)
     try:
-        return await handling
+        return await task
     except asyncio.CancelledError as cancelled:
-        if _cancel_requests() > before:  # the task was cancelled: a stop
+        if _cancel_requests() > before:  # the consumer's task was cancelled: a stop
             raise
         raise CancelledByNobody("the handler raised CancelledError nobody asked for") from cancelled
 

@@ -450,6 +450,58 @@ async def consuming(consumer: StreamConsumer) -> AsyncIterator[asyncio.Task[None
             await asyncio.wait_for(running, 5)
 
 
+async def test_a_cancel_a_library_swallowed_still_stops_the_consumer(redis: Redis) -> None:
+    """Python 3.11's wait_for (redis-py's, around a write with a socket timeout) can return
+    a result for a task cancelled as its future completes, the cancel request left pending:
+    the consumer still ends, cancelled, rather than polling on for ever."""
+    consumer = StreamConsumer(redis, "s", "g", "a", _nothing)
+    in_library = asyncio.Event()
+    make_group = consumer.ensure_group
+
+    async def swallowing_a_cancel() -> None:
+        in_library.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(5)
+        await make_group()
+
+    consumer.ensure_group = swallowing_a_cancel  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    running = asyncio.create_task(consumer.run(stop))
+    try:
+        await asyncio.wait_for(in_library.wait(), 5)
+        running.cancel()
+        await asyncio.wait([running], timeout=3)
+        assert running.done(), "the consumer polls on after it was cancelled"
+        assert running.cancelled()
+    finally:
+        stop.set()
+        await asyncio.wait([running], timeout=3)
+
+
+async def _nothing(entry_id: str, fields: dict[str, str]) -> None:
+    return None
+
+
+async def test_a_stopping_consumer_begins_no_more_entries_of_its_read(redis: Redis) -> None:
+    """Told to stop while handling the first entry of a read, it begins none of the others:
+    they stay pending for another consumer, not handled as the deploy waits."""
+    for n in "abc":
+        await redis.xadd("s", {"n": n})
+    handled: list[str] = []
+    stop = asyncio.Event()
+
+    async def handler(entry_id: str, fields: dict[str, str]) -> None:
+        handled.append(fields["n"])
+        stop.set()
+
+    consumer = StreamConsumer(redis, "s", "g", "a", handler, count=3)
+    await consumer.ensure_group()
+    await asyncio.wait_for(consumer.run(stop), 5)
+    assert handled == ["a"]
+    summary: Any = await redis.xpending("s", "g")
+    assert summary["pending"] == 2
+
+
 async def test_a_handler_raising_cancelled_error_does_not_stop_the_consumer(
     redis: Redis,
 ) -> None:
@@ -571,9 +623,13 @@ async def test_a_taskgroup_failing_in_a_handler_is_its_entrys_error_not_a_stop(
             assert await redis.get(errors_key("s", entry_id)) == b"1"
 
 
-async def test_a_handler_that_cancels_its_own_task_does_not_end_a_concurrent_consumer(
-    redis: Redis,
+@pytest.mark.parametrize("concurrent", [False, True], ids=["sequential", "concurrent"])
+async def test_a_handler_that_cancels_its_own_task_fails_its_entry_not_the_consumer(
+    redis: Redis, concurrent: bool
 ) -> None:
+    """A handler cancelling its own task has failed its entry (counted, given up in the
+    end), as a bug would: the consumer (the resume worker's runs handlers one at a time)
+    goes on, instead of taking it for a stop and ending while the host runs."""
     await redis.xadd("s", {"n": "cancels its task"})
     handled: list[str] = []
 
@@ -585,12 +641,55 @@ async def test_a_handler_that_cancels_its_own_task_does_not_end_a_concurrent_con
             await asyncio.sleep(0)
         handled.append(fields["n"])
 
-    consumer = StreamConsumer(redis, "s", "g", "a", handler, concurrent=True, batch_wait=0.5)
+    async def give_up(entry_id: str, fields: dict[str, str], exc: Exception) -> None:
+        raise AssertionError("not after one error")
+
+    consumer = StreamConsumer(
+        redis, "s", "g", "a", handler, concurrent=concurrent, batch_wait=0.5, give_up=give_up
+    )
     async with consuming(consumer) as running:
         await asyncio.sleep(0.3)
         await redis.xadd("s", {"n": "next"})
         await eventually(lambda: "next" in handled, within=3, what="the consumer to go on")
         assert not running.done()
+        [first, _] = [as_text(entry_id) for entry_id, _ in await redis.xrange("s")]
+        assert await redis.get(errors_key("s", first)) == b"1"
+
+
+async def test_a_cancel_request_a_taskgroup_leaves_is_not_a_stop_when_a_cancel_follows(
+    redis: Redis,
+) -> None:
+    """In one entry, a TaskGroup whose child failed (caught by the handler), then a
+    CancelledError out of a cancelled future: the entry's error, not a stop that would end
+    the resume worker's consumer."""
+    await redis.xadd("s", {"n": "both"})
+    handled: list[str] = []
+
+    async def child_fails() -> None:
+        raise ValueError("child")
+
+    async def handler(entry_id: str, fields: dict[str, str]) -> None:
+        if fields["n"] == "both":
+            with contextlib.suppress(ExceptionGroup):
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(child_fails())
+                    group.create_task(asyncio.sleep(1))
+            cancelled = asyncio.get_running_loop().create_future()
+            cancelled.cancel()
+            await cancelled
+        handled.append(fields["n"])
+
+    async def give_up(entry_id: str, fields: dict[str, str], exc: Exception) -> None:
+        raise AssertionError("not after one error")
+
+    consumer = StreamConsumer(redis, "s", "g", "a", handler, give_up=give_up)
+    async with consuming(consumer) as running:
+        await asyncio.sleep(0.3)
+        await redis.xadd("s", {"n": "next"})
+        await eventually(lambda: "next" in handled, within=3, what="the consumer to go on")
+        assert not running.done()
+        [first, _] = [as_text(entry_id) for entry_id, _ in await redis.xrange("s")]
+        assert await redis.get(errors_key("s", first)) == b"1"
 
 
 async def test_a_consumer_never_reclaims_an_entry_it_is_still_handling_behind(
