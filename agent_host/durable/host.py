@@ -192,6 +192,8 @@ class Host:
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _consuming: dict[asyncio.Task[None], ShardedConsumer] = field(default_factory=dict)
+    # Background tasks that ended while the host ran: /healthz fails while there are any.
+    ended_early: list[str] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
         self.crash = CrashPoints(self.settings.crash_at)
@@ -277,7 +279,7 @@ class Host:
 
     def _ended(self, task: asyncio.Task[None]) -> None:
         """A background task ended: expected once the host stops; before, it is work this
-        process no longer does, said loudly (restart the process)."""
+        process no longer does, said loudly (restart the process) and by /healthz."""
         if self._stop.is_set():
             return
         if task.cancelled():
@@ -286,6 +288,7 @@ class Host:
             how = f"failed: {error!r}"
         else:
             how = "returned"
+        self.ended_early.append(task.get_name())
         log.critical(
             "background task %s %s while the host runs: its work is no longer done in this "
             "process; restart it", task.get_name(), how,

@@ -225,6 +225,15 @@ async def list_approvals(request: web.Request) -> web.Response:
 
 
 async def healthz(request: web.Request) -> web.Response:
+    """Liveness: fails once a background task of the host (a resume worker, the outbox, the
+    callbacks, the sweeper) ended while it runs, so that an orchestrator restarts the process
+    whose approvals would otherwise wait for ever."""
+    if ended := request.app[HOST_KEY].ended_early:
+        return error(
+            503,
+            f"background work stopped in this process ({', '.join(ended)}): restart it; "
+            "its log says why",
+        )
     return web.json_response({"status": "ok"})
 
 
