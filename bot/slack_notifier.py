@@ -293,7 +293,8 @@ class SlackNotifier:
             delivery="undeliverable",
             delivery_error=request.delivery_error or failure.code,
         )
-        text, body = _noted(rerouted, *blocks.approval_message(rerouted))
+        # Without "Approve for this run": the default channel's people are not the route's.
+        text, body = _noted(rerouted, *blocks.approval_message(rerouted, standing=False))
         reply = await self._call(
             fallback,
             lambda: self.client.chat_postMessage(channel=fallback, text=text, blocks=body),

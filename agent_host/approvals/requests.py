@@ -228,6 +228,16 @@ class ApprovalRequest:
         recorded (not posted yet, or posted nowhere)."""
         return self.message_channel or self.route.destination
 
+    @property
+    def rerouted(self) -> bool:
+        """Posted to the default channel because its route's refused it: the people there
+        are not the route's (they may decide the call, not approve the rest of the run)."""
+        return (
+            self.delivery == "undeliverable"
+            and bool(self.message_channel)
+            and self.message_channel != self.route.destination
+        )
+
     def channels(self) -> list[str]:
         """The channels its messages are in: the original's, then those of its escalated
         copies."""

@@ -112,7 +112,12 @@ def _actions(
         ]
         if offers_edit(request):
             elements.append(button("Edit & approve", EDIT, rid))
-        if standing and request.allow_always and request.route.allows_standing_approval:
+        if (
+            standing
+            and request.allow_always
+            and request.route.allows_standing_approval
+            and not request.rerouted
+        ):
             elements.append(
                 button("Approve for this run", APPROVE_ALWAYS, rid, None, _confirm_always(request))
             )

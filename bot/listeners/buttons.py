@@ -135,7 +135,14 @@ async def _standing_refused(click: Click, request: ApprovalRequest, home: HomeTa
     """Why this click may not approve the rest of the run, or "". A standing approval
     covers the run's later calls on this route without asking anyone: only the people of
     the route's own channel may give it, on its own message or from their App Home tab,
-    not someone whose right to decide came from an escalated copy."""
+    not someone whose right to decide came from an escalated copy, nor the people of the
+    default channel a request was rerouted to."""
+    if request.rerouted:
+        return (
+            f"Approve for this run is given by the people of the route's channel "
+            f"{channel_link(request.route.destination)}, where this request could not be "
+            "posted; approve this call alone"
+        )
     if click.from_home:
         if home is None:
             return UNCHECKED

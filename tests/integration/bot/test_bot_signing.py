@@ -6,6 +6,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -43,10 +44,12 @@ def click_body(
     request: ApprovalRequest,
     action_id: str,
     at: tuple[str, str] | None = None,
+    *,
+    forged: bool = False,
 ) -> bytes:
     """The exact body the stand-in would send for this click: of a button of the request's
     message, on that message or, `at` (channel, ts), as though it sat on another one (a
-    copy that does not offer it)."""
+    copy that does not offer it); `forged`: one the message never showed (see `button`)."""
     core = stack.standin.core
     ws = core.workspace
     channel_id, ts = at or (request.message_channel, request.message_ts)
@@ -55,8 +58,6 @@ def click_body(
     message = ws.message(channel_id, ts)
     assert user is not None and channel is not None
     assert original is not None and message is not None
-    found = find_element(original.blocks, action_id, "button")
-    assert found is not None
     payload = block_actions_payload(
         core,
         user=user,
@@ -64,27 +65,42 @@ def click_body(
         message_ts=message.ts,
         message=message_json(ws, message),
         thread_ts=None,
-        action=button_action(*found),
+        action=button(original.blocks, action_id, forged=forged),
         trigger_id=core.triggers.issue(user.id),
         response_url=core.new_response_url(channel.id, user.id, message.ts, is_ephemeral=False),
     )
     return payload_body(payload)
 
 
-def home_click_body(stack: Stack, user_id: str, request: ApprovalRequest, action_id: str) -> bytes:
+def home_click_body(
+    stack: Stack, user_id: str, request: ApprovalRequest, action_id: str, *, forged: bool = False
+) -> bytes:
     """The body of a click in `user_id`'s App Home tab, as published, on a button of the
-    request's message, whether or not their tab offers it (a forged or stale click)."""
+    request's message, whether or not their tab offers it (a forged or stale click);
+    `forged`: one the message never showed either (see `button`)."""
     core = stack.standin.core
     user, home = core.workspace.user(user_id), core.workspace.home(user_id)
     original = core.workspace.message(request.message_channel, request.message_ts)
     assert user is not None and home is not None and original is not None
-    found = find_element(original.blocks, action_id, "button")
-    assert found is not None
-    action = button_action(*found)
+    action = button(original.blocks, action_id, forged=forged)
     payload = home_actions_payload(
         core, user=user, view=home.view, action=action, trigger_id=core.triggers.issue(user.id)
     )
     return payload_body(payload)
+
+
+def button(shown: list[dict[str, Any]], action_id: str, *, forged: bool = False) -> dict[str, Any]:
+    """The action of the button `action_id` among the blocks `shown`; `forged`, of one they
+    do not show: their Approve button under that action id (what a stale render or a
+    hand-made payload would carry)."""
+    found = find_element(shown, action_id, "button")
+    if found is None and forged:
+        approve = find_element(shown, blocks.APPROVE, "button")
+        assert approve is not None
+        block_id, element = approve
+        found = block_id, {**element, "action_id": action_id}
+    assert found is not None, f"no {action_id} button"
+    return button_action(*found)
 
 
 def slash_body(stack: Stack, user_id: str, text: str) -> bytes:

@@ -6,6 +6,7 @@ dead-lettered and acknowledged, the admins get a DM, and /metrics counts the err
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +15,24 @@ import aiohttp
 from agent_host.durable import keys as K
 from agent_host.durable.route_book import parse_spec
 from bot import blocks
+from slack_sandbox.signing import sign_request
 from slack_sandbox.workspace import Channel
 from tests.support.signing import webhook_signature
-from tests.support.stack import ADMIN, API_TOKEN, CHANNEL, REVIEWER, Stack, running_stack
+from tests.support.stack import (
+    ADMIN,
+    API_TOKEN,
+    CHANNEL,
+    REVIEWER,
+    SECRET,
+    Stack,
+    running_stack,
+)
 from tests.support.waiting import eventually
 
 from .test_bot_commands import approvals
-from .test_bot_escalated_rights import all_actions
-from .test_bot_home import click_home, open_home
+from .test_bot_escalated_rights import all_actions, buttons, told
+from .test_bot_home import all_text, click_home, home_after, open_home, publishes, waiting_ids
+from .test_bot_signing import click_body, home_click_body, post
 
 SECRET_ROOM = "C0SECRETROOM"  # exists, but the bot was never invited
 ARCHIVED = "C0ARCHIVED"
@@ -155,6 +166,44 @@ async def test_a_request_routed_where_the_bot_is_not_goes_to_the_default_channel
         assert [c["channel"] for c in stack.standin.calls_to("chat.postMessage")].count(
             SECRET_ROOM
         ) == 1
+
+
+async def test_a_rerouted_request_offers_its_call_not_the_rest_of_the_run(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """ "Approve for this run" reaches past the call on screen, and is the route's own
+    channel's people's to give; a request rerouted to the default channel could not be
+    posted there. Its call is decided in the default channel; the rest of the run is
+    neither offered on its message nor in the tab, and a forged click changes nothing."""
+    async with running_stack(redis_url, tmp_path) as stack:
+        add_channels(stack)
+        await route_to(stack, SECRET_ROOM)
+        run_id = await stack.start_run("refund-agent", "refund order 123")
+        [request] = await stack.pending_requests(run_id)
+        assert request.rerouted and request.allow_always
+        assert blocks.APPROVE_ALWAYS not in buttons(stack.message(CHANNEL, request.message_ts))
+
+        body = click_body(stack, REVIEWER, request, blocks.APPROVE_ALWAYS, forged=True)
+        status, _ = await post(stack, body, sign_request(SECRET, int(time.time()), body))
+        assert status == 200
+        refused = await told(stack, REVIEWER)
+        assert "Not allowed" in refused and "approve this call alone" in refused
+
+        view = await open_home(stack, REVIEWER)
+        assert request.request_id in waiting_ids(view)
+        assert blocks.APPROVE_ALWAYS not in all_actions(view)
+        seen = publishes(stack, REVIEWER)
+        body = home_click_body(stack, REVIEWER, request, blocks.APPROVE_ALWAYS, forged=True)
+        status, _ = await post(stack, body, sign_request(SECRET, int(time.time()), body))
+        assert status == 200
+        assert "Not allowed" in all_text(await home_after(stack, REVIEWER, seen))
+        current = await stack.host.store.get_request(request.request_id)
+        assert current is not None and current.status == "pending" and current.decision is None
+
+        await stack.click(REVIEWER, request, blocks.APPROVE)  # the call alone
+        await stack.run_status(run_id, "succeeded")
+        decided = await stack.decided(request.request_id)
+        assert decided.decision is not None and not decided.decision.always
 
 
 async def test_when_the_default_channel_refuses_too_the_admins_are_still_told(
