@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextvars import ContextVar
 from typing import Any
 
-__all__ = ["hand_over_slot", "holding", "set_aside"]
+__all__ = ["handed_to", "holding", "set_aside"]
 
 
 class _Slot:
@@ -54,12 +54,20 @@ async def holding(slots: asyncio.Semaphore | None) -> AsyncIterator[None]:
         slot.give_back()
 
 
-def hand_over_slot(task: asyncio.Task[Any]) -> None:
-    """The slot the current task holds (if any) is `task`'s to set aside from now on: the
-    task its entry's handler runs in, apart from the consumer's (see `streams`)."""
+@contextlib.contextmanager
+def handed_to(task: asyncio.Task[Any]) -> Iterator[None]:
+    """The slot the current task holds (if any) is `task`'s to set aside meanwhile: the
+    task its entry's handler runs in, apart from the consumer's (see `streams`); then the
+    current task's again (giving the entry up sets it aside too)."""
     slot = _current.get()
-    if slot is not None:
-        slot.owner = task
+    if slot is None:
+        yield
+        return
+    owner, slot.owner = slot.owner, task
+    try:
+        yield
+    finally:
+        slot.owner = owner
 
 
 @contextlib.asynccontextmanager

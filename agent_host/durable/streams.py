@@ -36,7 +36,7 @@ from agent_host.durable.poison import (
     take_back_attempt,
 )
 from agent_host.durable.scripts import COUNT_AFRESH, COUNT_ERROR, KEEP_CLAIMED
-from agent_host.durable.slots import hand_over_slot, holding
+from agent_host.durable.slots import handed_to, holding
 from agent_host.durable.suspects import SuspectGate
 from agent_host.errors import RetryLater
 
@@ -221,8 +221,8 @@ class StreamConsumer:
             if slow:  # they finish behind the poll, which reads what comes after them
                 moved_on = True
                 self._leave_behind(slow)
-            # Every entry that finished is seen through before an error is raised. One whose
-            # handler cancelled its own task was let go, pending: not the poll's end.
+            # Every entry that finished is seen through before an error is raised. One stopped
+            # (its task cancelled) was let go, pending, or had its work kept: not the poll's end.
             finished = [task for task in done if not task.cancelled()]
             errors = [error for task in finished if (error := task.exception()) is not None]
             if errors:
@@ -400,6 +400,8 @@ class StreamConsumer:
         if retried:
             with_ack = together(with_ack, forget_attempts(self.stream, entry_id))
         self._handled.append((entry_id, with_ack))
+        if _cancel_requests() > before:  # stopped as it finished: its acknowledgement is due
+            raise asyncio.CancelledError()  # (sent by run()'s last flush), and the stop goes on
         return True
 
     async def _handle_or_give_up(self, entry_id: str, fields: dict[str, str]) -> WithAck | None:
@@ -694,16 +696,22 @@ async def _in_a_task_of_its_own(handling: Coroutine[Any, Any, WithAck | None]) -
     """A handler run in a task of its own: what it does to its task (cancels it, or leaves a
     cancel request behind, as Python 3.11's TaskGroup can) is never taken for a stop of the
     consumer, while a stop of the consumer reaches it through the await. The slot the
-    consumer holds for it (see `slots`) is the handler's to set aside."""
+    consumer holds for it (see `slots`) is the handler's to set aside meanwhile."""
     before = _cancel_requests()
     task = asyncio.create_task(handling)
-    hand_over_slot(task)
-    try:
-        return await task
-    except asyncio.CancelledError as cancelled:
-        if _cancel_requests() > before:  # the consumer's task was cancelled: a stop
-            raise
-        raise CancelledByNobody("the handler raised CancelledError nobody asked for") from cancelled
+    with handed_to(task):
+        try:
+            return await task
+        except asyncio.CancelledError as cancelled:
+            if _cancel_requests() > before:  # the consumer's task was cancelled: a stop
+                if task.done() and not task.cancelled() and task.exception() is None:
+                    # It came as the handler finished: its work is kept, and `_handle`
+                    # raises the stop on once it is recorded.
+                    return task.result()
+                raise
+            raise CancelledByNobody("the handler raised CancelledError nobody asked for") from (
+                cancelled
+            )
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -502,6 +502,67 @@ async def test_a_stopping_consumer_begins_no_more_entries_of_its_read(redis: Red
     assert summary["pending"] == 2
 
 
+async def test_an_entry_finished_as_the_stop_came_is_acknowledged_not_done_again(
+    redis: Redis,
+) -> None:
+    """The host's cancel landing in the loop turn the handler finished in (its grace
+    spent): the handler's work is kept and acknowledged, not let go to be done again."""
+    first = await redis.xadd("s", {"n": "a"})
+    await redis.xadd("s", {"n": "b"})
+    stop = asyncio.Event()
+    running: asyncio.Task[None] | None = None
+    handled: list[str] = []
+
+    async def handler(entry_id: str, fields: dict[str, str]) -> None:
+        handled.append(fields["n"])
+        assert running is not None
+        stop.set()
+        asyncio.get_running_loop().call_soon(running.cancel)  # as its task ends
+
+    consumer = StreamConsumer(redis, "s", "g", "a", handler, count=2)
+    await consumer.ensure_group()
+    running = asyncio.create_task(consumer.run(stop))
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.wait_for(running, 5)
+    assert running.cancelled()  # the stop went on
+    assert handled == ["a"]
+    pending = await redis.xpending_range("s", "g", "-", "+", 10)
+    assert as_text(first) not in [as_text(p["message_id"]) for p in pending]
+
+
+async def polled_until_given_up(consumer: StreamConsumer, given_up: Callable[[], bool]) -> None:
+    """`consumer` (idle_ms 100) polled, its failing entry reclaimed each time, until
+    `given_up()` (or as many tries as giving up may take)."""
+    await consumer.ensure_group()
+    for _ in range(2 * POISON_AFTER):
+        await consumer.poll(block_ms=1)
+        if given_up():
+            return
+        await asyncio.sleep(0.15)  # idle past idle_ms: reclaimed
+
+
+async def test_giving_an_entry_up_sets_its_slot_aside_while_it_waits(redis: Redis) -> None:
+    """The slot an entry holds goes to its handler's task and back: giving it up (a post
+    paced into its channel, the admins told) still frees the slot while it waits."""
+    await redis.xadd("s", {"n": "bug"})
+    slots = asyncio.Semaphore(1)
+    free_while_aside: list[int] = []
+
+    async def handler(entry_id: str, fields: dict[str, str]) -> None:
+        raise ValueError("a bug")
+
+    async def give_up(entry_id: str, fields: dict[str, str], exc: Exception) -> None:
+        async with set_aside():
+            free_while_aside.append(slots._value)
+
+    consumer = StreamConsumer(
+        redis, "s", "g", "a", handler, idle_ms=100, give_up=give_up, in_flight=slots
+    )
+    await polled_until_given_up(consumer, lambda: bool(free_while_aside))
+    assert free_while_aside == [1]
+    assert slots._value == 1  # and taken back, then given back, once
+
+
 async def test_a_handler_raising_cancelled_error_does_not_stop_the_consumer(
     redis: Redis,
 ) -> None:
@@ -542,12 +603,7 @@ async def test_a_handler_raising_cancelled_error_for_ever_is_given_up_like_any_e
         given_up.append(type(exc).__name__)
 
     consumer = StreamConsumer(redis, "s", "g", "a", handler, idle_ms=100, give_up=give_up)
-    await consumer.ensure_group()
-    for _ in range(2 * POISON_AFTER):
-        await consumer.poll(block_ms=1)
-        if given_up:
-            break
-        await asyncio.sleep(0.15)  # idle past idle_ms: reclaimed
+    await polled_until_given_up(consumer, lambda: bool(given_up))
     assert given_up == ["CancelledByNobody"]
     assert len(attempts) == POISON_AFTER
     summary: Any = await redis.xpending("s", "g")
@@ -588,6 +644,17 @@ async def test_an_error_a_handler_makes_of_a_stop_is_not_counted_against_its_ent
     assert summary["pending"] == 1  # left for the next process
 
 
+async def a_taskgroup_whose_child_fails() -> None:
+    """Raises ExceptionGroup; on Python 3.11 it can leave a cancel request on its task."""
+
+    async def child_fails() -> None:
+        raise ValueError("child")
+
+    async with asyncio.TaskGroup() as group:
+        group.create_task(child_fails())
+        group.create_task(asyncio.sleep(1))
+
+
 async def test_a_taskgroup_failing_in_a_handler_is_its_entrys_error_not_a_stop(
     redis: Redis,
 ) -> None:
@@ -599,14 +666,9 @@ async def test_a_taskgroup_failing_in_a_handler_is_its_entrys_error_not_a_stop(
     await redis.xadd("s", {"n": "next"})
     handled: list[str] = []
 
-    async def child_fails() -> None:
-        raise ValueError("child")
-
     async def handler(entry_id: str, fields: dict[str, str]) -> None:
         if fields["n"] == "taskgroup":
-            async with asyncio.TaskGroup() as group:
-                group.create_task(child_fails())
-                group.create_task(asyncio.sleep(1))
+            await a_taskgroup_whose_child_fails()
         if fields["n"] == "fails":
             raise RuntimeError("an ordinary bug")
         handled.append(fields["n"])
@@ -624,6 +686,24 @@ async def test_a_taskgroup_failing_in_a_handler_is_its_entrys_error_not_a_stop(
 
 
 @pytest.mark.parametrize("concurrent", [False, True], ids=["sequential", "concurrent"])
+async def never_after_one(entry_id: str, fields: dict[str, str], exc: Exception) -> None:
+    raise AssertionError("given up after one error")
+
+
+async def first_failed_and_it_went_on(
+    redis: Redis, consumer: StreamConsumer, handled: list[str]
+) -> None:
+    """`consumer`, run, fails the entry of "s" already there (its error counted once) and
+    handles the next one added: it did not end."""
+    async with consuming(consumer) as running:
+        await asyncio.sleep(0.3)
+        await redis.xadd("s", {"n": "next"})
+        await eventually(lambda: "next" in handled, within=3, what="the consumer to go on")
+        assert not running.done()
+        [first, _] = [as_text(entry_id) for entry_id, _ in await redis.xrange("s")]
+        assert await redis.get(errors_key("s", first)) == b"1"
+
+
 async def test_a_handler_that_cancels_its_own_task_fails_its_entry_not_the_consumer(
     redis: Redis, concurrent: bool
 ) -> None:
@@ -641,19 +721,11 @@ async def test_a_handler_that_cancels_its_own_task_fails_its_entry_not_the_consu
             await asyncio.sleep(0)
         handled.append(fields["n"])
 
-    async def give_up(entry_id: str, fields: dict[str, str], exc: Exception) -> None:
-        raise AssertionError("not after one error")
-
     consumer = StreamConsumer(
-        redis, "s", "g", "a", handler, concurrent=concurrent, batch_wait=0.5, give_up=give_up
-    )
-    async with consuming(consumer) as running:
-        await asyncio.sleep(0.3)
-        await redis.xadd("s", {"n": "next"})
-        await eventually(lambda: "next" in handled, within=3, what="the consumer to go on")
-        assert not running.done()
-        [first, _] = [as_text(entry_id) for entry_id, _ in await redis.xrange("s")]
-        assert await redis.get(errors_key("s", first)) == b"1"
+        redis, "s", "g", "a", handler, concurrent=concurrent, batch_wait=0.5,
+        give_up=never_after_one,
+    )  # fmt: skip
+    await first_failed_and_it_went_on(redis, consumer, handled)
 
 
 async def test_a_cancel_request_a_taskgroup_leaves_is_not_a_stop_when_a_cancel_follows(
@@ -665,31 +737,17 @@ async def test_a_cancel_request_a_taskgroup_leaves_is_not_a_stop_when_a_cancel_f
     await redis.xadd("s", {"n": "both"})
     handled: list[str] = []
 
-    async def child_fails() -> None:
-        raise ValueError("child")
-
     async def handler(entry_id: str, fields: dict[str, str]) -> None:
         if fields["n"] == "both":
             with contextlib.suppress(ExceptionGroup):
-                async with asyncio.TaskGroup() as group:
-                    group.create_task(child_fails())
-                    group.create_task(asyncio.sleep(1))
+                await a_taskgroup_whose_child_fails()
             cancelled = asyncio.get_running_loop().create_future()
             cancelled.cancel()
             await cancelled
         handled.append(fields["n"])
 
-    async def give_up(entry_id: str, fields: dict[str, str], exc: Exception) -> None:
-        raise AssertionError("not after one error")
-
-    consumer = StreamConsumer(redis, "s", "g", "a", handler, give_up=give_up)
-    async with consuming(consumer) as running:
-        await asyncio.sleep(0.3)
-        await redis.xadd("s", {"n": "next"})
-        await eventually(lambda: "next" in handled, within=3, what="the consumer to go on")
-        assert not running.done()
-        [first, _] = [as_text(entry_id) for entry_id, _ in await redis.xrange("s")]
-        assert await redis.get(errors_key("s", first)) == b"1"
+    consumer = StreamConsumer(redis, "s", "g", "a", handler, give_up=never_after_one)
+    await first_failed_and_it_went_on(redis, consumer, handled)
 
 
 async def test_a_consumer_never_reclaims_an_entry_it_is_still_handling_behind(
