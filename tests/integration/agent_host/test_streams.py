@@ -685,7 +685,6 @@ async def test_a_taskgroup_failing_in_a_handler_is_its_entrys_error_not_a_stop(
             assert await redis.get(errors_key("s", entry_id)) == b"1"
 
 
-@pytest.mark.parametrize("concurrent", [False, True], ids=["sequential", "concurrent"])
 async def never_after_one(entry_id: str, fields: dict[str, str], exc: Exception) -> None:
     raise AssertionError("given up after one error")
 
@@ -704,6 +703,7 @@ async def first_failed_and_it_went_on(
         assert await redis.get(errors_key("s", first)) == b"1"
 
 
+@pytest.mark.parametrize("concurrent", [False, True], ids=["sequential", "concurrent"])
 async def test_a_handler_that_cancels_its_own_task_fails_its_entry_not_the_consumer(
     redis: Redis, concurrent: bool
 ) -> None:
