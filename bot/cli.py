@@ -13,7 +13,7 @@ import importlib
 import logging
 import sys
 from collections.abc import Coroutine, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from agent_host.durable.connections import STORE_ERRORS, open_redis
 from agent_host.durable.crypto import generate_key
@@ -28,6 +28,7 @@ from bot.slack_settings import ServiceSettings, load_settings
 __all__ = ["main"]
 
 log = logging.getLogger("countersign")
+T = TypeVar("T")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -63,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             port = settings.port if args.port is None else args.port  # 0: any free port
             _run_server(_serve(settings, args.host, port, args.workers))
         elif args.command == "worker":
-            _run_server(_worker(settings))
+            return _run_server(_worker(settings))
         elif args.command == "demo" and args.terminal:
             asyncio.run(_sandbox("terminal_demo").run_terminal_demo())
         elif args.command == "demo":
@@ -79,17 +80,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _run_server(main: Coroutine[Any, Any, None]) -> None:
+def _run_server(main: Coroutine[Any, Any, T]) -> T:
     """`serve` and `worker` run on uvloop when it is installed (the `fast` extra): the same
     asyncio, with the event loop's own work (callbacks, sockets, timers), which every Redis
     round trip and HTTP request goes through, done in C."""
     try:
         import uvloop  # type: ignore[import-not-found, unused-ignore]
     except ImportError:
-        asyncio.run(main)
-        return
+        return asyncio.run(main)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(main)
+        return runner.run(main)
 
 
 def _settle_garbage_collector() -> None:
@@ -113,16 +113,25 @@ async def _serve(settings: ServiceSettings, host_name: str, port: int, workers: 
         await service.stop()
 
 
-async def _worker(settings: ServiceSettings) -> None:
+async def _worker(settings: ServiceSettings) -> int:
+    """0 once stopped by a signal; 1 when its work stopped while it ran (a background task
+    ended), so that whatever supervises it starts it again."""
     stop = stop_on_signals()
     service = await build_service(settings)
     await service.start(workers=1)
     _settle_garbage_collector()
     log.info("countersign worker started")
     try:
-        await stop.wait()
+        lost = await service.until_stopped_or_work_lost(stop)
     finally:
         await service.stop()
+    if lost:
+        log.critical(
+            "countersign worker exits with status 1 so that it is started again: %s ended "
+            "while it ran", ", ".join(service.host.ended_early),
+        )  # fmt: skip
+        return 1
+    return 0
 
 
 async def _check() -> int:

@@ -10,6 +10,7 @@ host, the Slack bot and the HTTP server together.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 
@@ -50,6 +51,21 @@ class Service:
         except BaseException:
             await self.stop()
             raise
+
+    async def until_stopped_or_work_lost(self, stop: asyncio.Event) -> bool:
+        """Wait until `stop` is set, or a background task of the host ends while it runs
+        (for a process with no /healthz to say so, as `countersign worker`); True for the
+        latter."""
+        waits = [
+            asyncio.ensure_future(stop.wait()),
+            asyncio.ensure_future(self.host.work_lost.wait()),
+        ]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+        return self.host.work_lost.is_set()
 
     async def _serve_http(self, host_name: str, port: int) -> None:
         if self.settings.slack_app_token:  # Slack's requests arrive over a websocket

@@ -192,8 +192,10 @@ class Host:
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _consuming: dict[asyncio.Task[None], ShardedConsumer] = field(default_factory=dict)
-    # Background tasks that ended while the host ran: /healthz fails while there are any.
+    # Background tasks that ended while the host ran: /healthz fails while there are any,
+    # and `countersign worker` (no HTTP to say so) exits.
     ended_early: list[str] = field(default_factory=list, init=False)
+    work_lost: asyncio.Event = field(default_factory=asyncio.Event, init=False)
 
     def __post_init__(self) -> None:
         self.crash = CrashPoints(self.settings.crash_at)
@@ -289,6 +291,7 @@ class Host:
         else:
             how = "returned"
         self.ended_early.append(task.get_name())
+        self.work_lost.set()
         log.critical(
             "background task %s %s while the host runs: its work is no longer done in this "
             "process; restart it", task.get_name(), how,

@@ -1,9 +1,11 @@
 """Stopping the service stops its host even when an earlier step of the stop fails: the
 workers are told to stop (and finish or leave pending what they hold), not left to the
-event loop's teardown, which cancels them without a word."""
+event loop's teardown, which cancels them without a word. A process with no /healthz
+(`countersign worker`) is told when its work stopped, to exit and be started again."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -36,5 +38,32 @@ async def test_the_host_is_stopped_even_when_closing_the_bot_fails(
             assert not service.host._tasks  # stopped and gathered, not left to be cancelled
         finally:
             await close()
+    finally:
+        await standin.stop()
+
+
+@pytest.mark.parametrize("how", ["work lost", "stopped"])
+async def test_a_worker_process_learns_its_work_stopped_or_that_it_was_stopped(
+    redis_url: str, tmp_path: Path, how: str
+) -> None:
+    standin = SlackStandIn(open_workspace(tmp_path / "slack"), token=TOKEN, signing_secret=SECRET)
+    await standin.start()
+    try:
+        service = await build_service(stack_settings(standin, redis_url, tmp_path))
+        quicken(service.host)
+        await service.start(workers=1)  # as `countersign worker`: no HTTP
+        stop = asyncio.Event()
+        waiting = asyncio.create_task(service.until_stopped_or_work_lost(stop))
+        await asyncio.sleep(0.1)
+        assert not waiting.done()
+        try:
+            if how == "work lost":
+                [outbox] = [task for task in service.host._tasks if task.get_name() == "outbox"]
+                outbox.cancel()  # as a consumer ending by itself would
+            else:
+                stop.set()  # a signal
+            assert await asyncio.wait_for(waiting, 5) is (how == "work lost")
+        finally:
+            await service.stop()
     finally:
         await standin.stop()
