@@ -284,9 +284,9 @@ class StreamConsumer:
         if not self._handled:
             return await command(self.redis)
         async with self.redis.pipeline(transaction=False) as pipe:
-            await self._queue_acknowledgements(pipe)
+            taken = await self._queue_acknowledgements(pipe)
             command(pipe)
-            replies = await pipe.execute(raise_on_error=False)
+            replies = await self._execute(pipe, taken)
         self._check_writes(replies[:-1])
         if isinstance(replies[-1], Exception):
             raise replies[-1]
@@ -583,6 +583,8 @@ class StreamConsumer:
         self._stopping = stop
         try:
             await self._run(stop)
+            if self._behind:  # stopped: what is under way behind the poll ends first (the
+                await asyncio.wait(set(self._behind))  # host's grace bounds the wait)
         finally:
             for task in list(self._behind):  # left pending, to be reclaimed and handled again
                 task.cancel()
@@ -646,7 +648,11 @@ class ShardedConsumer:
         return all(consumer.idle for consumer in self.consumers)
 
     async def run(self, stop: asyncio.Event) -> None:
-        await asyncio.gather(*(consumer.run(stop) for consumer in self.consumers))
+        """Every shard's consumer until `stop`. Cancelled, it returns only once each of them
+        has ended (its last acknowledgements sent): the host closes Redis right after."""
+        async with asyncio.TaskGroup() as shards:
+            for consumer in self.consumers:
+                shards.create_task(consumer.run(stop))
 
 
 async def trim_acknowledged(redis: Any, stream: str, group: str) -> int:

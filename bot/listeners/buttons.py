@@ -150,7 +150,7 @@ async def _standing_refused(click: Click, request: ApprovalRequest, home: HomeTa
     if click.channel == request.message_channel:
         return ""
     return (
-        f"Approve for this run is given by the people of {channel_link(request.message_channel)} "
+        f"Approve for this run is given by the people of {channel_link(request.original_channel)} "
         "on the request's own message; from this copy, approve this call alone"
     )
 

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import ConnectionError as RedisConnectionError
 
@@ -356,8 +356,9 @@ async def test_a_slow_entry_finishes_behind_the_poll_and_those_after_it_go_first
 async def test_a_stopping_consumer_leaves_what_is_behind_its_poll_pending(
     redis: Redis,
 ) -> None:
-    """Stopped while an entry is still going behind its poll, the consumer stops it too and
-    leaves it pending, for another consumer (or itself, restarted) to reclaim."""
+    """Stopped while an entry is still going behind its poll, the consumer waits for it
+    (the host's grace); cancelled once the grace is spent, it stops it too and leaves it
+    pending, for another consumer (or itself, restarted) to reclaim."""
     slow = await redis.xadd("s", {"n": "slow"})
     started = asyncio.Event()
 
@@ -365,16 +366,81 @@ async def test_a_stopping_consumer_leaves_what_is_behind_its_poll_pending(
         started.set()
         await asyncio.sleep(60)
 
-    consumer = StreamConsumer(redis, "s", "g", "a", handler, concurrent=True, batch_wait=0.05)
+    consumer = StreamConsumer(
+        redis, "s", "g", "a", handler, concurrent=True, batch_wait=0.05, block_ms=50
+    )
     await consumer.ensure_group()
     stop = asyncio.Event()
     running = asyncio.create_task(consumer.run(stop))
     await asyncio.wait_for(started.wait(), 2)
     await asyncio.sleep(0.1)  # the poll has moved on, leaving it behind
     stop.set()
-    await asyncio.wait_for(running, 5)
+    await asyncio.sleep(0.3)  # reads of 50 ms: its loop has seen the stop
+    assert not running.done()  # waiting for it
+    running.cancel()  # the grace spent
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.wait_for(running, 5)
     assert not consumer._behind
     assert await _pending(redis) == [slow]
+
+
+async def test_a_stopping_consumer_lets_what_is_behind_its_poll_finish(redis: Redis) -> None:
+    """A post under way behind the poll when the stop comes (a deploy) finishes within the
+    host's grace and is acknowledged, rather than cut short after Slack took it and posted
+    again by the next consumer."""
+    await redis.xadd("s", {"n": "slow"})
+    finished: list[str] = []
+
+    async def handler(entry_id: str, fields: dict[str, str]) -> None:
+        await asyncio.sleep(1)
+        finished.append(entry_id)
+
+    consumer = StreamConsumer(
+        redis, "s", "g", "a", handler, concurrent=True, batch_wait=0.1, block_ms=50
+    )  # (reads of 50 ms: its loop sees the stop long before the entry is done)
+    await consumer.ensure_group()
+    stop = asyncio.Event()
+    running = asyncio.create_task(consumer.run(stop))
+    await asyncio.sleep(0.3)  # the poll has moved on, leaving it behind
+    stop.set()
+    await asyncio.wait_for(running, 5)
+    assert len(finished) == 1
+    assert await _pending(redis) == []
+
+
+async def test_a_stop_while_a_read_waits_for_a_connection_keeps_the_acknowledgements_due(
+    redis_url: str,
+) -> None:
+    """The acknowledgement of the entry handled last goes with the next read; stopped while
+    that read waits for a connection (every one busy), it is still sent by the last flush,
+    not lost (and the entry done again by another consumer)."""
+    pool = BlockingConnectionPool.from_url(redis_url, max_connections=1)
+    client = Redis(connection_pool=pool)
+    try:
+        first = await client.xadd("s", {"n": "a"})
+        handled = asyncio.Event()
+        busy: list[asyncio.Task[Any]] = []
+
+        async def handler(entry_id: str, fields: dict[str, str]) -> None:
+            busy.append(asyncio.create_task(client.blpop(["nothing"], 0.5)))  # the only one
+            handled.set()
+
+        consumer = StreamConsumer(client, "s", "g", "a", handler, count=1)
+        await consumer.ensure_group()
+        stop = asyncio.Event()
+        running = asyncio.create_task(consumer.run(stop))
+        await asyncio.wait_for(handled.wait(), 5)
+        await asyncio.sleep(0.1)  # its next read waits for the connection
+        stop.set()
+        running.cancel()  # as the host does once what is under way is done
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(running, 5)
+        await asyncio.gather(*busy)
+        pending = await client.xpending_range("s", "g", "-", "+", 10)
+        assert as_text(first) not in [as_text(p["message_id"]) for p in pending]
+    finally:
+        await client.aclose()
+        await pool.disconnect()  # a pool handed to the client is not closed with it
 
 
 async def _has_item(items: list[str], item: str) -> bool:
@@ -812,8 +878,10 @@ async def test_a_backlog_into_one_slow_channel_is_not_read_into_memory_at_once(
         await asyncio.sleep(2)
         held = len(consumer._held)
     finally:
-        stop.set()
-        await asyncio.wait_for(running, 20)
+        stop.set()  # then, as the host does once its grace is spent (a backlog of
+        running.cancel()  # paced posts is not worked off in it), cancelled
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(running, 20)
     bound = (READ_AHEAD + 1) * consumer.count
     assert held <= bound, f"{held} entries read ahead and held (of 3000)"
 
