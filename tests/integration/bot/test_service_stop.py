@@ -6,23 +6,35 @@ event loop's teardown, which cancels them without a word. A process with no /hea
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from bot.composition import build_service
+from bot.composition import Service, build_service
 from slack_sandbox import SlackStandIn, open_workspace
 from tests.support.stack import SECRET, TOKEN, quicken, stack_settings
 
 
-async def test_the_host_is_stopped_even_when_closing_the_bot_fails(
-    redis_url: str, tmp_path: Path
-) -> None:
+@contextlib.asynccontextmanager
+async def built_service(redis_url: str, tmp_path: Path) -> AsyncIterator[Service]:
+    """A service built as `serve` and `worker` build theirs, beside a Slack stand-in; not
+    started."""
     standin = SlackStandIn(open_workspace(tmp_path / "slack"), token=TOKEN, signing_secret=SECRET)
     await standin.start()
     try:
         service = await build_service(stack_settings(standin, redis_url, tmp_path))
         quicken(service.host)
+        yield service
+    finally:
+        await standin.stop()
+
+
+async def test_the_host_is_stopped_even_when_closing_the_bot_fails(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async with built_service(redis_url, tmp_path) as service:
         await service.start(http=("127.0.0.1", 0), workers=1)
         assert service.host._tasks  # its workers, sweeper and outbox run
 
@@ -38,19 +50,13 @@ async def test_the_host_is_stopped_even_when_closing_the_bot_fails(
             assert not service.host._tasks  # stopped and gathered, not left to be cancelled
         finally:
             await close()
-    finally:
-        await standin.stop()
 
 
 @pytest.mark.parametrize("how", ["work lost", "stopped"])
 async def test_a_worker_process_learns_its_work_stopped_or_that_it_was_stopped(
     redis_url: str, tmp_path: Path, how: str
 ) -> None:
-    standin = SlackStandIn(open_workspace(tmp_path / "slack"), token=TOKEN, signing_secret=SECRET)
-    await standin.start()
-    try:
-        service = await build_service(stack_settings(standin, redis_url, tmp_path))
-        quicken(service.host)
+    async with built_service(redis_url, tmp_path) as service:
         await service.start(workers=1)  # as `countersign worker`: no HTTP
         stop = asyncio.Event()
         waiting = asyncio.create_task(service.until_stopped_or_work_lost(stop))
@@ -65,5 +71,3 @@ async def test_a_worker_process_learns_its_work_stopped_or_that_it_was_stopped(
             assert await asyncio.wait_for(waiting, 5) is (how == "work lost")
         finally:
             await service.stop()
-    finally:
-        await standin.stop()
