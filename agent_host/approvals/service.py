@@ -192,8 +192,11 @@ class ApprovalService:
             if refused is not None:
                 return refused
         completes = via == "webhook" and request.route.webhook_completes_quorum
+        # A vote a webhook caller says is someone's counts as theirs as well as the
+        # webhook's: that person cannot vote again in Slack to fill a quorum alone.
+        counts_as = decision.note if via == "webhook" else ""
         return await self.store.decide(
-            request_id, decision, current=request, completes_quorum=completes
+            request_id, decision, current=request, completes_quorum=completes, counts_as=counts_as
         )
 
     async def _admit(
@@ -207,8 +210,13 @@ class ApprovalService:
         if isinstance(decision, Expired):
             return decision, "only the deadline expires a request"
         if via == "webhook":
-            # The caller's claimed name is kept as a note; the identity is the webhook's.
+            # The caller's claimed name is kept as a note; the identity is the webhook's. A
+            # claim is never trusted to decide, only to refuse: the requester named as the
+            # decider is refused as in Slack (and a vote claimed for someone is theirs too:
+            # `counts_as`).
             note = decision.decided_by if decision.decided_by != WEBHOOK else ""
+            if note and (refusal := self_approval_refusal(note, request)):
+                return decision, f"the webhook's caller named {note!r} as the decider: {refusal}"
             decision = decision.model_copy(update={"decided_by": WEBHOOK, "note": note, "via": via})
         elif via == "slack":
             eligibility = await self.may_decide(decision.decided_by, request)

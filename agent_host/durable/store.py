@@ -383,12 +383,15 @@ class RunStore:
         *,
         current: ApprovalRequest | None = None,
         completes_quorum: bool = False,
+        counts_as: str = "",
     ) -> DecideResult:
         """The compare-and-set: the first valid decision (or the quorum) wins, atomically.
 
         Only the approval service calls this (`approvals.service`): it decides who may
         decide. `current`, when the caller has just read the request, saves a round trip;
         the script checks the request's state itself, so a stale copy changes nothing.
+        `counts_as`: someone else whose vote an approval also is (a webhook caller's
+        claim): refused if theirs is in, and theirs from then on.
         """
         if not _is_request_id(request_id):
             return DecideResult("not_found")
@@ -408,6 +411,7 @@ class RunStore:
                 decision.decided_by,
                 decision.call_hash or "",
                 "1" if completes_quorum else "0",
+                counts_as,
             ],
         )
         kind, extra = as_text(reply[0]), reply[1]

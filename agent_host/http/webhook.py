@@ -28,6 +28,13 @@ async def approval_webhook(request: web.Request) -> web.Response:
     secret = host.settings.webhook_secret
     if not secret:
         return error(503, "the approval webhook is disabled: set COUNTERSIGN_WEBHOOK_SECRET")
+    if request.headers.get("Content-Encoding", "identity").strip().lower() != "identity":
+        # aiohttp would decode it before the check: what is signed is the bytes as sent
+        return error(
+            415,
+            "send the body uncompressed (no Content-Encoding): X-Webhook-Signature is the "
+            "HMAC of the bytes as sent; nothing was decided",
+        )
     raw = await request.read()
     given = request.headers.get("X-Webhook-Signature", "")
     expected = "sha256=" + hmac.new(secret.encode(), raw, hashlib.sha256).hexdigest()
@@ -62,6 +69,8 @@ async def approval_webhook(request: web.Request) -> web.Response:
     approval = await host.approvals.load(request_id)
     if approval is None:
         return error(404, f"no approval request {request_id!r}")
+    if approval.decided:  # whatever this one says, the sender learns it was decided before
+        return _already(request_id, approval.status, approval.decided_by)
     if approval.kind == "question" and verdict == "approved":
         if not feedback.strip():
             return error(400, "this request is a question: its answer is the feedback; send one")

@@ -19,7 +19,7 @@ from agent_host.runtime.tools import tool
 from tests.support.agents import Recorder, registry_of, scripted, tc
 from tests.support.host_env import make_env
 from tests.support.keyspace import pass_deadline
-from tests.support.routers import TwoRoutes
+from tests.support.routers import QuorumRouter, TwoRoutes
 
 
 def approve_then_ask_registry(rec: Recorder) -> AgentRegistry:
@@ -221,3 +221,40 @@ async def test_the_webhook_is_one_identity_and_cannot_fake_a_quorum(redis: Redis
         request2.request_id, Approve(decided_by="ci"), via="webhook"
     )
     assert alone.outcome == "decided"
+
+
+async def test_a_webhook_caller_s_claim_can_refuse_a_vote_never_add_one(redis: Redis) -> None:
+    """The name a webhook caller gives is never trusted to decide, only to refuse: the
+    run's requester named as the decider is refused as in Slack, and a vote claimed for a
+    reviewer is theirs, so they cannot vote again in Slack and fill a quorum of two alone
+    (nor the webhook after them)."""
+    env = make_env(redis, router=QuorumRouter(2))
+    service = ApprovalService(env.store)
+    (claimed,) = await env.requests(await env.start("refund-agent", "refund order 123"))
+    rid = claimed.request_id
+    first = await service.decide(rid, Approve(decided_by="U-bob"), via="webhook")
+    again = await service.decide(rid, Approve(decided_by="U-bob"), via="slack")
+    assert (first.outcome, again.outcome) == ("progress", "duplicate_vote")
+    done = await service.decide(rid, Approve(decided_by="U-carol"), via="slack")
+    assert done.outcome == "decided"
+    assert done.request is not None and done.request.approvals == ["webhook", "U-carol"]
+
+    (voted,) = await env.requests(await env.start("refund-agent", "refund order 123"))
+    in_slack = await service.decide(voted.request_id, Approve(decided_by="U-bob"), via="slack")
+    claim = await service.decide(voted.request_id, Approve(decided_by="U-bob"), via="webhook")
+    assert (in_slack.outcome, claim.outcome) == ("progress", "duplicate_vote")
+    current = await env.store.get_request(voted.request_id)
+    assert current is not None and current.approvals == ["U-bob"]
+
+    own = make_env(redis)  # one approval decides; the requester may not approve their own
+    (mine,) = await own.requests(await own.start("refund-agent", "refund order 123", "U-alice"))
+    owned = ApprovalService(own.store)
+    for decision in (Approve(decided_by="U-alice"), Reject(decided_by="U-alice")):
+        refused = await owned.decide(mine.request_id, decision, via="webhook")
+        assert refused.outcome == "refused" and "U-alice" in refused.reason
+    unchanged = await own.store.get_request(mine.request_id)
+    assert unchanged is not None and unchanged.status == "pending" and not unchanged.approvals
+    other = await owned.decide(mine.request_id, Approve(decided_by="U-dan"), via="webhook")
+    assert other.outcome == "decided"
+    await own.drain()
+    assert await own.status(mine.run_id) == "succeeded"

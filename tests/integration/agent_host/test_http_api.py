@@ -4,6 +4,7 @@ pagination, the signed approval webhook, health, readiness and metrics."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import hashlib
 import hmac
 import json
@@ -336,6 +337,17 @@ async def test_webhook_rejects_bad_signatures_and_ids(api: Api) -> None:
         )
     await assert_error(await api.webhook(b"[1]"), 400, "object")
     await assert_error(await api.webhook(b"{oops"), 400, "JSON")
+    # compressed: aiohttp would check the decoded bytes, not those sent (and signed)
+    for signed_over in (gzip.compress(raw), raw):
+        resp = await api.client.post(
+            url,
+            data=gzip.compress(raw),
+            headers={
+                "Content-Encoding": "gzip",
+                "X-Webhook-Signature": webhook_signature(signed_over, SECRET),
+            },
+        )
+        await assert_error(resp, 415, "uncompressed")
 
     request = await api.env.store.get_request(rid)
     assert request is not None and request.status == "pending"
@@ -371,6 +383,28 @@ async def test_webhook_approves_once_and_later_calls_learn_who_decided(api: Api)
     detail = await api.run(run_id)
     assert detail["status"] == "succeeded" and "Refund issued" in detail["output"]
     assert api.env.effects.count("refund") == 1
+
+
+async def test_a_decided_question_answers_already_processed_whatever_the_late_call_says(
+    api: Api,
+) -> None:
+    """A sender that did not see a question answered sends its approval without text: it
+    learns the question was decided, not that it should send an answer."""
+    resp = await api.client.post(
+        "/api/v1/approvals",
+        json={"agent": "bot", "tool": "ask", "arguments": {}, "question": "Which account?"},
+        headers=AUTH,
+    )
+    rid = (await resp.json())["request_id"]
+    answered = await api.webhook({"requestId": rid, "decision": "approved", "feedback": "acct-1"})
+    assert (await answered.json())["status"] == "processed"
+    for late in ({}, {"feedback": "acct-2"}, {"edited_arguments": {"x": 1}}):
+        again = await api.webhook({"requestId": rid, "decision": "approved"} | late)
+        assert again.status == 200
+        assert (await again.json())["status"] == "already_processed"
+    current = await api.env.store.get_request(rid)
+    assert current is not None and current.decision is not None
+    assert getattr(current.decision, "text", None) == "acct-1"
 
 
 async def test_a_webhook_approval_sent_again_towards_a_quorum_says_the_request_still_waits(
