@@ -74,13 +74,19 @@ class HostedRunner:
     ) -> RunOutcome:
         """Go on after every call of the last interruption was decided (`record.decision`).
 
-        An interruption whose calls were all decided by the policy goes on at once; it is
-        handed to the journal first, before any of its calls runs (invariant 13), so a
-        worker that takes the run over after a crash continues from it instead of running
-        the framework again from the checkpoint: asked again, the model could word an
-        ALLOW call differently, and the ledger would take it for a new call and run it.
+        Every interruption is handed to the journal before any of its calls runs
+        (invariant 13), so a worker that takes the run over after a crash continues from
+        it instead of running the framework again from the checkpoint: asked again, the
+        model could word an ALLOW call differently, and the ledger would take it for a new
+        call and run it. One whose calls were all decided by the policy goes on at once;
+        one with calls waiting for a person pauses the run once saved. Either may be the
+        turn another worker saved first for this pause (it took the same resume over):
+        that one is continued from, so a call it ran is never run again for want of it.
         """
         while True:
+            if pending := state.pending:
+                state.status = "paused"
+                return Paused(state, pending)
             decided = [c for c in state.calls if c.turn == state.turns]
             guard = CallGuard(state.run_id, state.agent_fingerprint, self.ledger, decided)
             decisions = [
@@ -104,7 +110,8 @@ class HostedRunner:
     async def _continue(
         self, agent: HostedAgent, state: RunState, step: Step, guard: CallGuard
     ) -> RunOutcome | None:
-        """Record what the step did; the outcome, or None to go on with the policy's decisions."""
+        """Record what the step did: its outcome when it ended the run, else None (its new
+        interruption, planned, to be saved before anything of it runs)."""
         _settle(state, guard)
         if isinstance(step, Finished):
             state.transcript.append(Message(role="assistant", content=step.output))
@@ -129,9 +136,6 @@ class HostedRunner:
                 let_through.outcome = "deferred"
                 let_through.result = ASKED_ITSELF.format(call_id=record.call_id)
             state.calls.append(record)
-        if pending := state.pending:
-            state.status = "paused"
-            return Paused(state, pending)
         state.status = "running"
         return None
 

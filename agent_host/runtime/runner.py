@@ -158,7 +158,7 @@ class Runner:
                 f"run {state.run_id}: a saved turn is {state.status}, not running; "
                 "it cannot be replayed"
             )
-        if isinstance(agent, HostedAgent):  # an interruption the policy decided in full
+        if isinstance(agent, HostedAgent):  # an interruption saved before anything of it ran
             if state.status != "running":
                 raise CheckpointError(
                     f"run {state.run_id}: a hosted agent's saved turn is {state.status}, "

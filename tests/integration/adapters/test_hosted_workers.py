@@ -6,17 +6,24 @@ the worker that takes its entry over.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 from typing import Any
 
 import pytest
+from pydantic_ai import Agent as PydanticAgent
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 from redis.asyncio import Redis
 
+from agent_host.adapters.pydantic_ai import PydanticAIAgent
 from agent_host.durable import keys as K
 from agent_host.durable.crashpoints import CrashPoints
 from agent_host.durable.worker import ResumeWorker
 from agent_host.errors import CheckpointError
 from agent_host.examples import ExampleEffects
 from agent_host.runtime import hosted_runner
+from agent_host.runtime.agents import AgentRegistry
 from agent_host.runtime.decisions import Approve
 from tests.support.host_env import Env, make_env, polled_until
 from tests.support.hosted_agents import AGENTS, FINAL, TOLD, build_registry
@@ -144,3 +151,69 @@ async def test_a_run_failed_after_its_approved_call_ran_records_that_it_ran(
     assert "check them" in info.error
     record = (await env.final_state(run_id)).call(call_id)
     assert record is not None and record.outcome == "executed"
+
+
+async def test_a_paused_turn_gives_way_to_the_turn_another_worker_saved_and_ran(
+    redis: Redis,
+) -> None:
+    """Two workers on one resume entry (B took it over while A, stalled, still lived). A's
+    model answers the turn after the refund with a note, which the policy lets through: A
+    saves that turn and sends the note, then dies. B's model, asked the same turn before A
+    saved it, answers with a call that asks a person. B's turn is saved like any other
+    before the run pauses on it, so B learns A's turn came first and continues from it (the
+    note is not sent again, and no person is asked about a turn the run never took).
+    The hosted runner is one for every framework; Pydantic AI's FunctionModel lets the
+    test decide what each worker's model says."""
+    notes: list[str] = []
+    env = make_env(redis)  # its registry is replaced below, once the agent is built
+    entry: dict[str, Any] = {"asked": False}
+
+    async def worker_a_sends_the_note_and_dies() -> None:
+        dying = ResumeWorker(env.store, env.runner, "A", crash=DiesAfterTheToolsRan())
+        with contextlib.suppress(Died):  # in a context of its own, as in another process
+            await asyncio.create_task(
+                dying.handle(entry["id"], entry["fields"]), context=contextvars.Context()
+            )
+
+    async def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        done = [p.tool_name for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if not done:
+            return ModelResponse(parts=[ToolCallPart("issue_refund", {"order_id": "124"})])
+        if "notify" in done:
+            return ModelResponse(parts=[TextPart("all done")])
+        if not entry["asked"]:  # B asks first; A answers the same turn meanwhile: the note
+            entry["asked"] = True
+            await worker_a_sends_the_note_and_dies()
+            assert notes == ["your refund is on its way"]
+            return ModelResponse(parts=[ToolCallPart("issue_refund", {"order_id": "125"})])
+        return ModelResponse(parts=[ToolCallPart("notify", {"text": "your refund is on its way"})])
+
+    agent: PydanticAgent[None, str] = PydanticAgent(FunctionModel(respond), name="racer")
+
+    @agent.tool_plain(requires_approval=True)
+    def issue_refund(order_id: str) -> str:
+        """Refund an order."""
+        return f"refunded {order_id}"
+
+    @agent.tool_plain
+    def notify(text: str) -> str:
+        """Tell the customer."""
+        notes.append(text)
+        return "told"
+
+    env.runner.registry = AgentRegistry({"racer": lambda: PydanticAIAgent(agent, name="racer")})
+    run_id = await env.start("racer", "refund order 124")
+    [request] = await env.requests(run_id)
+    decision = Approve(decided_by="bob", call_hash=request.call_hash)
+    assert (await env.store.decide(request.request_id, decision)).resume_queued
+    stream = K.Keys(run_id).shard.resume
+    taken: Any = await redis.xreadgroup(K.RESUME_GROUP, "B", {stream: ">"}, count=10)
+    [(_, [(entry_id, raw)])] = taken
+    entry |= {"id": entry_id.decode(), "fields": {k.decode(): v.decode() for k, v in raw.items()}}
+
+    await ResumeWorker(env.store, env.runner, "B").handle(entry["id"], entry["fields"])
+
+    info = await env.info(run_id)
+    assert info.status == "succeeded", info.error
+    assert notes == ["your refund is on its way"], f"the note was sent {len(notes)} times"
+    assert await env.pending_requests(run_id) == []  # nobody asked about B's turn
