@@ -298,4 +298,5 @@ class Store(Protocol):
         *,
         current: ApprovalRequest | None = None,
         completes_quorum: bool = False,
+        counts_as: str = "",
     ) -> DecideResult: ...
