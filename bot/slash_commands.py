@@ -43,6 +43,11 @@ __all__ = ["CommandReply", "SlashCommands", "help_text", "within_reply"]
 PAGE = 10
 REPLY_TEXT_MAX = 39_000  # characters of a text reply (Slack refuses one over 40,000)
 LINKS_BUDGET = 0.6  # seconds for the page's chat.getPermalink calls (the reply is due in 3 s)
+LOOKUPS_WITHIN = 1.5  # seconds for Slack's answers to `route add`, of the command's 2 s
+SLACK_TOO_SLOW = (
+    ":hourglass: Route not added: Slack did not answer in time when asked about the channels "
+    "and user groups it names. Nothing was changed; try again in a moment."
+)
 ARGUMENTS_MAX = 1500  # characters of a request's arguments shown by `show`
 REASON_MAX = 500  # characters of its reason (as code: the words are never formatting)
 # A `next:` marker is sealed to its user: a page may end on a request they may not see, and
@@ -125,6 +130,21 @@ def _exposed(rule: RouteRule, facts: list[ChannelFacts]) -> str:
         f"\n:warning: Route `{rule.id}` {exposure(rule.channel, rule.escalate_to)}. To keep "
         f"them private, remove it (`/approvals route remove {rule.id}`) and add it again "
         "escalating to a private channel, a user group or a person."
+    )
+
+
+def _people_unchecked(rule: RouteRule) -> str:
+    """A note when `rule` names people by user id, or "": countersign reads no user
+    profiles (no `users:read`), so a mistyped id is added as it is, and its requests would
+    wait for someone who does not exist."""
+    people = [r for r in (*rule.reviewers, rule.escalate_to) if r[:1] in ("U", "W")]
+    if not people:
+        return ""
+    return (
+        "\n:information_source: People are not looked up (countersign reads no user "
+        f"profiles): check that {', '.join(mention(p) for p in people)} each show as a "
+        f"person above. If one shows as an id, remove the route (`/approvals route remove "
+        f"{rule.id}`) and add it again with the right id."
     )
 
 
@@ -296,17 +316,21 @@ class SlashCommands:
         channels = [rule.channel]
         if rule.escalate_to[:1] in ("C", "G"):
             channels.append(rule.escalate_to)
-        facts = []
-        for channel in channels:
-            if self.channel_check is not None:
-                checked = await self.channel_check(channel)
-                if checked.problem:
-                    return f":warning: Route not added: {checked.problem}"
-                facts.append(checked)
+        checks = [self.channel_check(c) for c in channels] if self.channel_check else []
         # A user group that does not exist, or has nobody in it, would leave its requests to
         # nobody (or escalate them to nobody); too few people for the quorum, to expiry.
         groups = [g for g in (*rule.reviewers, rule.escalate_to) if g.startswith("S")]
-        listed = await asyncio.gather(*map(self.directory.group_listed, groups))
+        try:  # Slack's answers at once, leaving the budget's rest for the write
+            async with asyncio.timeout(LOOKUPS_WITHIN):
+                facts, listed = await asyncio.gather(
+                    asyncio.gather(*checks),
+                    asyncio.gather(*map(self.directory.group_listed, groups)),
+                )
+        except TimeoutError:
+            return SLACK_TOO_SLOW
+        for checked in facts:
+            if checked.problem:
+                return f":warning: Route not added: {checked.problem}"
         for found in listed:
             if isinstance(found, str):
                 return f":warning: Route not added: {found}, then add the route again."
@@ -317,7 +341,7 @@ class SlashCommands:
         added = f":white_check_mark: Added route `{saved.id}`.\n" + format_rules(
             [saved], self.routes.default_channel
         )
-        return added + _shadowed(saved, earlier) + _exposed(saved, facts)
+        return added + _shadowed(saved, earlier) + _exposed(saved, facts) + _people_unchecked(saved)
 
     async def remove_route(self, user_id: str, rule_id: str) -> str:
         rule_id = rule_id.strip()

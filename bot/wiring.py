@@ -26,7 +26,7 @@ from agent_host.durable.host import Host, load_keyring, load_registry
 from agent_host.durable.reviewer_log import ReviewerLog
 from agent_host.durable.route_book import RouteBook
 from agent_host.durable.seen_once import SeenOnce
-from agent_host.errors import ConfigurationError, StoreUnavailable
+from agent_host.errors import ConfigurationError
 from bot.app import BackgroundTasks, build_bolt_app
 from bot.delivery import channel_facts
 from bot.home import HomeTab
@@ -214,15 +214,14 @@ def mount_slack(app: web.Application, bot: SlackBot) -> None:
         try:
             return await to_aiohttp_response(await bot.bolt.async_dispatch(bolt_request))
         finally:
-            await guard
+            await asyncio.wait([guard])
+            if not guard.cancelled():
+                guard.exception()  # StoreUnavailable: the listener said so (taken_once)
 
     async def _first_time(signature: str) -> bool:
-        try:
-            return await bot.seen_requests.first(signature)
-        except StoreUnavailable:
-            # Redis away, or no answer within a quarter second: what a request could change
-            # lives in Redis, so it is let through, to be answered by its listener as it
-            # would be ("try again"), within Slack's 3 s.
-            return True
+        # Redis away, or no answer within half a second: StoreUnavailable. The request
+        # is then refused ("try again"), never let through: a Redis that is only slow still
+        # takes the writes of a copy it could not tell from the first.
+        return await bot.seen_requests.first(signature)
 
     app.router.add_post("/slack/events", slack_events)

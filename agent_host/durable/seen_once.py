@@ -24,7 +24,7 @@ __all__ = ["SeenOnce"]
 KEEP_SECONDS = 2 * 3600  # Slack retries an event three times within minutes
 # Seconds: the marker is set before Slack is answered, within the 3 s Slack allows, and
 # before the listener's own budget (bot.listeners.budget.LISTENER_BUDGET, 2 s).
-ANSWER_WITHIN = 0.25
+ANSWER_WITHIN = 0.5
 
 
 @unavailable_on_redis_errors

@@ -20,6 +20,11 @@ __all__ = ["COMMAND", "command_listener"]
 
 COMMAND = "/approvals"
 UNREACHABLE = ":hourglass: countersign's database is not reachable right now; try again shortly."
+UNFINISHED = (
+    ":hourglass: countersign did not finish in time (Slack or its database answered slowly). "
+    "A change you asked for may or may not have been made: see `/approvals routes` before "
+    "trying again."
+)
 
 
 def _text(value: Any) -> str:
@@ -37,8 +42,10 @@ def command_listener(
         channel, text_in = _text(command.get("channel_id")), _text(command.get("text"))
         try:
             reply = await asyncio.wait_for(commands.handle(user, channel, text_in), LISTENER_BUDGET)
-        except (StoreUnavailable, TimeoutError):
+        except StoreUnavailable:
             reply = UNREACHABLE
+        except TimeoutError:  # not the database's doing, or not its alone
+            reply = UNFINISHED
         if isinstance(reply, CommandReply):
             await ack(response_type="ephemeral", text=reply.text, blocks=reply.blocks)
         else:

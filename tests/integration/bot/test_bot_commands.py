@@ -324,6 +324,8 @@ async def test_routes_and_route_add_remove_by_admin(redis_url: str, tmp_path: Pa
             "quorum=2 expiry=2h self=no",
         )
         assert "Added route `r1`" in added
+        # a user id is not looked up (no users:read): the admin is asked to check it shows
+        assert "People are not looked up" in added and "check that <@U0REVIEWER>" in added
         [rule] = await stack.bot.routes.rules()
         assert rule.id == "r1" and rule.channel == OPS
         assert rule.reviewers == ("U0REVIEWER", "S0REVIEWERS")
@@ -350,7 +352,7 @@ async def test_routes_and_route_add_remove_by_admin(redis_url: str, tmp_path: Pa
 
         # Ids are never reused after a removal.
         again = await approvals(stack, ADMIN, f"route add channel={CHANNEL}")
-        assert "Added route `r2`" in again
+        assert "Added route `r2`" in again and "People are not looked up" not in again
 
 
 async def test_a_route_an_earlier_one_leaves_no_calls_is_added_with_a_warning(
@@ -415,6 +417,27 @@ async def test_a_route_naming_a_user_group_nobody_could_decide_through_is_refuse
 
         removed = await approvals(stack, ADMIN, "route remove r1")
         assert "Requests already waiting under it keep it" in removed
+
+
+async def test_route_add_asks_slack_at_once_and_says_so_when_slack_is_too_slow(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Its channel and group lookups, each within its own allowance (a channel 1 s, a group
+    1.8 s) but past the command's 2 s one after the other, are asked at once. Slack slower
+    than the time left for them: the admin is told Slack was slow (not that the database
+    is down), and nothing is added."""
+    spec = f"tool=issue_refund channel={CHANNEL} escalate_after=1h escalate_to={OPS}"
+    async with running_stack(redis_url, tmp_path) as stack:
+        stack.standin.inject("conversations.info", status=200, delay=0.8, times=2)
+        stack.standin.inject("usergroups.users.list", status=200, delay=0.8, times=1)
+        added = await approvals(stack, ADMIN, f"route add {spec} reviewers=S0REVIEWERS")
+        assert "Added route `r1`" in added, added
+
+        stack.standin.workspace.usergroups.append(UserGroup("S0SLOW", "slow", "Slow", [REVIEWER]))
+        stack.standin.inject("usergroups.users.list", status=200, delay=1.7, times=1)
+        slow = await approvals(stack, ADMIN, f"route add {spec} reviewers=S0SLOW")
+        assert "Slack did not answer in time" in slow and "Nothing was changed" in slow, slow
+        assert [rule.id for rule in await stack.bot.routes.rules()] == ["r1"]
 
 
 async def test_a_route_escalating_from_a_private_channel_to_a_public_one_is_added_with_a_warning(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
@@ -245,6 +246,53 @@ async def test_a_route_removed_does_not_come_back_with_its_command_sent_again(
         status, text = await post(stack, body, headers)
         assert status == 200 and text == ""
         assert await stack.bot.routes.rules() == []
+
+
+async def test_a_request_the_guard_cannot_check_in_time_is_refused_not_let_through(
+    redis_server_factory: RedisServerFactory, tmp_path: Path
+) -> None:
+    """Redis slower than the replay guard's half second, but up: the guard cannot tell a
+    copy from a first request, and a listener going on would still have its writes taken
+    (a removed route back, a refused click deciding). Each is refused, told to try again."""
+    server = redis_server_factory()
+    assert server.pid is not None
+    pid = server.pid
+
+    async def while_redis_stalls(body: str) -> tuple[int, str]:
+        os.kill(pid, signal.SIGSTOP)  # resumed once the guard gave up, within the budget
+        try:
+            sent = asyncio.ensure_future(post(stack, body, sign_request(SECRET, now, body)))
+            await asyncio.sleep(0.9)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        return await sent
+
+    async with running_stack(server.url, tmp_path) as stack:
+        now = int(time.time())
+        command = slash_body(stack, ADMIN, f"route add tool=issue_refund channel={CHANNEL}")
+        status, text = await post(stack, command, sign_request(SECRET, now, command))
+        assert status == 200 and "Added route `r1`" in text
+        removed = await stack.standin.slash(ADMIN, CHANNEL, "/approvals", "route remove r1")
+        assert "Removed route" in (removed.json() or {})["text"]
+        run_id = await stack.start_run("refund-agent", "refund order 123")
+        (request,) = await stack.pending_requests(run_id)
+
+        status, text = await while_redis_stalls(command)  # the captured copy
+        assert status == 200 and "try again" in text
+        assert await stack.bot.routes.rules() == []
+
+        click = click_body(stack, REVIEWER, request, blocks.APPROVE)
+        status, _ = await while_redis_stalls(click)
+        assert status == 200
+        (told,) = await stack.wait_ephemerals(REVIEWER)
+        assert "Nothing was changed" in told
+        current = await stack.host.store.get_request(request.request_id)
+        assert current is not None and current.status == "pending" and current.approvals == []
+
+        again = click_body(stack, REVIEWER, request, blocks.APPROVE)  # clicked again: decides
+        status, _ = await post(stack, again, sign_request(SECRET, int(time.time()), again))
+        assert status == 200
+        assert (await stack.decided(request.request_id)).decided_by == REVIEWER
 
 
 async def test_slack_gets_its_answer_in_time_from_a_redis_that_answers_nothing(
