@@ -45,7 +45,8 @@ SHARDS = 16
 _GLOBAL = f"{PREFIX}:{{global}}"
 ROUTES = f"{_GLOBAL}:routes"  # string: JSON list of routing rules
 AUDIT = f"{_GLOBAL}:audit"  # stream: changes not tied to a run (routes)
-ROTATION = f"{_GLOBAL}:rotation"  # hash shard -> resumable position of `keys rotate`
+ROTATION = f"{_GLOBAL}:rotation"  # hash shard -> resumable position of `keys rotate`, and
+# "key" -> the key those positions rotated to
 
 RESUME_GROUP = "resumers"
 OUTBOX_GROUP = "notifiers"

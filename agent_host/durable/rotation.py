@@ -80,6 +80,9 @@ return 1
 """
 
 
+_TO_KEY = "key"  # K.ROTATION's field naming the key the positions are of
+
+
 async def rotate_checkpoints(
     redis: Redis, keyring: KeyRing, batch: int = 200, aof_wait: float = 120.0
 ) -> RotationReport:
@@ -88,6 +91,11 @@ async def rotate_checkpoints(
     reseal = redis.register_script(RESEAL)
     sealer = FieldSealer(keyring)
     swap_field = redis.register_script(_SWAP_FIELD)
+    # The position of a rotation cut short is kept with the key it rotated to: one to
+    # another key starts over, or the runs the first one passed would stay under old keys.
+    if as_text(await redis.hget(K.ROTATION, _TO_KEY) or "") != keyring.active_kid:
+        await redis.delete(K.ROTATION)
+        await redis.hset(K.ROTATION, _TO_KEY, keyring.active_kid)
     for shard in K.shards():
         field = str(shard.number)
         start = int(await redis.hget(K.ROTATION, field) or 0)

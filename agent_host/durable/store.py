@@ -50,6 +50,7 @@ from agent_host.runtime.runner import Failed, Paused, RunOutcome
 
 __all__ = [
     "DELIVERED",
+    "FINAL_PAUSE",
     "PendingPage",
     "ResumeReads",
     "RunStore",
@@ -59,6 +60,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+FINAL_PAUSE = "final_"  # a finished run's pause id: this, then its token (its final state's)
 
 TERMINAL_STATUS = {
     "approve": "approved",
@@ -191,7 +194,7 @@ class RunStore:
     ) -> Any:
         """FINISH's reply (see `scripts`)."""
         k, now = K.Keys(run_id), self.clock()
-        final_id = f"final_{k.token}"
+        final_id = f"{FINAL_PAUSE}{k.token}"
         blob = b""
         if state is not None:
             blob = self.keyring.encrypt(

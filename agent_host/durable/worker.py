@@ -30,6 +30,7 @@ from agent_host.durable.poison import POISON_AFTER, TRANSIENT, NeverFinished
 from agent_host.durable.progress import ProgressStore, RedisTurnJournal
 from agent_host.durable.redis_ledger import RedisLedger
 from agent_host.durable.store import (
+    FINAL_PAUSE,
     ResumeReads,
     RunStore,
     pause_decisions,
@@ -115,7 +116,12 @@ class ResumeWorker:
         run_id, pause_id = fields.get("run_id", ""), fields.get("pause_id", "")
         named = _named_requests(fields)
         info, saved, rows = await self.progress.with_run(self.store, run_id, pause_id, named)
-        if info is None or info.status.terminal or info.pause_id != pause_id:
+        if (
+            info is None
+            or info.status.terminal
+            or info.pause_id != pause_id
+            or pause_id.startswith(FINAL_PAUSE)  # a finished run's state: nothing resumes it
+        ):
             log.info("resume entry %s for run %s is stale; skipped", entry_id, run_id)
             return None
         read: ResumeReads | None = None  # read with the run, when the entry named them all
@@ -265,10 +271,13 @@ class ResumeWorker:
     async def _fail(
         self, run_id: str, pause_id: str, reason: str, state: RunState | None = None
     ) -> None:
-        """The run fails saying why, with `state` as its final state when known; when calls
-        of it ran, the reason says where to see them (a new run would make them anew)."""
+        """The run fails saying why, with `state` as its final state when known, itself
+        failed (its calls' decisions, unchecked, are never applied); when calls of it ran,
+        the reason says where to see them (a new run would make them anew)."""
         if state is not None and any(c.outcome in RAN for c in state.calls):
             reason = reason.rstrip(". ") + RAN_BEFORE.format(run_id=run_id)
+        if state is not None:
+            state.status, state.error = "failed", reason
         await self.store.finish(run_id, pause_id, "failed", "", reason, "worker", state)  # and
         # the saved turn goes with it (a run that moved on keeps its own)
 

@@ -124,6 +124,34 @@ async def test_interrupted_rotation_resumes_from_its_cursor(redis: Redis) -> Non
     assert not await redis.exists(K.ROTATION)
 
 
+async def test_a_rotation_to_another_key_than_the_one_cut_short_starts_over(
+    redis: Redis,
+) -> None:
+    """The position kept is that of the key rotated to: a rotation cut short, then one to a
+    newer key, would otherwise leave the runs the first passed under old keys, report
+    nothing damaged, and make them unreadable once the old keys are dropped."""
+    env = make_env(redis, keyring=KeyRing.parse(KEY_A))
+    runs = [await env.start("refund-agent", "refund order 123") for _ in range(5)]
+    seen: list[str] = []
+
+    class Crashing(KeyRing):
+        def reencrypt(self, blob: bytes, *, run_id: str, request_id: str) -> bytes:
+            if len(seen) == 3:
+                raise RuntimeError("killed mid-rotation")
+            seen.append(run_id)
+            return super().reencrypt(blob, run_id=run_id, request_id=request_id)
+
+    with pytest.raises(RuntimeError):
+        await rotate_checkpoints(redis, Crashing.parse(f"{KEY_B},{KEY_A}"), batch=2)
+    assert await redis.exists(K.ROTATION)
+
+    key_c = generate_key("kC")
+    report = await rotate_checkpoints(redis, KeyRing.parse(f"{key_c},{KEY_B},{KEY_A}"))
+    assert report.examined == 5 and report.damaged == {}
+    assert await checkpoint_kids(redis, runs) == ["kC"] * 5
+    assert not await redis.exists(K.ROTATION)
+
+
 def changed_refund_registry(effects: ExampleEffects) -> AgentRegistry:
     def build() -> Agent:
         agent = refund_agent(effects)

@@ -15,7 +15,9 @@ from redis.asyncio import Redis
 from agent_host.durable import keys as K
 from agent_host.durable.poison import POISON_AFTER, SUSPECT_AFTER
 from agent_host.durable.worker import ResumeWorker
+from agent_host.examples import ExampleEffects
 from agent_host.runtime.agents import Agent, AgentRegistry
+from agent_host.runtime.checkpoint import call_hash
 from agent_host.runtime.decisions import Approve
 from agent_host.runtime.messages import Message, ModelResponse, ToolSpec
 from agent_host.runtime.models.scripted import Conversation, ScriptedModel, call, reply
@@ -23,6 +25,7 @@ from agent_host.runtime.policy import Permission
 from agent_host.runtime.runner import UNKNOWN_OUTCOME
 from agent_host.runtime.tools import ToolContext, tool
 from tests.support.agents import Recorder, counting_tool, registry_of, tc
+from tests.support.edit_agents import PAYOUT_AGENT, SANCTIONED, with_payouts
 from tests.support.host_env import (
     Env,
     killed_while_polling,
@@ -178,6 +181,47 @@ async def test_checkpoint_copied_from_another_run_fails_closed(redis: Redis) -> 
     info = await env.info(victim)
     assert info.status == "failed" and "decrypt" in info.error
     assert env.effects.count("refund") == 0
+
+
+async def test_a_run_that_failed_closed_cannot_be_resumed_from_its_final_state(
+    redis: Redis,
+) -> None:
+    """A run fails closed on a decision its resume refuses (here an edit the policy denies,
+    written into Redis by someone with access to it, not the keys). Its final state keeps
+    that decision in its call for the record; someone setting the run's status back and
+    queueing a resume naming its final pause must not get the call run: the final state
+    is sealed as failed, and no resume entry naming a final pause is taken."""
+    effects = ExampleEffects()
+    env = make_env(redis, registry=with_payouts(effects))
+    run_id = await env.start(PAYOUT_AGENT, "pay 250")
+    [request] = await env.pending_requests(run_id)
+    paused = await env.store.load_checkpoint(run_id, request.pause_id)
+    [record] = paused.pending
+    assert (await env.store.decide(request.request_id, Approve(decided_by="bob"))).accepted
+    edited = {**record.arguments, "vendor": SANCTIONED}
+    forged = Approve(  # read as a decision written before decisions were sealed
+        decided_by="bob",
+        call_hash=record.call_hash,
+        edited_arguments=edited,
+        original_arguments=record.arguments,
+        edited_hash=call_hash(paused.agent_fingerprint, record.tool, edited),
+        edited_by="bob",
+    )
+    k = K.Keys(run_id)
+    await redis.hset(k.request(request.request_id), "decision", forged.model_dump_json())
+    await env.drain()
+    failed = await env.info(run_id)
+    assert failed.status == "failed" and "denied by the policy" in failed.error, failed.error
+    final = await env.store.load_checkpoint(run_id, failed.pause_id)
+    assert final.status == "failed" and final.error == failed.error
+
+    await redis.hset(k.run, "status", "resuming")
+    revived = {"type": "resume", "run_id": run_id, "pause_id": failed.pause_id, "requests": "[]"}
+    await redis.xadd(k.shard.resume, revived)
+    await env.drain()
+    assert effects.count("payout") == 0
+    after = await env.info(run_id)  # the entry was skipped: nothing more was done
+    assert (after.pause_id, after.error) == (failed.pause_id, failed.error)
 
 
 async def test_redelivered_resume_entry_after_success_changes_nothing(redis: Redis) -> None:
