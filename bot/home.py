@@ -108,17 +108,26 @@ class HomeTab:
         private channel since must not see its requests. Checked as a click is
         (`MemberChannels.outside`), once per set of channels, with no call to Slack while
         the listing is a few seconds old; requests with named reviewers, or escalated to
-        them, need no check."""
+        them, need no check (escalated to a user group: while they are in it)."""
+        by_group = [r for r in requests if _escalated_to_group_of(user_id, r)]
+        still = await asyncio.gather(
+            *(self.channels.escalated_to_now(user_id, r) for r in by_group)
+        )
+        lapsed = {r.request_id for r, now in zip(by_group, still, strict=True) if not now}
+
+        def people_of(request: ApprovalRequest) -> tuple[str, ...] | None:
+            return _decided_by_people_of(user_id, request, request.request_id not in lapsed)
+
         by_channels: dict[tuple[str, ...], ApprovalRequest] = {}
         for request in requests:
-            if (where := _decided_by_people_of(user_id, request)) is not None:
+            if (where := people_of(request)) is not None:
                 by_channels.setdefault(where, request)
         answers = await asyncio.gather(
             *(self.channels.outside(user_id, one) for one in by_channels.values())
         )
         refused = {where: why for where, why in zip(by_channels, answers, strict=True) if why}
-        kept = [r for r in requests if _decided_by_people_of(user_id, r) not in refused]
-        return kept, UNCHECKED in refused.values()
+        kept = [r for r in requests if people_of(r) not in refused]
+        return kept, UNCHECKED in refused.values() or None in still
 
     async def publish(self, user_id: str, notice: str = "") -> None:
         """Build and publish `user_id`'s tab; a failure is logged (the next one mends it)."""
@@ -183,9 +192,22 @@ def _deciders(request: ApprovalRequest) -> list[str]:
     return [p for p in people if _SLACK_USER.match(p)]
 
 
-def _decided_by_people_of(user_id: str, request: ApprovalRequest) -> tuple[str, ...] | None:
+def _decided_by_people_of(
+    user_id: str, request: ApprovalRequest, escalation_counts: bool = True
+) -> tuple[str, ...] | None:
     """The channels whose people decide `request`, for `user_id`; None when membership does
-    not matter (the route names its reviewers, or it was escalated to them)."""
-    if request.route.reviewers or escalated_to(user_id, request):
+    not matter (the route names its reviewers, or it was escalated to them and
+    `escalation_counts`: not once they left the user group it was escalated to)."""
+    if request.route.reviewers or (escalation_counts and escalated_to(user_id, request)):
         return None
     return tuple(request.channels())
+
+
+def _escalated_to_group_of(user_id: str, request: ApprovalRequest) -> bool:
+    """Whether `request`, on a route without named reviewers, reached `user_id` as one of
+    the user group it was escalated to (which they may have left since)."""
+    return (
+        not request.route.reviewers
+        and request.route.escalate_to.startswith("S")
+        and escalated_to(user_id, request)
+    )

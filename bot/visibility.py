@@ -57,13 +57,27 @@ class Viewer:
         )
 
     def shown_anyway(self, request: ApprovalRequest) -> bool:
-        """Seen without asking Slack: posted here, or escalated to this member."""
-        return self.here(request) or escalated_to(self.user_id, request)
+        """Seen without a reviewer rule: posted here, or escalated to this member (to a
+        user group: while they are in it, as learned by `visible`)."""
+        return self.here(request) or self._escalated_now(request)
+
+    def _escalated_now(self, request: ApprovalRequest) -> bool:
+        if not escalated_to(self.user_id, request):
+            return False
+        group = request.route.escalate_to
+        if not group.startswith("S"):
+            return True
+        members = self._groups.get(group)
+        if members is None:  # Slack could not list it: not shown, and said so
+            self.unsure = True
+        return members is not None and self.user_id in members
 
     async def visible(self, requests: Sequence[ApprovalRequest]) -> list[ApprovalRequest]:
         """The requests this member may see, in their order."""
         if self.admin:
             return list(requests)
+        escalated = [r for r in requests if escalated_to(self.user_id, r)]
+        await self._learn({r.route.escalate_to for r in escalated})
         named = [r for r in requests if not self.shown_anyway(r) and r.route.reviewers]
         await self._learn_groups(named)
         decidable = set()
@@ -78,8 +92,11 @@ class Viewer:
     async def _learn_groups(self, requests: Sequence[ApprovalRequest]) -> None:
         """The members of the reviewer groups these requests name, each group asked about
         once per viewer, all within the viewer's budget."""
-        wanted = {g for r in requests for g in r.route.reviewers if g.startswith("S")}
-        wanted -= self._groups.keys()
+        await self._learn({g for r in requests for g in r.route.reviewers})
+
+    async def _learn(self, groups: set[str]) -> None:
+        """The members of these user groups (other reviewers ignored), each asked once."""
+        wanted = {g for g in groups if g.startswith("S")} - self._groups.keys()
         if wanted:
             within = self._deadline - time.monotonic()
             self._groups |= await self.reviewers.memberships(wanted, within)

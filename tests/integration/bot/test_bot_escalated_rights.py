@@ -150,18 +150,25 @@ async def test_a_member_who_left_the_group_escalated_to_no_longer_decides_from_t
 ) -> None:
     async with running_stack(redis_url, tmp_path) as stack:
         request, copy = await copy_escalated_to_the_group(stack, REVIEWER2)
+        assert request.request_id in waiting_ids(await open_home(stack, REVIEWER2))
+        assert request.request_id in await approvals(stack, REVIEWER2, "pending all")
         await stack.standin.click(REVIEWER2, copy.channel, copy.ts, blocks.APPROVE_COMMENT)
         form = await stack.opened_view(REVIEWER2, blocks.COMMENT_MODAL)
         leave_group(stack, REVIEWER2)
 
         await stack.standin.click(REVIEWER2, copy.channel, copy.ts, blocks.APPROVE)
-        refused = await told(stack, REVIEWER2)
+        refused = await told(stack, REVIEWER2, count=2)  # (after the command's answer)
         assert "Not allowed" in refused and f"<#{PRIVATE}>" in refused, refused
         values = {blocks.COMMENT_BLOCK: {blocks.COMMENT_INPUT: "fine by me"}}
         reply = await stack.standin.submit_view(REVIEWER2, form["id"], values)
         assert "Not allowed" in str(reply.body), reply.body
         still = await stack.host.store.get_request(request.request_id)
         assert still is not None and still.status == "pending" and not still.approvals
+        # nor does their tab offer it any more, nor /approvals list or show it
+        assert request.request_id not in waiting_ids(await open_home(stack, REVIEWER2))
+        assert request.request_id not in await approvals(stack, REVIEWER2, "pending all")
+        shown = await approvals(stack, REVIEWER2, f"show {request.request_id}")
+        assert shown.startswith(f"No request `{request.request_id}`"), shown
 
 
 async def test_a_copy_in_someones_direct_messages_is_theirs_to_click(
