@@ -193,8 +193,10 @@ class ApprovalService:
                 return refused
         completes = via == "webhook" and request.route.webhook_completes_quorum
         # A vote a webhook caller says is someone's counts as theirs as well as the
-        # webhook's: that person cannot vote again in Slack to fill a quorum alone.
-        counts_as = decision.note if via == "webhook" else ""
+        # webhook's: that person cannot vote again in Slack to fill a quorum alone (ids
+        # compared without regard to case, as `same_person` does). A webhook that decides
+        # whatever the quorum needs no such count.
+        counts_as = decision.note.casefold() if via == "webhook" and not completes else ""
         return await self.store.decide(
             request_id, decision, current=request, completes_quorum=completes, counts_as=counts_as
         )

@@ -185,7 +185,7 @@ return {'created', ARGV[4]}
 #       pending-by-destination, CALLBACKS, LADDER
 # ARGV: request id, kind, terminal status, decision JSON, decider, seen hash,
 #       completes quorum ("1": this approval decides whatever the quorum), and whom else an
-#       approval's vote counts for ('' for nobody: see `RunStore.decide`)
+#       approval's vote counts for, case-folded ('' for nobody: see `RunStore.decide`)
 # Time is Redis's own (TIME), never the caller's: a replica whose clock lags cannot decide
 # after the deadline, and one whose clock runs ahead cannot expire a request early.
 # A terminal decision queues the request's callback, if it has a callback URL, in the
@@ -216,12 +216,17 @@ end
 if ARGV[6] ~= '' and ARGV[6] ~= f[2] then return {'hash_mismatch', 0} end
 local hash = f[2]
 if kind == 'approve' then
-  local also = ARGV[8] or ''
-  if also ~= '' and redis.call('SISMEMBER', KEYS[2], also) == 1 then
-    return {'duplicate_vote', 0}
+  -- A vote claimed for someone (ARGV[8], case-folded) is kept as 'claimed:<id>': it and
+  -- that person's own vote count as one, whatever the case of their ids.
+  local also, voter = ARGV[8] or '', string.lower(ARGV[5])
+  for _, member in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+    local m = string.lower(member)
+    if m == 'claimed:' .. voter or (also ~= '' and (m == also or m == 'claimed:' .. also)) then
+      return {'duplicate_vote', 0}
+    end
   end
   if redis.call('SADD', KEYS[2], ARGV[5]) == 0 then return {'duplicate_vote', 0} end
-  if also ~= '' then redis.call('SADD', KEYS[2], also) end
+  if also ~= '' then redis.call('SADD', KEYS[2], 'claimed:' .. also) end
   local approvals = redis.call('HGET', KEYS[1], 'approvals')
   local list = cjson.decode(approvals ~= '' and approvals or '[]')
   list[#list + 1] = ARGV[5]

@@ -394,7 +394,7 @@ class RunStore:
         decide. `current`, when the caller has just read the request, saves a round trip;
         the script checks the request's state itself, so a stale copy changes nothing.
         `counts_as`: someone else whose vote an approval also is (a webhook caller's
-        claim): refused if theirs is in, and theirs from then on.
+        claim, case-folded): refused if theirs is in, and theirs from then on.
         """
         if not _is_request_id(request_id):
             return DecideResult("not_found")

@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from agent_host.approvals import decision_for
+from agent_host.approvals import WEBHOOK, decision_for
 from agent_host.http.api import HOST_KEY, error, json_object, same_secret
 from agent_host.runtime.decisions import Approve
 
@@ -28,7 +28,12 @@ async def approval_webhook(request: web.Request) -> web.Response:
     secret = host.settings.webhook_secret
     if not secret:
         return error(503, "the approval webhook is disabled: set COUNTERSIGN_WEBHOOK_SECRET")
-    if request.headers.get("Content-Encoding", "identity").strip().lower() != "identity":
+    encodings = [
+        token.strip().lower()
+        for value in request.headers.getall("Content-Encoding", [])
+        for token in value.split(",")
+    ]
+    if any(token not in ("", "identity") for token in encodings):
         # aiohttp would decode it before the check: what is signed is the bytes as sent
         return error(
             415,
@@ -82,6 +87,12 @@ async def approval_webhook(request: web.Request) -> web.Response:
     if result.outcome in ("already_decided", "duplicate_vote") and current is not None:
         if current.decided:
             return _already(request_id, current.status, current.decided_by)
+        if WEBHOOK not in current.approvals:  # the person it names has voted already
+            return error(
+                409,
+                f"approval request {request_id!r}: {claimed!r} has approved it already, and "
+                "a vote in their name is not counted twice; nothing was recorded",
+            )
         # The webhook's vote towards a quorum is in already (a sender retrying): still waiting
         # for the others, which `already_processed` would hide.
         return web.json_response(

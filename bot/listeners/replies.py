@@ -20,7 +20,10 @@ UNAVAILABLE = (
     ":hourglass: countersign could not record your decision right now (its database is not "
     "reachable). Nothing was changed; please click again in a moment."
 )
-ALREADY_VOTED = "You have already approved this request; another reviewer must approve too."
+ALREADY_VOTED = (
+    "You have already approved this request (or the approval webhook did, in your name); "
+    "another reviewer must approve too."
+)
 UNCONFIRMED = (
     ":warning: countersign could not confirm your decision in time. If the message still "
     "shows its buttons, click again; if your decision was recorded, you will be told so."

@@ -232,7 +232,7 @@ async def test_a_webhook_caller_s_claim_can_refuse_a_vote_never_add_one(redis: R
     service = ApprovalService(env.store)
     (claimed,) = await env.requests(await env.start("refund-agent", "refund order 123"))
     rid = claimed.request_id
-    first = await service.decide(rid, Approve(decided_by="U-bob"), via="webhook")
+    first = await service.decide(rid, Approve(decided_by="u-BOB"), via="webhook")  # any case
     again = await service.decide(rid, Approve(decided_by="U-bob"), via="slack")
     assert (first.outcome, again.outcome) == ("progress", "duplicate_vote")
     done = await service.decide(rid, Approve(decided_by="U-carol"), via="slack")
@@ -241,10 +241,20 @@ async def test_a_webhook_caller_s_claim_can_refuse_a_vote_never_add_one(redis: R
 
     (voted,) = await env.requests(await env.start("refund-agent", "refund order 123"))
     in_slack = await service.decide(voted.request_id, Approve(decided_by="U-bob"), via="slack")
-    claim = await service.decide(voted.request_id, Approve(decided_by="U-bob"), via="webhook")
+    claim = await service.decide(voted.request_id, Approve(decided_by="U-BOB"), via="webhook")
     assert (in_slack.outcome, claim.outcome) == ("progress", "duplicate_vote")
     current = await env.store.get_request(voted.request_id)
     assert current is not None and current.approvals == ["U-bob"]
+
+    class WebhookDecides:  # the webhook decides whatever the quorum: a claim blocks nothing
+        async def route(self, agent: str, tool: str, severity: str) -> Route:
+            return Route(route_id="q2w", quorum=2, webhook_completes_quorum=True)
+
+    env.store.router = WebhookDecides()
+    (last,) = await env.requests(await env.start("refund-agent", "refund order 123"))
+    await service.decide(last.request_id, Approve(decided_by="U-bob"), via="slack")
+    closing = await service.decide(last.request_id, Approve(decided_by="U-bob"), via="webhook")
+    assert closing.outcome == "decided"
 
     own = make_env(redis)  # one approval decides; the requester may not approve their own
     (mine,) = await own.requests(await own.start("refund-agent", "refund order 123", "U-alice"))

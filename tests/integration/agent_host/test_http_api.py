@@ -20,6 +20,7 @@ import pytest
 import pytest_asyncio
 from aiohttp import ClientResponse, web
 from aiohttp.test_utils import TestClient, TestServer
+from multidict import CIMultiDict
 from redis.asyncio import Redis
 
 from agent_host.durable import keys as K
@@ -28,6 +29,7 @@ from agent_host.durable.host import Host
 from agent_host.examples import ExampleEffects
 from agent_host.http import api as api_module
 from agent_host.http.application import create_app
+from agent_host.runtime.decisions import Approve
 from agent_host.settings import load_settings
 from tests.support import host_env
 from tests.support.host_env import Env, FakeClock
@@ -348,6 +350,14 @@ async def test_webhook_rejects_bad_signatures_and_ids(api: Api) -> None:
             },
         )
         await assert_error(resp, 415, "uncompressed")
+    # ... however the header says it: the decoder heeds the last of several
+    raw_headers = [
+        ("Content-Encoding", "identity"),
+        ("Content-Encoding", "gzip"),
+        ("X-Webhook-Signature", webhook_signature(raw, SECRET)),
+    ]
+    resp = await api.client.post(url, data=gzip.compress(raw), headers=CIMultiDict(raw_headers))
+    await assert_error(resp, 415, "uncompressed")
 
     request = await api.env.store.get_request(rid)
     assert request is not None and request.status == "pending"
@@ -431,6 +441,19 @@ async def test_a_webhook_approval_sent_again_towards_a_quorum_says_the_request_s
     current = await api.env.store.get_request(rid)
     assert current is not None and current.approvals == ["webhook"]
     assert current.status == "pending"
+
+
+async def test_a_webhook_vote_named_for_someone_who_voted_is_refused_saying_so(api: Api) -> None:
+    """Not "already_voted" (the webhook's own vote is not in): the person it names has
+    voted, and a vote in their name is not counted twice."""
+    api.env.store.router = QuorumRouter(2)
+    _, rid = await paused_refund(api)
+    voted = await api.host.approvals.decide(rid, Approve(decided_by="U-bob"), via="slack")
+    assert voted.outcome == "progress"
+    resp = await api.webhook({"requestId": rid, "decision": "approved", "decidedBy": "U-bob"})
+    await assert_error(resp, 409, "has approved it already")
+    current = await api.env.store.get_request(rid)
+    assert current is not None and current.approvals == ["U-bob"]
 
 
 async def test_concurrent_webhook_deliveries_process_once(api: Api) -> None:
