@@ -19,7 +19,7 @@ from slack_sdk.errors import SlackApiError
 
 from agent_host.approvals import ApprovalRequest
 from agent_host.errors import DeliveryFailed
-from bot.mrkdwn import channel_link, inline_code
+from bot.mrkdwn import channel_link, inline_code, mention
 
 __all__ = [
     "PERMANENT",
@@ -109,6 +109,11 @@ _FIX = {
     "token_revoked": "the bot token was revoked: reinstall the app and update SLACK_BOT_TOKEN",
     "account_inactive": "the app was uninstalled or its workspace deleted: reinstall the app",
     "missing_scope": "the app lacks a scope: reinstall it from manifest.yml",
+    "escalated_to_requester": (
+        "it escalates to the run's requester, who may not decide their own request: "
+        "escalate the route to someone else"
+    ),
+    "no_members": "the user group has nobody else in it: add people or escalate elsewhere",
     DeliveryFailed.STOPPED: (
         "every countersign process that took it to post it stopped (killed or crashed) "
         "before it was done, so it was given up: see the logs and the processes' memory"
@@ -178,6 +183,34 @@ def admin_alert(
             "the HTTP API."
         )
     return "\n".join(lines)
+
+
+def escalation_alert(request: ApprovalRequest, failures: list[DeliveryFailed]) -> str:
+    """The direct message to each admin when a request's escalation was refused: where,
+    why, how to fix it, and that the request still waits where it was."""
+    where = channel_link(request.message_channel) if request.message_channel else "its channel"
+    lines = [
+        f":warning: countersign could not escalate approval request "
+        f"{inline_code(request.request_id)} (agent {inline_code(request.agent)}, "
+        f"tool {inline_code(request.tool)}):"
+    ]
+    for failure in failures:
+        to = _destination(failure.channel)
+        lines.append(f"• to {to}: {inline_code(failure.code)} — {how_to_fix(failure.code)}.")
+    lines.append(
+        f"It still waits in {where} until it expires; see `/approvals show "
+        f"{request.request_id}`, and the route's escalation in `/approvals routes`."
+    )
+    return "\n".join(lines)
+
+
+def _destination(target: str) -> str:
+    """A channel, a person or a user group, as Slack shows it ("its destination" if none)."""
+    if target.startswith(("U", "W")):
+        return mention(target)
+    if target.startswith("S"):
+        return f"<!subteam^{target}>"
+    return channel_link(target) if target else "its destination"
 
 
 LOOKUP_SECONDS = 1.0  # inside the slash command's 2 s budget (LISTENER_BUDGET), under Slack's 3 s

@@ -315,24 +315,27 @@ class SlackNotifier:
             rerouted.channel if rerouted else None,
             fallback_failure.code if fallback_failure else "",
         )
+        await self._tell_admins(text, f"request {request.request_id} is undeliverable ({failure})")
+
+    async def escalation_failed(
+        self, request: ApprovalRequest, failures: list[DeliveryFailed]
+    ) -> None:
+        text = delivery.escalation_alert(request, failures)
+        codes = ", ".join(f.code for f in failures)
+        await self._tell_admins(text, f"request {request.request_id} was not escalated ({codes})")
+
+    async def _tell_admins(self, text: str, what: str) -> None:
+        """`text` in a direct message to every admin; logged when there is nobody to tell
+        or an admin cannot be told (never raises: it is the last resort)."""
         if not self.admins:
-            log.error(
-                "request %s undeliverable and no COUNTERSIGN_ADMINS to tell: %s",
-                request.request_id,
-                failure,
-            )
+            log.error("%s, and no COUNTERSIGN_ADMINS to tell", what)
         for admin in self.admins:
             try:
                 await self._call(
                     admin, functools.partial(self.client.chat_postMessage, channel=admin, text=text)
                 )
             except Exception as exc:  # the last resort must not stop the others
-                log.error(
-                    "could not tell admin %s that request %s is undeliverable: %s",
-                    admin,
-                    request.request_id,
-                    exc,
-                )
+                log.error("could not tell admin %s that %s: %s", admin, what, exc)
 
     async def post_ephemeral(self, channel: str, user: str, text: str) -> None:
         """An answer only `user` sees; retried like every other call (they must learn why)."""

@@ -101,6 +101,13 @@ class Notifier(Protocol):
         too); never raises (it is the last resort)."""
         ...
 
+    async def escalation_failed(
+        self, request: ApprovalRequest, failures: list[DeliveryFailed]
+    ) -> None:
+        """Tell the administrators the request's escalation was refused for good at these
+        destinations (it still waits where it was posted); never raises."""
+        ...
+
 
 class LoggingNotifier:
     """For running without chat: every notification becomes a log line."""
@@ -163,3 +170,8 @@ class LoggingNotifier:
         fallback_failure: DeliveryFailed | None = None,
     ) -> None:
         log.error("request %s could not be delivered: %s", request.request_id, failure)
+
+    async def escalation_failed(
+        self, request: ApprovalRequest, failures: list[DeliveryFailed]
+    ) -> None:
+        log.error("request %s could not be escalated: %s", request.request_id, failures)

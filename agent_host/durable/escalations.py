@@ -71,13 +71,12 @@ class LadderDelivery:
         if request.only_in_bulk:  # (decided or not: it escalates for its route's calls)
             await self._escalate_bulk(request)
             return
+        refused: list[DeliveryFailed] = []
         try:
             targets = await self.notifier.escalation_targets(request)
         except DeliveryFailed as failure:  # e.g. a user group without members
-            await self.store.record_delivery_failure(
-                request.request_id, failure, "request_escalated"
-            )
-            return
+            targets = []
+            refused.append(failure)
         posted = {copy.to for copy in request.escalations}
         added = 0
         for target in targets:
@@ -86,15 +85,25 @@ class LadderDelivery:
             try:
                 copy = await self.notifier.request_escalated(request, target)
             except DeliveryFailed as failure:  # one destination refusing stops no other
-                await self.store.record_delivery_failure(
-                    request.request_id, failure, "request_escalated"
-                )
+                refused.append(failure)
                 continue
             if await self.ladder.record_copy(request.request_id, copy, self.store.clock()):
                 added += 1
                 await self.store.count_delivered(request.request_id)
+        await self._refused(request, refused, "request_escalated")
         if added:
             await self._refresh(request.request_id)
+
+    async def _refused(
+        self, request: ApprovalRequest, refused: list[DeliveryFailed], notification: str
+    ) -> None:
+        """Escalations refused for good: recorded (audit, /metrics), and the administrators
+        told, once for all of the step's destinations (the request still waits where it is,
+        and the step is not taken again: nothing else would say so)."""
+        for failure in refused:
+            await self.store.record_delivery_failure(request.request_id, failure, notification)
+        if refused:
+            await self.notifier.escalation_failed(request, refused)
 
     async def _escalate_bulk(self, request: ApprovalRequest) -> None:
         """One note per destination for the calls of the bulk message routed as `request`
@@ -109,11 +118,12 @@ class LadderDelivery:
         requests = [r for r in await self.book.requests(bulk) if r.route.route_id == route_id]
         if all(r.decided for r in requests):
             return
+        refused: list[DeliveryFailed] = []
         try:
             targets = await self.notifier.escalation_targets(request)
         except DeliveryFailed as failure:
-            await self.store.record_delivery_failure(request.request_id, failure, "bulk_escalated")
-            return
+            targets = []
+            refused.append(failure)
         done = await self.book.escalated_to(bulk.bulk_id, route_id)
         for target in targets:
             if target in done:
@@ -121,12 +131,11 @@ class LadderDelivery:
             try:
                 ref = await self.notifier.bulk_escalated(bulk, requests, target)
             except DeliveryFailed as failure:  # one destination refusing stops no other
-                await self.store.record_delivery_failure(
-                    request.request_id, failure, "bulk_escalated"
-                )
+                refused.append(failure)
                 continue
             await self.book.record_escalation(bulk.bulk_id, route_id, target, ref.ts)
             await self.store.count_delivered(request.request_id)
+        await self._refused(request, refused, "bulk_escalated")
 
     async def _route_waits_in_bulk(self, request: ApprovalRequest) -> bool:
         """Whether any call of `request`'s bulk message and route still waits."""

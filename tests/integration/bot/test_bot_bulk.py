@@ -654,6 +654,29 @@ async def test_the_shared_reminder_and_escalation_outlive_the_call_that_took_the
         assert f"{len(waiting)} of 7 calls" in note["text"], note["text"]
 
 
+async def test_a_bulk_escalation_refused_for_good_is_told_to_the_admins_once(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The message's calls escalate to the run's requester, who may not decide them: the
+    escalation reaches nobody, which nothing else would say, so the admins are told (once,
+    by the call that took the step for all seven)."""
+    async with running_stack(redis_url, tmp_path) as stack:
+        _, requests = await seven_on_route(
+            stack,
+            f"agent=cleanup-agent channel={CHANNEL} escalate_after=1s escalate_to=<@{REQUESTER}>",
+        )
+        ids = {r.request_id for r in requests}
+
+        async def told() -> list[str] | None:
+            texts = [m["text"] for m in stack.channel_messages(ADMIN_DM)]
+            return [t for t in texts if any(i in t for i in ids)] or None
+
+        [alert] = await eventually(told, within=20)
+        assert "could not escalate" in alert and "escalated_to_requester" in alert, alert
+        await outbox_drained(stack)
+        assert len(await told() or []) == 1
+
+
 async def test_calls_of_two_routes_in_one_message_each_follow_their_routes_ladder(
     redis_url: str, tmp_path: Path
 ) -> None:

@@ -56,6 +56,17 @@ async def _events(stack: Stack, request: ApprovalRequest, *names: str) -> list[d
     ]
 
 
+async def _admin_told(stack: Stack, request: ApprovalRequest) -> str:
+    """The direct message the admin got about `request`'s escalation."""
+    dm = stack.standin.workspace.im_channel(ADMIN).id
+
+    async def told() -> str | None:
+        texts = [m["text"] for m in stack.channel_messages(dm)]
+        return next((t for t in texts if request.request_id in t), None)
+
+    return await eventually(told, what=f"the admin told of {request.request_id}")
+
+
 async def _escalated(stack: Stack, request_id: str, copies: int = 1) -> ApprovalRequest:
     async def recorded() -> ApprovalRequest | None:
         current = await stack.host.store.get_request(request_id)
@@ -274,6 +285,9 @@ async def test_an_escalation_to_the_requester_alone_is_recorded_as_reaching_nobo
         [request] = await stack.pending_requests(run_id)
         failed = await eventually(lambda: _events(stack, request, "delivery_failed"))
         assert "escalated_to_requester" in str(failed)
+        told = await _admin_told(stack, request)  # nobody else would learn it
+        assert "could not escalate" in told and f"<@{REVIEWER2}>" in told, told
+        assert "escalated_to_requester" in told and f"<#{CHANNEL}>" in told, told
         await _settled(stack)
         current = await stack.host.store.get_request(request.request_id)
         assert current is not None and current.escalations == []
@@ -294,6 +308,8 @@ async def test_an_escalation_to_a_user_group_gone_from_slack_is_recorded_not_ret
         [request] = await stack.pending_requests(run_id)
         [failed] = await eventually(lambda: _events(stack, request, "delivery_failed"))
         assert "no_members" in str(failed)
+        told = await _admin_told(stack, request)
+        assert "no_members" in told and f"<!subteam^{GROUP}>" in told, told
         await _settled(stack)
         assert len(stack.standin.calls_to("usergroups.users.list")) <= 2  # not retried
 
