@@ -110,9 +110,7 @@ class HomeTab:
         the listing is a few seconds old; requests with named reviewers, or escalated to
         them, need no check (escalated to a user group: while they are in it)."""
         by_group = [r for r in requests if _escalated_to_group_of(user_id, r)]
-        still = await asyncio.gather(
-            *(self.channels.escalated_to_now(user_id, r) for r in by_group)
-        )
+        still = await self.channels.escalations_now(user_id, by_group)
         lapsed = {r.request_id for r, now in zip(by_group, still, strict=True) if not now}
 
         def people_of(request: ApprovalRequest) -> tuple[str, ...] | None:

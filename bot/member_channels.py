@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from agent_host.approvals import ApprovalRequest, EscalatedCopy
@@ -139,13 +139,34 @@ class MemberChannels:
         """Whether a copy of `request` was escalated to `user_id` and still counts: sent to
         them, or to a user group they are still in; None when Slack could not list the
         group's members (which counts as no)."""
-        if not escalated_to(user_id, request):
-            return False
-        group = request.route.escalate_to
-        if not group.startswith("S"):
-            return True
-        members = await self.group_members(group) if self.group_members is not None else None
-        return None if members is None else user_id in members
+        return (await self.escalations_now(user_id, [request]))[0]
+
+    async def escalations_now(
+        self, user_id: str, requests: Sequence[ApprovalRequest]
+    ) -> list[bool | None]:
+        """`escalated_to_now` for each of `requests`, each user group asked about once
+        (`usergroups.users.list` is one of Slack's slower tiers: about 20 calls a minute)."""
+        groups = sorted(
+            {
+                r.route.escalate_to
+                for r in requests
+                if r.route.escalate_to.startswith("S") and escalated_to(user_id, r)
+            }
+        )
+        ask = self.group_members
+        found = await asyncio.gather(*(ask(g) for g in groups)) if ask is not None else []
+        members = dict(zip(groups, found, strict=False))
+
+        def counts(request: ApprovalRequest) -> bool | None:
+            if not escalated_to(user_id, request):
+                return False
+            group = request.route.escalate_to
+            if not group.startswith("S"):
+                return True
+            known = members.get(group)
+            return None if known is None else user_id in known
+
+        return [counts(request) for request in requests]
 
     async def _may_click(self, user_id: str, channel: str) -> bool | None:
         """Whether `user_id` can click in `channel` now: it is public, or they are among its

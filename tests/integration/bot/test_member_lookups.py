@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agent_host.approvals import EscalatedCopy, Route
 from bot import blocks
 from bot.member_channels import DECISION_MAX_AGE, LOOKUP_SECONDS, UNCHECKED, MemberChannels
+from bot.reviewers import SlackReviewerDirectory
 from slack_sandbox import SlackStandIn, open_workspace
-from slack_sandbox.seed import BOT_USER_ID
+from slack_sandbox.seed import BOT_USER_ID, REVIEWERS_GROUP
 from slack_sandbox.workspace import Channel, User
 from tests.support.stack import OUTSIDER, REVIEWER, TOKEN, running_stack
 from tests.unit.bot.test_blocks import make_request
@@ -135,3 +137,24 @@ async def test_a_refused_lookup_is_not_asked_again_by_those_waiting_for_it(
     answers = await asyncio.gather(*(channels.outside(REVIEWER, request) for _ in range(5)))
     assert answers == [UNCHECKED] * 5
     assert sorted(lookups(slack)) == ["conversations.info", "conversations.members"]
+
+
+async def test_requests_escalated_through_one_user_group_ask_slack_about_it_once(
+    slack: SlackStandIn,
+) -> None:
+    """Twenty requests escalated to a reviewer through one user group, checked at once
+    (their App Home tab): one `usergroups.users.list`, about 20 of which Slack allows a
+    minute, not one each."""
+    directory = SlackReviewerDirectory(AsyncWebClient(token=TOKEN, base_url=slack.url))
+    client = AsyncWebClient(token=TOKEN, base_url=slack.url)
+    channels = MemberChannels(client, group_members=directory.group_members)
+    route = Route(escalate_to=REVIEWERS_GROUP)
+    copy = EscalatedCopy(to=REVIEWER, channel="D0REVIEWER", ts="1.0", link="")
+    requests = [
+        make_request(request_id=f"req_abc123_{n}", route=route, escalations=[copy])
+        for n in range(20)
+    ]
+    assert await channels.escalations_now(REVIEWER, requests) == [True] * 20
+    assert await channels.escalations_now(OUTSIDER, requests) == [False] * 20  # no copy
+    asked = [method for method, _ in slack.core.calls if method == "usergroups.users.list"]
+    assert asked == ["usergroups.users.list"]
