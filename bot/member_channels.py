@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from agent_host.approvals import ApprovalRequest, EscalatedCopy
@@ -38,6 +38,7 @@ __all__ = [
     "MemberChannels",
     "among_its_people",
     "dm_copy_in",
+    "escalation_counts",
 ]
 
 log = logging.getLogger(__name__)
@@ -156,17 +157,7 @@ class MemberChannels:
         ask = self.group_members
         found = await asyncio.gather(*(ask(g) for g in groups)) if ask is not None else []
         members = dict(zip(groups, found, strict=False))
-
-        def counts(request: ApprovalRequest) -> bool | None:
-            if not escalated_to(user_id, request):
-                return False
-            group = request.route.escalate_to
-            if not group.startswith("S"):
-                return True
-            known = members.get(group)
-            return None if known is None else user_id in known
-
-        return [counts(request) for request in requests]
+        return [escalation_counts(user_id, request, members) for request in requests]
 
     async def _may_click(self, user_id: str, channel: str) -> bool | None:
         """Whether `user_id` can click in `channel` now: it is public, or they are among its
@@ -320,6 +311,21 @@ class MemberChannels:
 def escalated_to(user_id: str, request: ApprovalRequest) -> bool:
     """Whether a copy of `request` was escalated to `user_id` (in their direct messages)."""
     return any(copy.to == user_id for copy in request.escalations)
+
+
+def escalation_counts(
+    user_id: str, request: ApprovalRequest, members: Mapping[str, frozenset[str] | None]
+) -> bool | None:
+    """Whether a copy of `request` was escalated to `user_id` and still counts, given the
+    members of user groups (None for one Slack could not list): sent to them, or to a user
+    group they are still in; None when that group's members are not known."""
+    if not escalated_to(user_id, request):
+        return False
+    group = request.route.escalate_to
+    if not group.startswith("S"):
+        return True
+    known = members.get(group)
+    return None if known is None else user_id in known
 
 
 def dm_copy_in(channel: str, request: ApprovalRequest) -> EscalatedCopy | None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from agent_host.approvals import ApprovalRequest
 from agent_host.durable.store import PendingPage, RunStore
-from bot.member_channels import among_its_people, escalated_to
+from bot.member_channels import among_its_people, escalated_to, escalation_counts
 from bot.reviewers import SlackReviewerDirectory, judge
 
 __all__ = ["Viewer", "Visibility"]
@@ -62,15 +62,10 @@ class Viewer:
         return self.here(request) or self._escalated_now(request)
 
     def _escalated_now(self, request: ApprovalRequest) -> bool:
-        if not escalated_to(self.user_id, request):
-            return False
-        group = request.route.escalate_to
-        if not group.startswith("S"):
-            return True
-        members = self._groups.get(group)
-        if members is None:  # Slack could not list it: not shown, and said so
+        counts = escalation_counts(self.user_id, request, self._groups)
+        if counts is None:  # Slack could not list the group: not shown, and said so
             self.unsure = True
-        return members is not None and self.user_id in members
+        return bool(counts)
 
     async def visible(self, requests: Sequence[ApprovalRequest]) -> list[ApprovalRequest]:
         """The requests this member may see, in their order."""
