@@ -25,7 +25,7 @@ from agent_host.durable.reviewer_log import ReviewerLog
 from agent_host.durable.store import RunStore
 from bot.blocks.home import RECENT_MAX, WAITING_MAX, home_view
 from bot.listeners.after_ack import BackgroundTasks
-from bot.member_channels import UNCHECKED, MemberChannels, escalated_to
+from bot.member_channels import UNCHECKED, MemberChannels
 from bot.permalinks import Permalinks
 from bot.reviewers import SlackReviewerDirectory
 from bot.visibility import Visibility
@@ -109,12 +109,17 @@ class HomeTab:
         (`MemberChannels.outside`), once per set of channels, with no call to Slack while
         the listing is a few seconds old; requests with named reviewers, or escalated to
         them, need no check (escalated to a user group: while they are in it)."""
-        by_group = [r for r in requests if _escalated_to_group_of(user_id, r)]
-        still = await self.channels.escalations_now(user_id, by_group)
-        lapsed = {r.request_id for r, now in zip(by_group, still, strict=True) if not now}
+        unnamed = [r for r in requests if not r.route.reviewers]
+        still = await self.channels.escalations_now(user_id, unnamed)
+        escalated = {r.request_id for r, now in zip(unnamed, still, strict=True) if now}
 
         def people_of(request: ApprovalRequest) -> tuple[str, ...] | None:
-            return _decided_by_people_of(user_id, request, request.request_id not in lapsed)
+            """The channels whose people decide `request`; None when membership does not
+            matter (the route names its reviewers, or it was escalated to them and still
+            counts: not once they left the user group it was escalated to)."""
+            if request.route.reviewers or request.request_id in escalated:
+                return None
+            return tuple(request.channels())
 
         by_channels: dict[tuple[str, ...], ApprovalRequest] = {}
         for request in requests:
@@ -188,24 +193,3 @@ def _deciders(request: ApprovalRequest) -> list[str]:
         return []
     people = list(dict.fromkeys([*request.approvals, request.decided_by]))
     return [p for p in people if _SLACK_USER.match(p)]
-
-
-def _decided_by_people_of(
-    user_id: str, request: ApprovalRequest, escalation_counts: bool = True
-) -> tuple[str, ...] | None:
-    """The channels whose people decide `request`, for `user_id`; None when membership does
-    not matter (the route names its reviewers, or it was escalated to them and
-    `escalation_counts`: not once they left the user group it was escalated to)."""
-    if request.route.reviewers or (escalation_counts and escalated_to(user_id, request)):
-        return None
-    return tuple(request.channels())
-
-
-def _escalated_to_group_of(user_id: str, request: ApprovalRequest) -> bool:
-    """Whether `request`, on a route without named reviewers, reached `user_id` as one of
-    the user group it was escalated to (which they may have left since)."""
-    return (
-        not request.route.reviewers
-        and request.route.escalate_to.startswith("S")
-        and escalated_to(user_id, request)
-    )

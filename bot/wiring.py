@@ -214,9 +214,8 @@ def mount_slack(app: web.Application, bot: SlackBot) -> None:
         try:
             return await to_aiohttp_response(await bot.bolt.async_dispatch(bolt_request))
         finally:
-            await asyncio.wait([guard])
-            if not guard.cancelled():
-                guard.exception()  # StoreUnavailable: the listener said so (taken_once)
+            # StoreUnavailable: the listener said so (taken_once)
+            await asyncio.gather(guard, return_exceptions=True)
 
     async def _first_time(signature: str) -> bool:
         # Redis away, or no answer within half a second: StoreUnavailable. The request
