@@ -189,33 +189,44 @@ async def _rotate_one(redis: Redis, swap: AsyncScript, keyring: KeyRing, run_id:
 
 async def _rotate_contexts(redis: Redis, swap: AsyncScript, keyring: KeyRing, run_id: str) -> None:
     """Each request's sealed context under the active key. One that cannot be read is
-    reported like a damaged checkpoint (its message is shown without it meanwhile)."""
+    reported like a damaged checkpoint (its message is shown without it meanwhile); the
+    run's other requests are rotated all the same."""
     k = K.Keys(run_id)
     try:
         request_ids = [as_text(r) for r in await redis.lrange(k.requests, 0, -1)]
     except ResponseError as exc:
         raise _Damaged(f"the request list {k.requests} is not a list ({exc})") from None
+    damaged = []
     for request_id in request_ids:
-        key = k.request(request_id)
         try:
-            sealed: Any = await redis.hget(key, "sealed_context")
-        except ResponseError as exc:
-            raise _Damaged(f"request {request_id} is not a hash ({exc})") from None
-        if not sealed:
-            continue
-        text = as_text(sealed)
-        try:
-            blob = base64.b64decode(text, validate=True)
-            if not keyring.needs_rotation(blob):
-                continue
-            aad = context_aad(request_id)
-            plain = keyring.decrypt(blob, run_id=run_id, request_id=aad)
-            fresh = keyring.encrypt(plain, run_id=run_id, request_id=aad)
-        except (binascii.Error, ValueError, CheckpointError) as exc:
-            raise _Damaged(f"request {request_id}'s context: {exc}") from None
-        await swap(
-            keys=[key], args=[text, base64.b64encode(fresh).decode("ascii"), "sealed_context"]
-        )
+            await _rotate_context(redis, swap, keyring, run_id, request_id)
+        except _Damaged as exc:
+            damaged.append(str(exc))
+    if damaged:
+        raise _Damaged("; ".join(damaged))
+
+
+async def _rotate_context(
+    redis: Redis, swap: AsyncScript, keyring: KeyRing, run_id: str, request_id: str
+) -> None:
+    key = K.Keys(run_id).request(request_id)
+    try:
+        sealed: Any = await redis.hget(key, "sealed_context")
+    except ResponseError as exc:
+        raise _Damaged(f"request {request_id} is not a hash ({exc})") from None
+    if not sealed:
+        return
+    text = as_text(sealed)
+    try:
+        blob = base64.b64decode(text, validate=True)
+        if not keyring.needs_rotation(blob):
+            return
+        aad = context_aad(request_id)
+        plain = keyring.decrypt(blob, run_id=run_id, request_id=aad)
+        fresh = keyring.encrypt(plain, run_id=run_id, request_id=aad)
+    except (binascii.Error, ValueError, CheckpointError) as exc:
+        raise _Damaged(f"request {request_id}'s context: {exc}") from None
+    await swap(keys=[key], args=[text, base64.b64encode(fresh).decode("ascii"), "sealed_context"])
 
 
 async def _rotate_progress(redis: Redis, swap: AsyncScript, keyring: KeyRing, run_id: str) -> bool:

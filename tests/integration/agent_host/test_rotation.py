@@ -196,6 +196,29 @@ async def test_rotation_reencrypts_each_requests_context_and_it_still_opens(redi
     assert make_env(redis).store.open_context(rotated).context is None
 
 
+async def test_a_damaged_context_is_reported_and_the_run_s_other_contexts_are_rotated(
+    redis: Redis,
+) -> None:
+    env = make_env(redis, keyring=KeyRing.parse(KEY_A))
+    run_id = await env.start("cleanup-agent", "remove /tmp/x /tmp/y /tmp/z")
+    first, *others = await env.pending_requests(run_id)
+    assert others, "the run should wait on more than one request"
+    listed = [r.decode() for r in await redis.lrange(K.Keys(run_id).requests, 0, -1)]
+    assert listed[0] == first.request_id  # the damaged one is the first rotation meets
+    await redis.hset(K.Keys(run_id).request(first.request_id), "sealed_context", "not base64!")
+
+    report = await rotate_checkpoints(redis, KeyRing.parse(f"{KEY_B},{KEY_A}"))
+
+    assert first.request_id in report.damaged[run_id]
+    env_b = make_env(redis, keyring=KeyRing.parse(KEY_B))
+    for request in others:
+        rotated = await env_b.store.get_request(request.request_id)
+        assert rotated is not None
+        assert kid_of(base64.b64decode(rotated.sealed_context)) == "kB", request.request_id
+        assert env_b.store.open_context(rotated).context is not None
+    assert (await checkpoint_kids(redis, [run_id]))[0] == "kB"
+
+
 async def test_a_pause_during_rotation_is_not_reported_as_damage(redis: Redis) -> None:
     """The run pauses again just as rotation reads its checkpoint: the checkpoint and the
     pause id it is sealed to are read together, so rotation never pairs the old blob with
