@@ -185,22 +185,31 @@ def admin_alert(
     return "\n".join(lines)
 
 
-def escalation_alert(request: ApprovalRequest, failures: list[DeliveryFailed]) -> str:
-    """The direct message to each admin when a request's escalation was refused: where,
-    why, how to fix it, and that the request still waits where it was."""
+def ladder_alert(request: ApprovalRequest, step: str, failures: list[DeliveryFailed]) -> str:
+    """The direct message to each admin when a step of a request's ladder (its reminder,
+    its escalation) was refused: where, why, how to fix it, and that the request still
+    waits, the step not taken again."""
     where = channel_link(request.message_channel) if request.message_channel else "its channel"
+    what = "remind the reviewers of" if step == "remind" else "escalate"
     lines = [
-        f":warning: countersign could not escalate approval request "
+        f":warning: countersign could not {what} approval request "
         f"{inline_code(request.request_id)} (agent {inline_code(request.agent)}, "
         f"tool {inline_code(request.tool)}):"
     ]
     for failure in failures:
         to = _destination(failure.channel)
-        lines.append(f"• to {to}: {inline_code(failure.code)} — {how_to_fix(failure.code)}.")
-    lines.append(
-        f"It still waits in {where} until it expires; see `/approvals show "
-        f"{request.request_id}`, and the route's escalation in `/approvals routes`."
-    )
+        lines.append(f"• {to}: {inline_code(failure.code)} — {how_to_fix(failure.code)}.")
+    if step == "remind":
+        lines.append(
+            f"Nobody was reminded; it still waits for a decision until it expires, and its "
+            f"reviewers may no longer see it in {where}. See `/approvals show "
+            f"{request.request_id}`, and the route in `/approvals routes`."
+        )
+    else:
+        lines.append(
+            f"It still waits in {where} until it expires; see `/approvals show "
+            f"{request.request_id}`, and the route's escalation in `/approvals routes`."
+        )
     return "\n".join(lines)
 
 

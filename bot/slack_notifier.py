@@ -317,12 +317,13 @@ class SlackNotifier:
         )
         await self._tell_admins(text, f"request {request.request_id} is undeliverable ({failure})")
 
-    async def escalation_failed(
-        self, request: ApprovalRequest, failures: list[DeliveryFailed]
+    async def ladder_step_failed(
+        self, request: ApprovalRequest, step: str, failures: list[DeliveryFailed]
     ) -> None:
-        text = delivery.escalation_alert(request, failures)
+        text = delivery.ladder_alert(request, step, failures)
         codes = ", ".join(f.code for f in failures)
-        await self._tell_admins(text, f"request {request.request_id} was not escalated ({codes})")
+        what = f"request {request.request_id}'s {step} was refused ({codes})"
+        await self._tell_admins(text, what)
 
     async def _tell_admins(self, text: str, what: str) -> None:
         """`text` in a direct message to every admin; logged when there is nobody to tell

@@ -101,11 +101,12 @@ class Notifier(Protocol):
         too); never raises (it is the last resort)."""
         ...
 
-    async def escalation_failed(
-        self, request: ApprovalRequest, failures: list[DeliveryFailed]
+    async def ladder_step_failed(
+        self, request: ApprovalRequest, step: str, failures: list[DeliveryFailed]
     ) -> None:
-        """Tell the administrators the request's escalation was refused for good at these
-        destinations (it still waits where it was posted); never raises."""
+        """Tell the administrators a step of the request's ladder ("remind" or "escalate")
+        was refused for good at these destinations (the request still waits); never
+        raises."""
         ...
 
 
@@ -171,7 +172,7 @@ class LoggingNotifier:
     ) -> None:
         log.error("request %s could not be delivered: %s", request.request_id, failure)
 
-    async def escalation_failed(
-        self, request: ApprovalRequest, failures: list[DeliveryFailed]
+    async def ladder_step_failed(
+        self, request: ApprovalRequest, step: str, failures: list[DeliveryFailed]
     ) -> None:
-        log.error("request %s could not be escalated: %s", request.request_id, failures)
+        log.error("request %s: its step %s was refused: %s", request.request_id, step, failures)

@@ -19,7 +19,7 @@ import logging
 from agent_host.approvals import ApprovalRequest
 from agent_host.approvals.notifier import Notifier
 from agent_host.durable.bulks import BulkBook
-from agent_host.durable.ladder import Ladder
+from agent_host.durable.ladder import ESCALATED, REMINDED, Ladder
 from agent_host.durable.store import RunStore
 from agent_host.errors import DeliveryFailed, RetryLater
 
@@ -50,10 +50,8 @@ class LadderDelivery:
                 return
         try:
             ref = await self.notifier.request_reminded(request)
-        except DeliveryFailed as failure:  # e.g. the message was deleted
-            await self.store.record_delivery_failure(
-                request.request_id, failure, "request_reminded"
-            )
+        except DeliveryFailed as failure:  # e.g. its channel was archived
+            await self._refused(request, [failure], "remind", REMINDED)
             return
         if ref is not None:
             await self.ladder.record_reminder(request.request_id, ref.ts)
@@ -90,20 +88,24 @@ class LadderDelivery:
             if await self.ladder.record_copy(request.request_id, copy, self.store.clock()):
                 added += 1
                 await self.store.count_delivered(request.request_id)
-        await self._refused(request, refused, "request_escalated")
+        await self._refused(request, refused, "escalate", ESCALATED)
         if added:
             await self._refresh(request.request_id)
 
     async def _refused(
-        self, request: ApprovalRequest, refused: list[DeliveryFailed], notification: str
+        self,
+        request: ApprovalRequest,
+        refused: list[DeliveryFailed],
+        step: str,
+        notification: str,
     ) -> None:
-        """Escalations refused for good: recorded (audit, /metrics), and the administrators
-        told, once for all of the step's destinations (the request still waits where it is,
-        and the step is not taken again: nothing else would say so)."""
+        """A ladder step refused for good: recorded (audit, /metrics), and the
+        administrators told, once for all of the step's destinations (the request still
+        waits, and the step is not taken again: nothing else would say so)."""
         for failure in refused:
             await self.store.record_delivery_failure(request.request_id, failure, notification)
         if refused:
-            await self.notifier.escalation_failed(request, refused)
+            await self.notifier.ladder_step_failed(request, step, refused)
 
     async def _escalate_bulk(self, request: ApprovalRequest) -> None:
         """One note per destination for the calls of the bulk message routed as `request`
@@ -135,7 +137,7 @@ class LadderDelivery:
                 continue
             await self.book.record_escalation(bulk.bulk_id, route_id, target, ref.ts)
             await self.store.count_delivered(request.request_id)
-        await self._refused(request, refused, "bulk_escalated")
+        await self._refused(request, refused, "escalate", "bulk_escalated")
 
     async def _route_waits_in_bulk(self, request: ApprovalRequest) -> bool:
         """Whether any call of `request`'s bulk message and route still waits."""

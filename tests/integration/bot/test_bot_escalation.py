@@ -314,6 +314,30 @@ async def test_an_escalation_to_a_user_group_gone_from_slack_is_recorded_not_ret
         assert len(stack.standin.calls_to("usergroups.users.list")) <= 2  # not retried
 
 
+async def test_a_reminder_refused_for_good_is_told_to_the_admins(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The request's channel was archived while it waited: its reviewers no longer see it
+    and its reminder is refused for good; the admins learn it, once."""
+    async with running_stack(redis_url, tmp_path) as stack:
+        await _route(stack, "remind_after=1s")
+        run_id = await stack.start_run("refund-agent", "refund order 123")
+        [request] = await stack.pending_requests(run_id)
+        channel = stack.standin.workspace.channel(CHANNEL)
+        assert channel is not None
+        channel.is_archived = True
+        [failed] = await eventually(lambda: _events(stack, request, "delivery_failed"))
+        assert "is_archived" in str(failed)
+        told = await _admin_told(stack, request)
+        assert "could not remind the reviewers" in told, told
+        assert "is_archived" in told and f"<#{CHANNEL}>" in told, told
+        await _settled(stack)
+        dm = stack.standin.workspace.im_channel(ADMIN).id
+        assert sum(request.request_id in m["text"] for m in stack.channel_messages(dm)) == 1
+        current = await stack.host.store.get_request(request.request_id)
+        assert current is not None and current.status == "pending" and not current.reminder_ts
+
+
 async def test_a_decided_request_leaves_the_ladder_and_gets_no_reminder(
     redis_url: str, tmp_path: Path
 ) -> None:
