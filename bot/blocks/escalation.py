@@ -89,15 +89,23 @@ def copy_note(request: ApprovalRequest, link: str) -> str:
 
 
 def bulk_note(bulk: Bulk, requests: Sequence[ApprovalRequest], link: str) -> str:
-    """The escalation of a message of many calls: one note linking it, not a copy of each
-    call (each is in its reviewers' App Home tab, with its buttons)."""
+    """The escalation of a message of many calls of one route: one note linking it, not a
+    copy of each call. Where to decide them: on a route naming reviewers, also each
+    reviewer's App Home tab; on one naming none, the message, by its channel's people."""
     waiting = [r for r in requests if not r.decided]
     since = date(min((r.created_at for r in requests), default=None))
     message = f"<{link}|the message>" if safe_link(link) else "the message"
+    where = channel_link(bulk.channel)
+    named = any(r.route.reviewers for r in requests)
+    decided = (
+        f"See {message} in {where}; its reviewers also find each call in their countersign "
+        "App Home tab."
+        if named
+        else f"See {message} in {where}: its calls are decided there, by that channel's people."
+    )
     return (
         f":rotating_light: *Escalated*: {len(waiting)} of {len(requests)} calls of "
-        f"{inline_code(bulk.agent, 100)} have waited for a decision since {since}. "
-        f"See {message} in {channel_link(bulk.channel)}, or your countersign App Home tab."
+        f"{inline_code(bulk.agent, 100)} have waited for a decision since {since}. {decided}"
     )
 
 

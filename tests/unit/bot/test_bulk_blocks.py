@@ -311,3 +311,20 @@ def test_forms_showing_both_names_fit_whatever_the_names_hold() -> None:
     ):
         assert isinstance(view, dict)
         check_modal(view)
+
+
+def test_a_bulk_escalation_note_points_to_the_app_home_tab_only_where_reviewers_are_named() -> None:
+    """The App Home tab lists a call for the reviewers its route names; on a route naming
+    none, whoever reads the note decides at the message, as one of its channel's people."""
+    from bot.blocks import escalation
+
+    link = "https://example.slack.com/archives/C1/p1"
+    named = Route(route_id="r1", reviewers=("U0REVIEWER",))
+    bulk, requests = calls(6, route=named)
+    note = escalation.bulk_note(bulk, requests, link)
+    assert "6 of 6 calls" in note and "App Home tab" in note, note
+    unnamed = Route(route_id="r2")
+    bulk, requests = calls(6, route=unnamed)
+    note = escalation.bulk_note(bulk, requests, link)
+    assert "App Home" not in note, note
+    assert f"<#{bulk.channel}>" in note and "that channel's people" in note, note
