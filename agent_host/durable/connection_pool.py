@@ -20,6 +20,8 @@ from redis.asyncio.connection import AbstractConnection, ConnectionPool
 from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.exceptions import MaxConnectionsError
 
+from agent_host.durable.command_packing import hiredis_packing
+
 __all__ = ["CONNECTION_WAIT", "WaitingConnectionPool", "WaitingSentinelConnectionPool"]
 
 # Within Slack's 3 s for a click's ack, with time left to answer once a connection is free.
@@ -31,6 +33,7 @@ class WaitingConnectionPool(ConnectionPool):
 
     def __init__(self, *args: Any, connection_wait: float = CONNECTION_WAIT, **kwargs: Any):
         super().__init__(*args, **kwargs)
+        self.connection_class = hiredis_packing(self.connection_class)
         self.connection_wait = connection_wait
         self._line: collections.deque[asyncio.Future[None]] = collections.deque()
         self._waiting = 0  # in line now (the line may also hold turns given up)
