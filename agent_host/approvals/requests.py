@@ -94,12 +94,15 @@ class EscalatedCopy:
     """A copy of a request posted by its escalation: where it was sent (`to`: the channel
     or the user escalated to; for a user group, each of its members), the message it made
     (`channel`, `ts`: a user's is their direct message with the app), and the link to the
-    original message it shows (empty when the original has none)."""
+    original message it shows (empty when the original has none). `note`: the escalation
+    note of a bulk message's calls rather than a copy of this one (it gives the same right
+    to decide, from the App Home tab, and is not updated with this request)."""
 
     to: str
     channel: str
     ts: str
     link: str = ""
+    note: bool = False
 
 
 @dataclass

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 
-from agent_host.approvals import ApprovalRequest
+from agent_host.approvals import ApprovalRequest, EscalatedCopy
 from agent_host.approvals.notifier import Notifier
 from agent_host.durable.bulks import BulkBook
 from agent_host.durable.ladder import ESCALATED, REMINDED, Ladder
@@ -109,8 +109,9 @@ class LadderDelivery:
 
     async def _escalate_bulk(self, request: ApprovalRequest) -> None:
         """One note per destination for the calls of the bulk message routed as `request`
-        is, linking it (each call is also in its reviewers' App Home tab, with its
-        buttons); another route's calls in the message follow their own ladder."""
+        is, linking it; each call is also in the App Home tab, with its buttons, of its
+        reviewers (and, on a route naming none, of whoever it was escalated to); another
+        route's calls in the message follow their own ladder."""
         if not await self.book.claim_escalation(request):
             return  # another call of the same message and route escalates for all of them
         bulk = await self.book.get(request.bulk_id)
@@ -135,6 +136,13 @@ class LadderDelivery:
             except DeliveryFailed as failure:  # one destination refusing stops no other
                 refused.append(failure)
                 continue
+            # Each waiting call records the note as its own escalation (who was escalated to
+            # may decide it, from the App Home tab), before the note counts as posted: a
+            # redelivery after a crash between the two posts it again, never leaves a call
+            # without it.
+            note = EscalatedCopy(to=target, channel=ref.channel, ts=ref.ts, note=True)
+            for waiting in (r for r in requests if not r.decided):
+                await self.ladder.record_copy(waiting.request_id, note, self.store.clock())
             await self.book.record_escalation(bulk.bulk_id, route_id, target, ref.ts)
             await self.store.count_delivered(request.request_id)
         await self._refused(request, refused, "escalate", "bulk_escalated")

@@ -90,8 +90,9 @@ def copy_note(request: ApprovalRequest, link: str) -> str:
 
 def bulk_note(bulk: Bulk, requests: Sequence[ApprovalRequest], link: str) -> str:
     """The escalation of a message of many calls of one route: one note linking it, not a
-    copy of each call. Where to decide them: on a route naming reviewers, also each
-    reviewer's App Home tab; on one naming none, the message, by its channel's people."""
+    copy of each call. Each call is also in the App Home tab of those who may decide it:
+    on a route naming reviewers, theirs (an escalation changes nobody's right there); on
+    one naming none, also the tab of whoever the note reached."""
     waiting = [r for r in requests if not r.decided]
     since = date(min((r.created_at for r in requests), default=None))
     message = f"<{link}|the message>" if safe_link(link) else "the message"
@@ -101,7 +102,7 @@ def bulk_note(bulk: Bulk, requests: Sequence[ApprovalRequest], link: str) -> str
         f"See {message} in {where}; its reviewers also find each call in their countersign "
         "App Home tab."
         if named
-        else f"See {message} in {where}: its calls are decided there, by that channel's people."
+        else f"See {message} in {where}, or your countersign App Home tab."
     )
     return (
         f":rotating_light: *Escalated*: {len(waiting)} of {len(requests)} calls of "

@@ -38,6 +38,7 @@ from tests.support.stack import (
     ADMIN,
     CHANNEL,
     OPS,
+    OUTSIDER,
     REQUESTER,
     REVIEWER,
     REVIEWER2,
@@ -47,6 +48,14 @@ from tests.support.stack import (
 )
 from tests.support.waiting import eventually
 
+from .test_bot_home import (
+    PRIVATE,
+    add_private_channel,
+    all_text,
+    click_home,
+    open_home,
+    waiting_ids,
+)
 from .test_bot_undeliverable import (
     ADMIN_DM,
     SECRET_ROOM,
@@ -763,4 +772,41 @@ async def test_an_escalation_posts_one_note_linking_the_message_not_a_copy_of_ea
         assert OPS in await stack.host.bulks.escalated_to(
             requests[0].bulk_id, requests[0].route.route_id
         )
-        assert all(not r.escalations for r in await stack.host.store.run_requests(run_id))
+        # Each call records the note as its escalation: #ops's people may decide it.
+        for current in await stack.host.store.run_requests(run_id):
+            [copy] = current.escalations
+            assert (copy.to, copy.channel, copy.ts, copy.note) == (OPS, OPS, note["ts"], True)
+
+
+async def test_a_bulk_escalation_lets_whoever_it_reached_decide_on_a_route_naming_no_reviewers(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Seven calls routed to a private channel, no reviewers named, escalated to someone
+    outside it: the note reaches them, and each call waits in their App Home tab with its
+    buttons (not "Approve for this run", the channel's to give); they approve one from
+    there, and the note's message is never turned into a copy of one call. Someone else
+    outside the channel is offered none of them."""
+    async with running_stack(redis_url, tmp_path) as stack:
+        add_private_channel(stack)
+        run_id, requests = await seven_on_route(
+            stack,
+            f"agent=cleanup-agent channel={PRIVATE} escalate_after=1s escalate_to=<@{OUTSIDER}>",
+        )
+        await eventually(lambda: each_once(stack, run_id, requests, "escalated"))
+        await outbox_drained(stack)
+        dm = stack.standin.workspace.im_channel(OUTSIDER).id
+        [note] = stack.channel_messages(dm)
+        assert "7 of 7 calls" in note["text"] and "or your countersign App Home tab" in note["text"]
+
+        view = await open_home(stack, OUTSIDER)
+        assert set(waiting_ids(view)) == {r.request_id for r in requests}
+        assert blocks.APPROVE_ALWAYS not in all_text(view)
+        await click_home(stack, OUTSIDER, requests[0], blocks.APPROVE)
+        decided = await stack.decided(requests[0].request_id)
+        assert decided.status == "approved" and decided.decided_by == OUTSIDER
+        await tally_shows(stack, requests[0], "1 approved", "6 waiting")
+        await outbox_drained(stack)
+        assert stack.channel_messages(dm) == [note]  # the note, as it was posted
+
+        others = await open_home(stack, REVIEWER2)
+        assert not {r.request_id for r in requests} & set(waiting_ids(others))

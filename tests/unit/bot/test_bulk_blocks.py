@@ -313,18 +313,17 @@ def test_forms_showing_both_names_fit_whatever_the_names_hold() -> None:
         check_modal(view)
 
 
-def test_a_bulk_escalation_note_points_to_the_app_home_tab_only_where_reviewers_are_named() -> None:
-    """The App Home tab lists a call for the reviewers its route names; on a route naming
-    none, whoever reads the note decides at the message, as one of its channel's people."""
+def test_a_bulk_escalation_note_says_whose_app_home_tab_lists_the_calls() -> None:
+    """On a route naming reviewers, the tab lists a call for them alone (an escalation
+    changes nobody's right to decide); on one naming none, for whoever the note reached."""
     from bot.blocks import escalation
 
     link = "https://example.slack.com/archives/C1/p1"
     named = Route(route_id="r1", reviewers=("U0REVIEWER",))
     bulk, requests = calls(6, route=named)
     note = escalation.bulk_note(bulk, requests, link)
-    assert "6 of 6 calls" in note and "App Home tab" in note, note
+    assert "6 of 6 calls" in note and "its reviewers also find each call" in note, note
     unnamed = Route(route_id="r2")
     bulk, requests = calls(6, route=unnamed)
     note = escalation.bulk_note(bulk, requests, link)
-    assert "App Home" not in note, note
-    assert f"<#{bulk.channel}>" in note and "that channel's people" in note, note
+    assert f"<#{bulk.channel}>" in note and "or your countersign App Home tab" in note, note
