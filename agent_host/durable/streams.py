@@ -140,7 +140,10 @@ class StreamConsumer:
         # them are read and handled meanwhile.
         self.batch_wait = batch_wait
         self._behind: set[asyncio.Task[bool]] = set()
-        self._reclaimed_at: float | None = None  # loop time of the last XAUTOCLAIM
+        self._reclaimed_at: float | None = None  # loop time of the last full XAUTOCLAIM pass
+        # Where the pass over the pending entries goes on: XAUTOCLAIM looks at no more than
+        # ten times `count` of them per call, and those may all be held by live consumers.
+        self._reclaim_from = "0-0"
         self.foreground = foreground  # whose requests go first (serve's clicks)
         # Shared by the consumers of one kind (every shard's): how many of their entries
         # may be handled at once, so that a backlog never takes every Redis connection.
@@ -547,9 +550,11 @@ class StreamConsumer:
             self._claiming = None
 
     def _reclaim_due(self) -> bool:
-        """Whether to look for entries to reclaim now: at most every quarter of `idle_ms`.
+        """Whether to look for entries to reclaim now: a pass over the pending entries at
+        most every quarter of `idle_ms` (a pass longer than one call goes on at each poll).
         An entry is reclaimable only after `idle_ms` anyway, so it is still reclaimed within
-        1.25 x `idle_ms`, and a busy consumer no longer pays a round trip per read for it."""
+        1.25 x `idle_ms` of a pass, and a busy consumer no longer pays a round trip per read
+        for it."""
         now = asyncio.get_running_loop().time()
         return self._reclaimed_at is None or now - self._reclaimed_at >= self.idle_ms / 4000
 
@@ -560,10 +565,11 @@ class StreamConsumer:
                 self.group,
                 self.consumer,
                 self.idle_ms,
-                start_id="0-0",
+                start_id=self._reclaim_from,
                 count=self.count,
             )
         )
+        self._reclaim_from = as_text(reply[0])  # "0-0": the pass went through them all
         entries = list(reply[1])
         if self.give_up is not None:
             reclaimed = [as_text(e) for e, fields in entries if fields is not None]
@@ -572,8 +578,9 @@ class StreamConsumer:
             self._suspects |= await suspects(
                 self.redis, self.stream, self.group, self.consumer, fresh
             )
-        # Done until the next due time, unless more may wait: then again on the next poll.
-        more = len(entries) >= self.count
+        # Done until the next due time, unless more may wait (a full batch, or pending
+        # entries not looked at yet): then again on the next poll.
+        more = len(entries) >= self.count or self._reclaim_from != "0-0"
         self._reclaimed_at = None if more else asyncio.get_running_loop().time()
         return entries
 

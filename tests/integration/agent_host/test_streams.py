@@ -1038,3 +1038,49 @@ async def test_one_heartbeat_keeps_every_entry_held_however_many(redis: Redis) -
     assert len(pending) == 1200
     assert {as_text(p["consumer"]) for p in pending} == {"a"}
     assert max(p["time_since_delivered"] for p in pending) < 150  # reset, not 200 ms old
+
+
+async def test_a_dead_consumer_s_entry_behind_many_held_by_live_ones_is_reclaimed(
+    redis: Redis,
+) -> None:
+    """XAUTOCLAIM looks at no more than ten times its count of pending entries per call:
+    with the first of them held by live consumers (each in a long tool call, its
+    heartbeat keeping it fresh), the pass goes on past them to an entry a dead consumer
+    left, rather than starting over at the first each time."""
+    idle_ms, live_count = 600, 12
+    ids = [await redis.xadd("s", {"n": str(n)}) for n in range(live_count + 1)]
+    await redis.xgroup_create("s", "g", id="0")
+    release = asyncio.Event()
+
+    async def long_call(entry_id: str, fields: dict[str, str]) -> None:
+        await release.wait()
+
+    live = [
+        StreamConsumer(redis, "s", "g", f"live{i}", long_call, idle_ms=idle_ms, count=1)
+        for i in range(live_count)
+    ]
+    polls = []
+    for consumer in live:  # each takes the next entry and holds it
+        polls.append(asyncio.create_task(consumer.poll(block_ms=1)))
+        await eventually(lambda c=consumer: len(c._held) == 1)
+    await redis.xreadgroup("g", "dead", {"s": ">"}, count=1)  # taken, then its worker killed
+    handled: list[str] = []
+
+    async def rescue(entry_id: str, fields: dict[str, str]) -> None:
+        handled.append(entry_id)
+
+    rescuer = StreamConsumer(redis, "s", "g", "rescuer", rescue, idle_ms=idle_ms, count=1)
+    try:
+        for _ in range(40):
+            await rescuer.poll(block_ms=100)
+            if handled:
+                break
+        assert handled == [as_text(ids[live_count])], "the dead consumer's entry was left"
+        pending: Any = await redis.xpending_range("s", "g", "-", "+", 100)
+        owners = {as_text(p["message_id"]): as_text(p["consumer"]) for p in pending}
+        assert all(owners[as_text(i)] == f"live{n}" for n, i in enumerate(ids[:live_count]))
+    finally:
+        release.set()
+        for task in polls:
+            with contextlib.suppress(Exception):
+                await task
