@@ -46,7 +46,7 @@ from agent_host.errors import CheckpointError, DeliveryFailed, SealedFieldError
 from agent_host.runtime.checkpoint import CallRecord, RunState
 from agent_host.runtime.decisions import Approve, Decision, decision_adapter
 from agent_host.runtime.policy import Severity
-from agent_host.runtime.runner import Failed, Paused, RunOutcome
+from agent_host.runtime.runner import Failed, Paused, RunOutcome, Succeeded
 
 __all__ = [
     "DELIVERED",
@@ -169,13 +169,23 @@ class RunStore:
         return bool(done == 1)
 
     async def finish_answer(self, state: RunState, pause_id: str, actor: str) -> tuple[str, Any]:
-        """Save a model's final answer as the run's outcome, fenced as SAVE_PROGRESS fences
-        a turn: ("saved", None); ("taken", blob) when another worker saved this turn or a
-        later one of the pause first (the progress blob to go on from); ("moved_on", None)
-        when the run is no longer at `pause_id`."""
-        output = state.output or ""
+        """Save a model's final answer (the response of turn `state.turns`) as the run's
+        outcome, fenced as SAVE_PROGRESS fences a turn (see `finish_at_turn`)."""
+        answer = Succeeded(state, state.output or "")
+        return await self.finish_at_turn(answer, pause_id, actor, state.turns)
+
+    async def finish_at_turn(
+        self, outcome: Succeeded | Failed, pause_id: str, actor: str, turn: int
+    ) -> tuple[str, Any]:
+        """Save `outcome`, which came of turn `turn` of the pause, if no other worker saved
+        that turn or a later one of the pause first: ("saved", None); ("taken", blob) with
+        the progress blob to go on from instead; ("moved_on", None) when the run is no
+        longer at `pause_id`."""
+        error = outcome.error if isinstance(outcome, Failed) else ""
+        output = "" if isinstance(outcome, Failed) else outcome.output
+        state = outcome.state
         done = await self._finished(
-            state.run_id, pause_id, "succeeded", output, "", actor, state, turn=state.turns
+            state.run_id, pause_id, outcome.kind, output, error, actor, state, turn=turn
         )
         if isinstance(done, list):
             return "taken", done[1]

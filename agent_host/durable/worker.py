@@ -158,6 +158,18 @@ class ResumeWorker:
                 if resumed is None:
                     return None
                 outcome = resumed
+            # An outcome the runner came to on its own (a model or framework failure, a
+            # hosted agent's answer) is that of the turn after its state's: a worker behind
+            # another on this pause gives way to a turn that one saved first, as for a
+            # response (so a call that worker ran is never left out), and goes on from it.
+            while not journal.finished and not isinstance(outcome, Paused):
+                before_outcome()
+                turn = outcome.state.turns + 1
+                kind, taken = await self.store.finish_at_turn(outcome, pause_id, "worker", turn)
+                if kind != "taken":
+                    break
+                state = self.progress.went_on(run_id, pause_id, outcome.state, kind, taken)
+                outcome = await self.runner.replay(state, journal=journal)
         except RunMovedOn as exc:
             log.info("resume entry %s: %s", entry_id, exc)
             return None
@@ -168,12 +180,11 @@ class ResumeWorker:
                 run_id, pause_id, str(exc), await self._as_far_as_known(run_id, pause_id)
             )
             return None
-        if not journal.finished:
-            before_outcome()
-            await self.store.save_outcome(outcome, pause_id, "worker")
         counted = self._resume_latency(info) if read is not None else None
         if not isinstance(outcome, Paused):
             return counted  # FINISH dropped the saved turn with the outcome
+        before_outcome()
+        await self.store.save_outcome(outcome, pause_id, "worker")
         return together(self.progress.clear_with_ack(run_id, pause_id), counted)
 
     def _resume_latency(self, info: RunRecord) -> WithAck:

@@ -126,7 +126,8 @@ async def test_a_run_failed_after_its_approved_call_ran_records_that_it_ran(
     async def save_fails(*args: Any, **kwargs: Any) -> Any:
         raise ValueError("the state would not serialize")
 
-    monkeypatch.setattr(env.store, "save_outcome", save_fails)
+    monkeypatch.setattr(env.store, "save_outcome", save_fails)  # a pause's
+    monkeypatch.setattr(env.store, "finish_at_turn", save_fails)  # an end's
     await given_up(env, run_id)
     monkeypatch.undo()
 
@@ -217,3 +218,69 @@ async def test_a_paused_turn_gives_way_to_the_turn_another_worker_saved_and_ran(
     assert info.status == "succeeded", info.error
     assert notes == ["your refund is on its way"], f"the note was sent {len(notes)} times"
     assert await env.pending_requests(run_id) == []  # nobody asked about B's turn
+
+
+@pytest.mark.parametrize("b_says", ["an error", "a final answer"])
+async def test_an_outcome_of_a_turn_another_worker_saved_and_ran_gives_way_to_it(
+    redis: Redis, b_says: str
+) -> None:
+    """As above, but B's framework ends the run instead of pausing it: its model fails
+    (the framework raises), or it answers finally. Either is an outcome of the turn A saved
+    and ran first, so B continues from A's turn instead of ending the run without it: the
+    note is on record and sent once, and the run ends as A's turn leads it to."""
+    notes: list[str] = []
+    env = make_env(redis)  # its registry is replaced below, once the agent is built
+    entry: dict[str, Any] = {"asked": False}
+
+    async def worker_a_sends_the_note_and_dies() -> None:
+        dying = ResumeWorker(env.store, env.runner, "A", crash=DiesAfterTheToolsRan())
+        with contextlib.suppress(Died):  # in a context of its own, as in another process
+            await asyncio.create_task(
+                dying.handle(entry["id"], entry["fields"]), context=contextvars.Context()
+            )
+
+    async def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        done = [p.tool_name for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if not done:
+            return ModelResponse(parts=[ToolCallPart("issue_refund", {"order_id": "124"})])
+        if "notify" in done:
+            return ModelResponse(parts=[TextPart("all done")])
+        if not entry["asked"]:  # B asks first; A answers the same turn meanwhile: the note
+            entry["asked"] = True
+            await worker_a_sends_the_note_and_dies()
+            assert notes == ["your refund is on its way"]
+            if b_says == "an error":
+                raise RuntimeError("the model endpoint answered 429")
+            return ModelResponse(parts=[TextPart("nothing more to do")])
+        return ModelResponse(parts=[ToolCallPart("notify", {"text": "your refund is on its way"})])
+
+    agent: PydanticAgent[None, str] = PydanticAgent(FunctionModel(respond), name="racer")
+
+    @agent.tool_plain(requires_approval=True)
+    def issue_refund(order_id: str) -> str:
+        """Refund an order."""
+        return f"refunded {order_id}"
+
+    @agent.tool_plain
+    def notify(text: str) -> str:
+        """Tell the customer."""
+        notes.append(text)
+        return "told"
+
+    env.runner.registry = AgentRegistry({"racer": lambda: PydanticAIAgent(agent, name="racer")})
+    run_id = await env.start("racer", "refund order 124")
+    [request] = await env.requests(run_id)
+    decision = Approve(decided_by="bob", call_hash=request.call_hash)
+    assert (await env.store.decide(request.request_id, decision)).resume_queued
+    stream = K.Keys(run_id).shard.resume
+    taken: Any = await redis.xreadgroup(K.RESUME_GROUP, "B", {stream: ">"}, count=10)
+    [(_, [(entry_id, raw)])] = taken
+    entry |= {"id": entry_id.decode(), "fields": {k.decode(): v.decode() for k, v in raw.items()}}
+
+    await ResumeWorker(env.store, env.runner, "B").handle(entry["id"], entry["fields"])
+
+    info = await env.info(run_id)
+    assert (info.status, info.output) == ("succeeded", "all done"), info.error
+    assert notes == ["your refund is on its way"], f"the note was sent {len(notes)} times"
+    ran = [c.tool for c in (await env.final_state(run_id)).calls if c.outcome == "executed"]
+    assert ran == ["issue_refund", "notify"]

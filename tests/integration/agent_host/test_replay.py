@@ -22,6 +22,7 @@ from agent_host.durable import keys as K
 from agent_host.durable.crypto import KeyRing, generate_key, kid_of
 from agent_host.durable.progress import ProgressStore
 from agent_host.durable.rotation import rotate_checkpoints
+from agent_host.errors import ModelError
 from agent_host.runtime.agents import Agent, AgentRegistry
 from agent_host.runtime.decisions import Approve
 from agent_host.runtime.messages import Message, ModelResponse, ToolSpec
@@ -374,6 +375,86 @@ async def test_a_final_answer_to_a_turn_another_worker_went_past_goes_on_from_it
         ({"target": "call 1"}, "executed"),
         ({"target": "call 2"}, "executed"),
     ]
+
+
+async def test_a_model_error_of_a_worker_behind_gives_way_to_the_turns_another_saved(
+    redis: Redis,
+) -> None:
+    """Worker a's model request for turn 1 fails (a 429) while worker b, on the same entry,
+    saved turns 1 and 2, ran both calls, then died: a's failure is of a turn b already
+    saved, so it does not fail the run (its final state would leave out both calls that
+    ran): a goes on from b's latest saved turn, and the run ends with both calls on
+    record, each run once."""
+    a_asked, released = asyncio.Event(), asyncio.Event()
+    b_died: list[bool] = []
+
+    class Flaky:
+        name = "flaky"
+
+        async def respond(
+            self, messages: Sequence[Message], tools: Sequence[ToolSpec]
+        ) -> ModelResponse:
+            turn = sum(1 for m in messages if m.role == "assistant")
+            if turn == 0 and not a_asked.is_set():  # worker a, asked first, fails last
+                a_asked.set()
+                await released.wait()
+                raise ModelError("429 rate limited")
+            if turn < 2:
+                return ModelResponse(tool_calls=[call("notify", target=f"call {turn + 1}")])
+            if not b_died:
+                b_died.append(True)
+                raise Crash
+            return reply("told them")
+
+    shop = Shop()
+    shop.model = Flaky()  # type: ignore[assignment]
+    env = make_env(redis, registry=shop.registry())
+    run_id = await env.store.create_run("shop", "tell them twice", "alice")
+    entry = await start_entry(env, run_id)
+    a = asyncio.create_task(env.worker("a").handle("1-0", entry))
+    await a_asked.wait()
+    with pytest.raises(Crash):
+        await env.worker("b").handle("1-0", entry)  # saved turns 1 and 2, ran both calls
+    released.set()
+    await a
+
+    info = await env.info(run_id)
+    assert (info.status, info.output, info.error) == ("succeeded", "told them", "")
+    assert shop.notified == ["call 1", "call 2"], "each call ran once"
+    calls = (await env.final_state(run_id)).calls
+    assert [(c.arguments, c.outcome) for c in calls] == [
+        ({"target": "call 1"}, "executed"),
+        ({"target": "call 2"}, "executed"),
+    ]
+
+
+async def test_a_model_error_with_no_later_turn_saved_fails_the_run_saying_so(
+    redis: Redis,
+) -> None:
+    """The same failure with nobody ahead: the run fails with the model's error, and its
+    final state keeps the call it ran."""
+
+    class FailsSecond:
+        name = "fails-second"
+
+        async def respond(
+            self, messages: Sequence[Message], tools: Sequence[ToolSpec]
+        ) -> ModelResponse:
+            if sum(1 for m in messages if m.role == "assistant"):
+                raise ModelError("429 rate limited")
+            return ModelResponse(tool_calls=[call("notify", target="order 7")])
+
+    shop = Shop()
+    shop.model = FailsSecond()  # type: ignore[assignment]
+    env = make_env(redis, registry=shop.registry())
+    run_id = await env.store.create_run("shop", "tell them", "alice")
+    await env.worker("a").handle("1-0", await start_entry(env, run_id))
+
+    info = await env.info(run_id)
+    assert (info.status, info.error) == ("failed", "model error: 429 rate limited")
+    [notify] = (await env.final_state(run_id)).calls
+    assert (notify.arguments, notify.outcome) == ({"target": "order 7"}, "executed")
+    assert shop.notified == ["order 7"]
 
 
 async def test_a_final_answer_an_older_worker_saved_as_progress_is_not_asked_for_again(
