@@ -174,11 +174,13 @@ async def _rotate_one(redis: Redis, swap: AsyncScript, keyring: KeyRing, run_id:
         raise _Damaged(f"the checkpoint key {k.checkpoint} is not a string ({exc})") from None
     if blob is None or pause_id is None:
         return False
-    pause = as_text(pause_id)
     try:
+        pause = as_text(pause_id)
         if not keyring.needs_rotation(blob):
             return False
         fresh = keyring.reencrypt(blob, run_id=run_id, request_id=pause)
+    except UnicodeDecodeError as exc:
+        raise _Damaged(f"its pause id is not text ({exc})") from None
     except CheckpointError as exc:  # unreadable under every key, or sealed to another run
         raise _Damaged(str(exc)) from None
     if await swap(keys=[k.checkpoint, k.run], args=[blob, fresh, pause]):
@@ -216,8 +218,8 @@ async def _rotate_context(
         raise _Damaged(f"request {request_id} is not a hash ({exc})") from None
     if not sealed:
         return
-    text = as_text(sealed)
     try:
+        text = as_text(sealed)
         blob = base64.b64decode(text, validate=True)
         if not keyring.needs_rotation(blob):
             return
@@ -245,6 +247,6 @@ async def _rotate_progress(redis: Redis, swap: AsyncScript, keyring: KeyRing, ru
             return False
         aad = progress_aad(as_text(pause_id))
         fresh = keyring.reencrypt(blob, run_id=run_id, request_id=aad)
-    except CheckpointError as exc:
+    except (UnicodeDecodeError, CheckpointError) as exc:
         raise _Damaged(f"its saved progress: {exc}") from None
     return bool(await swap(keys=[key], args=[blob, fresh, "blob"]))

@@ -166,6 +166,8 @@ async def reseal_run(
         votes = [(e.get("request_id", ""), e.get("decision", "")) for e in audit]
     except ResponseError as exc:  # WRONGTYPE: a key of the run holds something else
         return Resealed(damaged=[f"a key of the run holds another kind of value ({exc})"])
+    except UnicodeDecodeError as exc:  # written by something else than countersign
+        return Resealed(damaged=[f"a value of the run is not text, so none was re-sealed ({exc})"])
 
     for name, value in run.items():
         if name in RUN_CLEAR:

@@ -196,8 +196,9 @@ async def test_rotation_reencrypts_each_requests_context_and_it_still_opens(redi
     assert make_env(redis).store.open_context(rotated).context is None
 
 
+@pytest.mark.parametrize("damage", [b"not base64!", b"\xff\xfe not even text"])
 async def test_a_damaged_context_is_reported_and_the_run_s_other_contexts_are_rotated(
-    redis: Redis,
+    redis: Redis, damage: bytes
 ) -> None:
     env = make_env(redis, keyring=KeyRing.parse(KEY_A))
     run_id = await env.start("cleanup-agent", "remove /tmp/x /tmp/y /tmp/z")
@@ -205,7 +206,7 @@ async def test_a_damaged_context_is_reported_and_the_run_s_other_contexts_are_ro
     assert others, "the run should wait on more than one request"
     listed = [r.decode() for r in await redis.lrange(K.Keys(run_id).requests, 0, -1)]
     assert listed[0] == first.request_id  # the damaged one is the first rotation meets
-    await redis.hset(K.Keys(run_id).request(first.request_id), "sealed_context", "not base64!")
+    await redis.hset(K.Keys(run_id).request(first.request_id), "sealed_context", damage)
 
     report = await rotate_checkpoints(redis, KeyRing.parse(f"{KEY_B},{KEY_A}"))
 
@@ -217,6 +218,21 @@ async def test_a_damaged_context_is_reported_and_the_run_s_other_contexts_are_ro
         assert kid_of(base64.b64decode(rotated.sealed_context)) == "kB", request.request_id
         assert env_b.store.open_context(rotated).context is not None
     assert (await checkpoint_kids(redis, [run_id]))[0] == "kB"
+
+
+async def test_a_checkpoint_or_progress_whose_pause_id_is_not_text_is_reported_not_a_crash(
+    redis: Redis,
+) -> None:
+    """Damage rotation cannot read is reported per run; it never stops the rotation."""
+    env = make_env(redis, keyring=KeyRing.parse(KEY_A))
+    broken, healthy = [await env.start("refund-agent", f"refund order {n}") for n in (1, 2)]
+    await redis.hset(K.Keys(broken).run, "pause_id", b"\xff\xfe")
+    await redis.hset(K.Keys(broken).progress, mapping={"pause_id": b"\xff", "blob": b"x"})
+
+    report = await rotate_checkpoints(redis, KeyRing.parse(f"{KEY_B},{KEY_A}"))
+
+    assert "not text" in report.damaged[broken] and "saved progress" in report.damaged[broken]
+    assert (await checkpoint_kids(redis, [healthy]))[0] == "kB"
 
 
 async def test_a_pause_during_rotation_is_not_reported_as_damage(redis: Redis) -> None:
