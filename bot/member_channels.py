@@ -309,8 +309,9 @@ class MemberChannels:
 
 
 def escalated_to(user_id: str, request: ApprovalRequest) -> bool:
-    """Whether a copy of `request` was escalated to `user_id` (in their direct messages)."""
-    return any(copy.to == user_id for copy in request.escalations)
+    """Whether a copy of `request` (or its bulk message's note) was escalated to
+    `user_id`."""
+    return request.escalated_to(user_id)
 
 
 def escalation_counts(

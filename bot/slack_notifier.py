@@ -169,8 +169,6 @@ class SlackNotifier:
         if request.escalations and not request.decided:
             text, body = _as_copy(request)
         for copy in request.escalations:
-            if copy.note:  # a bulk message's note, not a copy of this request
-                continue
             note = escalation.copy_note(request, copy.link)
             try:
                 await self._update(copy.channel, copy.ts, *escalation.with_note(note, text, body))

@@ -94,15 +94,12 @@ class EscalatedCopy:
     """A copy of a request posted by its escalation: where it was sent (`to`: the channel
     or the user escalated to; for a user group, each of its members), the message it made
     (`channel`, `ts`: a user's is their direct message with the app), and the link to the
-    original message it shows (empty when the original has none). `note`: the escalation
-    note of a bulk message's calls rather than a copy of this one (it gives the same right
-    to decide, from the App Home tab, and is not updated with this request)."""
+    original message it shows (empty when the original has none)."""
 
     to: str
     channel: str
     ts: str
     link: str = ""
-    note: bool = False
 
 
 @dataclass
@@ -138,6 +135,10 @@ class ApprovalRequest:
     editable: tuple[str, ...] = ()  # arguments a reviewer may edit before approving
     reminder_ts: str = ""  # the reminder posted in the message's thread, once posted
     escalations: list[EscalatedCopy] = field(default_factory=list)  # copies, kept in step
+    # The escalation notes of the bulk message it waits in (one per destination, for its
+    # route's calls): no copy of it, never updated with it, but the same right to decide
+    # it as a copy gives, from the App Home tab.
+    escalation_notes: list[EscalatedCopy] = field(default_factory=list)
     # What the run did before this call, sealed by the store like the checkpoint it comes
     # from (base64 of the encrypted `CallContext`); `context` is it opened, never stored.
     sealed_context: str = ""
@@ -173,6 +174,7 @@ class ApprovalRequest:
         data["approvals"] = json.dumps(self.approvals)
         data["editable"] = json.dumps(list(self.editable))
         data["escalations"] = json.dumps([asdict(copy) for copy in self.escalations])
+        data["escalation_notes"] = json.dumps([asdict(note) for note in self.escalation_notes])
         data["allow_always"] = "1" if self.allow_always else "0"
         data["decided_at"] = "" if self.decided_at is None else repr(self.decided_at)
         return {k: v if isinstance(v, str) else repr(v) for k, v in data.items()}
@@ -215,6 +217,7 @@ class ApprovalRequest:
             editable=tuple(json.loads(raw.get("editable") or "[]")),
             reminder_ts=raw.get("reminder_ts", ""),
             escalations=escalated_copies(raw.get("escalations", "")),
+            escalation_notes=escalated_copies(raw.get("escalation_notes", "")),
             sealed_context=raw.get("sealed_context", ""),
             bulk_id=raw.get("bulk_id", ""),
             bulk_ts=raw.get("bulk_ts", ""),
@@ -242,10 +245,16 @@ class ApprovalRequest:
         )
 
     def channels(self) -> list[str]:
-        """The channels its messages are in: the original's, then those of its escalated
-        copies."""
+        """The channels whose people it was put to: the original's, then those of its
+        escalated copies and of its bulk message's escalation notes."""
         first = self.original_channel
-        return list(dict.fromkeys([first, *(copy.channel for copy in self.escalations)]))
+        escalated = (copy.channel for copy in [*self.escalations, *self.escalation_notes])
+        return list(dict.fromkeys([first, *escalated]))
+
+    def escalated_to(self, user_id: str) -> bool:
+        """Whether a copy of it, or its bulk message's escalation note, was sent to
+        `user_id` (in their direct messages; for a user group, to each member)."""
+        return any(copy.to == user_id for copy in [*self.escalations, *self.escalation_notes])
 
     def posted_in(self, channel: str) -> bool:
         """Whether a message of this request (the original, or an escalated copy) is in
@@ -295,7 +304,8 @@ _STORED_FIELDS = tuple(
 
 
 def escalated_copies(raw: str) -> list[EscalatedCopy]:
-    """The `escalations` field as stored (a JSON list of objects); [] when absent."""
+    """The `escalations` (or `escalation_notes`) field as stored (a JSON list of objects);
+    [] when absent."""
     return [EscalatedCopy(**item) for item in json.loads(raw or "[]")]
 
 

@@ -140,9 +140,9 @@ class LadderDelivery:
             # may decide it, from the App Home tab), before the note counts as posted: a
             # redelivery after a crash between the two posts it again, never leaves a call
             # without it.
-            note = EscalatedCopy(to=target, channel=ref.channel, ts=ref.ts, note=True)
+            note = EscalatedCopy(to=target, channel=ref.channel, ts=ref.ts)
             for waiting in (r for r in requests if not r.decided):
-                await self.ladder.record_copy(waiting.request_id, note, self.store.clock())
+                await self.ladder.record_note(waiting.request_id, note, self.store.clock())
             await self.book.record_escalation(bulk.bulk_id, route_id, target, ref.ts)
             await self.store.count_delivered(request.request_id)
         await self._refused(request, refused, "escalate", "bulk_escalated")

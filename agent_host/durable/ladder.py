@@ -67,13 +67,14 @@ redis.call('XADD', KEYS[4], '*', 'type', ARGV[5], 'request_id', ARGV[2])
 return 'claimed'
 """
 
-# A copy posted by an escalation, recorded once per destination (a redelivered entry that
-# posted again is not recorded twice), with an audit entry saying where it went.
+# A copy posted by an escalation (or a bulk message's note), recorded once per destination
+# (a redelivered entry that posted again is not recorded twice), with an audit entry saying
+# where it went.
 # KEYS: request, run audit
-# ARGV: copy JSON, now, actor
+# ARGV: copy JSON, now, actor, field (escalations or escalation_notes)
 RECORD_COPY = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local raw = redis.call('HGET', KEYS[1], 'escalations')
+local raw = redis.call('HGET', KEYS[1], ARGV[4])
 local copies = {}
 if raw and raw ~= '' then copies = cjson.decode(raw) end
 local copy = cjson.decode(ARGV[1])
@@ -81,7 +82,7 @@ for _, seen in ipairs(copies) do
   if seen['to'] == copy['to'] then return 0 end
 end
 copies[#copies + 1] = copy
-redis.call('HSET', KEYS[1], 'escalations', cjson.encode(copies))
+redis.call('HSET', KEYS[1], ARGV[4], cjson.encode(copies))
 local rid = redis.call('HGET', KEYS[1], 'request_id')
 redis.call('XADD', KEYS[2], '*', 'at', ARGV[2], 'actor', ARGV[3], 'event', 'escalation_posted',
   'request_id', rid, 'detail', copy['channel'])
@@ -130,9 +131,18 @@ class Ladder:
     async def record_copy(self, request_id: str, copy: EscalatedCopy, now: float) -> bool:
         """Keep an escalated copy's message with its request, so every later update of the
         request reaches it; False if one for this destination was recorded already."""
+        return await self._record(request_id, copy, now, "escalations")
+
+    async def record_note(self, request_id: str, note: EscalatedCopy, now: float) -> bool:
+        """Keep the escalation note of the bulk message the request waits in with it (not
+        updated with it: the right to decide it that a copy would give); False if one for
+        this destination was recorded already."""
+        return await self._record(request_id, note, now, "escalation_notes")
+
+    async def _record(self, request_id: str, copy: EscalatedCopy, now: float, field: str) -> bool:
         k = K.Keys(request_id)
         done: Any = await self._record_copy(
             keys=[k.request(request_id), k.audit],
-            args=[json.dumps(asdict(copy)), repr(now), LADDER_ACTOR],
+            args=[json.dumps(asdict(copy)), repr(now), LADDER_ACTOR, field],
         )
         return bool(done)

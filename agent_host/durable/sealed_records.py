@@ -70,6 +70,7 @@ REQUEST_CLEAR = frozenset(
         "editable",  # names of the tool's arguments a reviewer may edit (its schema's)
         "reminder_ts",  # Slack references, like message_ts
         "escalations",  # the escalated copies' channels, ts and permalinks; LADDER appends
+        "escalation_notes",  # the same of a bulk message's notes
         "sealed_context",  # sealed already, by the store with the checkpoint's key ring
         "bulk_id",  # the request id of the bulk message's first call
         "bulk_channel",

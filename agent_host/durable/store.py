@@ -725,6 +725,7 @@ _ABSENT_MEANS = {
     "sealed_context": "",
     "approvals": "[]",
     "escalations": "[]",
+    "escalation_notes": "[]",
     "editable": "[]",
 }
 

@@ -66,7 +66,7 @@ def reminder_text(request: ApprovalRequest) -> str:
         if not reviewers:
             lines.append("Anyone here may decide it.")
     route = request.route
-    if route.escalate_to and not request.escalations:
+    if route.escalate_to and not (request.escalations or request.escalation_notes):
         lines.append(
             f"It will be escalated to {_destination(route.escalate_to)} at "
             f"{date(request.created_at + route.escalate_after_seconds)}."

@@ -242,13 +242,25 @@ def bulk_button_listener(
 
 
 async def _outside(channels: MemberChannels, book: BulkBook, bulk: Bulk, user: str) -> str:
-    """Why `user` is not one of the people of the bulk's calls decided by their channel's
-    people, or "" (the bulk's calls share its channel: the first such call says it)."""
+    """Why `user` is not one of the people of every waiting call of the bulk decided by
+    their channels' people, or "". The calls share the bulk's channel, but each route's
+    calls have their own escalation notes: one call of each route (and its escalations)
+    is checked, and one refusal refuses them all."""
+    checked: set[tuple[str, tuple[str, ...]]] = set()
     for request in await book.requests(bulk):
-        if not request.route.reviewers and not request.decided:
-            outside = await channels.outside(user, request)
-            return f"Not allowed: {outside}. Nothing was changed." if outside else ""
+        if request.route.reviewers or request.decided:
+            continue
+        people = (request.route.route_id, (*request.channels(), *_escalated_to(request)))
+        if people in checked:
+            continue
+        checked.add(people)
+        if outside := await channels.outside(user, request):
+            return f"Not allowed: {outside}. Nothing was changed."
     return ""
+
+
+def _escalated_to(request: ApprovalRequest) -> list[str]:
+    return [copy.to for copy in [*request.escalations, *request.escalation_notes]]
 
 
 def bulk_form_listener(

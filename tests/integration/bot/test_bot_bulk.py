@@ -476,6 +476,44 @@ async def test_reject_all_submitted_after_its_reviewer_left_the_channel_changes_
         await stack.assert_still_waiting(run_id, *(r.request_id for r in requests))
 
 
+async def test_reject_all_after_leaving_is_not_let_through_by_another_route_s_escalation(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Two routes of one private channel, neither naming reviewers; the archive calls are
+    escalated to REVIEWER2, the delete calls not. REVIEWER2 opens Reject all in the
+    channel, leaves it, then submits: the archive calls' note is theirs, but the delete
+    calls are the channel's people's alone, so the form is refused and nothing changes."""
+    async with running_stack(redis_url, tmp_path, COUNTERSIGN_AGENTS=AGENTS) as stack:
+        members = [REVIEWER, REVIEWER2, REQUESTER, ADMIN, BOT_USER_ID]
+        stack.standin.workspace.channels.append(
+            Channel(PRIVATE, "private-ops", 0, members, is_private=True)
+        )
+        for spec in (
+            f"tool=delete_file channel={PRIVATE}",
+            f"tool=archive_file channel={PRIVATE} escalate_after=1s escalate_to=<@{REVIEWER2}>",
+        ):
+            added = await stack.standin.slash(ADMIN, PRIVATE, "/approvals", f"route add {spec}")
+            assert "Added route" in added.json()["text"], added.body
+        run_id = await stack.start_run("batch-agent", "tidy up")
+        requests = await bulk_of(stack, run_id)
+        archives = [r for r in requests if r.tool == "archive_file"]
+        assert archives and len(archives) < len(requests)
+        await eventually(lambda: each_once(stack, run_id, archives, "escalated"), within=20)
+        await outbox_drained(stack)
+        for request in archives:
+            current = await stack.host.store.get_request(request.request_id)
+            assert current is not None and [n.to for n in current.escalation_notes] == [REVIEWER2]
+
+        await click_bulk(stack, REVIEWER2, requests[0], blocks.BULK_REJECT)
+        view = await stack.opened_view(REVIEWER2, blocks.BULK_REJECT_MODAL)
+        members.remove(REVIEWER2)  # ... who leaves the channel with the form open
+        values = {blocks.REASON_BLOCK: {blocks.REASON_INPUT: "not now"}}
+        refused = await stack.standin.submit_view(REVIEWER2, view["id"], values)
+        error = refused.json()["errors"][blocks.REASON_BLOCK]
+        assert "Not allowed" in error and "you are not there" in error
+        await stack.assert_still_waiting(run_id, *(r.request_id for r in requests))
+
+
 async def test_review_one_by_one_posts_each_call_in_the_thread_and_the_tally_follows(
     redis_url: str, tmp_path: Path
 ) -> None:
@@ -772,10 +810,11 @@ async def test_an_escalation_posts_one_note_linking_the_message_not_a_copy_of_ea
         assert OPS in await stack.host.bulks.escalated_to(
             requests[0].bulk_id, requests[0].route.route_id
         )
-        # Each call records the note as its escalation: #ops's people may decide it.
+        # Each call records the note (no copy of it): #ops's people may decide it.
         for current in await stack.host.store.run_requests(run_id):
-            [copy] = current.escalations
-            assert (copy.to, copy.channel, copy.ts, copy.note) == (OPS, OPS, note["ts"], True)
+            assert current.escalations == []
+            [recorded] = current.escalation_notes
+            assert (recorded.to, recorded.channel, recorded.ts) == (OPS, OPS, note["ts"])
 
 
 async def test_a_bulk_escalation_lets_whoever_it_reached_decide_on_a_route_naming_no_reviewers(
