@@ -154,80 +154,19 @@ async def test_a_run_failed_after_its_approved_call_ran_records_that_it_ran(
     assert record is not None and record.outcome == "executed"
 
 
-async def test_a_paused_turn_gives_way_to_the_turn_another_worker_saved_and_ran(
-    redis: Redis,
+@pytest.mark.parametrize("b_says", ["a call for a person", "an error", "a final answer"])
+async def test_an_outcome_of_a_turn_another_worker_saved_and_ran_gives_way_to_it(
+    redis: Redis, b_says: str
 ) -> None:
     """Two workers on one resume entry (B took it over while A, stalled, still lived). A's
     model answers the turn after the refund with a note, which the policy lets through: A
     saves that turn and sends the note, then dies. B's model, asked the same turn before A
-    saved it, answers with a call that asks a person. B's turn is saved like any other
-    before the run pauses on it, so B learns A's turn came first and continues from it (the
-    note is not sent again, and no person is asked about a turn the run never took).
-    The hosted runner is one for every framework; Pydantic AI's FunctionModel lets the
-    test decide what each worker's model says."""
-    notes: list[str] = []
-    env = make_env(redis)  # its registry is replaced below, once the agent is built
-    entry: dict[str, Any] = {"asked": False}
-
-    async def worker_a_sends_the_note_and_dies() -> None:
-        dying = ResumeWorker(env.store, env.runner, "A", crash=DiesAfterTheToolsRan())
-        with contextlib.suppress(Died):  # in a context of its own, as in another process
-            await asyncio.create_task(
-                dying.handle(entry["id"], entry["fields"]), context=contextvars.Context()
-            )
-
-    async def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        done = [p.tool_name for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
-        if not done:
-            return ModelResponse(parts=[ToolCallPart("issue_refund", {"order_id": "124"})])
-        if "notify" in done:
-            return ModelResponse(parts=[TextPart("all done")])
-        if not entry["asked"]:  # B asks first; A answers the same turn meanwhile: the note
-            entry["asked"] = True
-            await worker_a_sends_the_note_and_dies()
-            assert notes == ["your refund is on its way"]
-            return ModelResponse(parts=[ToolCallPart("issue_refund", {"order_id": "125"})])
-        return ModelResponse(parts=[ToolCallPart("notify", {"text": "your refund is on its way"})])
-
-    agent: PydanticAgent[None, str] = PydanticAgent(FunctionModel(respond), name="racer")
-
-    @agent.tool_plain(requires_approval=True)
-    def issue_refund(order_id: str) -> str:
-        """Refund an order."""
-        return f"refunded {order_id}"
-
-    @agent.tool_plain
-    def notify(text: str) -> str:
-        """Tell the customer."""
-        notes.append(text)
-        return "told"
-
-    env.runner.registry = AgentRegistry({"racer": lambda: PydanticAIAgent(agent, name="racer")})
-    run_id = await env.start("racer", "refund order 124")
-    [request] = await env.requests(run_id)
-    decision = Approve(decided_by="bob", call_hash=request.call_hash)
-    assert (await env.store.decide(request.request_id, decision)).resume_queued
-    stream = K.Keys(run_id).shard.resume
-    taken: Any = await redis.xreadgroup(K.RESUME_GROUP, "B", {stream: ">"}, count=10)
-    [(_, [(entry_id, raw)])] = taken
-    entry |= {"id": entry_id.decode(), "fields": {k.decode(): v.decode() for k, v in raw.items()}}
-
-    await ResumeWorker(env.store, env.runner, "B").handle(entry["id"], entry["fields"])
-
-    info = await env.info(run_id)
-    assert info.status == "succeeded", info.error
-    assert notes == ["your refund is on its way"], f"the note was sent {len(notes)} times"
-    assert await env.pending_requests(run_id) == []  # nobody asked about B's turn
-
-
-@pytest.mark.parametrize("b_says", ["an error", "a final answer"])
-async def test_an_outcome_of_a_turn_another_worker_saved_and_ran_gives_way_to_it(
-    redis: Redis, b_says: str
-) -> None:
-    """As above, but B's framework ends the run instead of pausing it: its model fails
-    (the framework raises), or it answers finally. Either is an outcome of the turn A saved
-    and ran first, so B continues from A's turn instead of ending the run without it: the
-    note is on record and sent once, and the run ends as A's turn leads it to."""
+    saved it, comes to another outcome of that turn: a call that asks a person (the run
+    would pause on it), an error (the framework raises: the run would fail), or a final
+    answer. B's outcome gives way to the turn A saved first, and B continues from it: the
+    note is on record and sent once, nobody is asked about a turn the run never took, and
+    the run ends as A's turn leads it to. The hosted runner is one for every framework;
+    Pydantic AI's FunctionModel lets the test decide what each worker's model says."""
     notes: list[str] = []
     env = make_env(redis)  # its registry is replaced below, once the agent is built
     entry: dict[str, Any] = {"asked": False}
@@ -251,7 +190,9 @@ async def test_an_outcome_of_a_turn_another_worker_saved_and_ran_gives_way_to_it
             assert notes == ["your refund is on its way"]
             if b_says == "an error":
                 raise RuntimeError("the model endpoint answered 429")
-            return ModelResponse(parts=[TextPart("nothing more to do")])
+            if b_says == "a final answer":
+                return ModelResponse(parts=[TextPart("nothing more to do")])
+            return ModelResponse(parts=[ToolCallPart("issue_refund", {"order_id": "125"})])
         return ModelResponse(parts=[ToolCallPart("notify", {"text": "your refund is on its way"})])
 
     agent: PydanticAgent[None, str] = PydanticAgent(FunctionModel(respond), name="racer")
@@ -282,5 +223,6 @@ async def test_an_outcome_of_a_turn_another_worker_saved_and_ran_gives_way_to_it
     info = await env.info(run_id)
     assert (info.status, info.output) == ("succeeded", "all done"), info.error
     assert notes == ["your refund is on its way"], f"the note was sent {len(notes)} times"
+    assert await env.pending_requests(run_id) == []  # nobody asked about B's turn
     ran = [c.tool for c in (await env.final_state(run_id)).calls if c.outcome == "executed"]
     assert ran == ["issue_refund", "notify"]

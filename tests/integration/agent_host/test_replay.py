@@ -328,12 +328,15 @@ async def test_a_final_answer_to_a_turn_another_worker_saved_first_goes_on_from_
     assert (notify.outcome, notify.result) == ("unknown_outcome", UNKNOWN_OUTCOME)
 
 
-async def test_a_final_answer_to_a_turn_another_worker_went_past_goes_on_from_its_last_turn(
-    redis: Redis,
+@pytest.mark.parametrize("a_gets", ["a final answer", "a model error"])
+async def test_an_outcome_of_a_turn_another_worker_went_past_goes_on_from_its_last_turn(
+    redis: Redis, a_gets: str
 ) -> None:
-    """Worker a answers turn 1 finally while worker b, a turn ahead, saved turns 1 and 2
-    and ran both calls, then died: a's answer is dropped for b's latest saved turn, so the
-    run ends with both calls on record, each run once."""
+    """Worker a's model request for turn 1 ends the run, with a final answer or an error
+    (a 429), while worker b, a turn ahead, saved turns 1 and 2 and ran both calls, then
+    died: a's outcome is of a turn b already saved, so it gives way (ending the run on it
+    would leave both calls out of its final state): a goes on from b's latest saved turn,
+    and the run ends with both calls on record, each run once."""
     a_asked, released = asyncio.Event(), asyncio.Event()
     b_died: list[bool] = []
 
@@ -347,6 +350,8 @@ async def test_a_final_answer_to_a_turn_another_worker_went_past_goes_on_from_it
             if turn == 0 and not a_asked.is_set():  # worker a, asked first, answers last
                 a_asked.set()
                 await released.wait()
+                if a_gets == "a model error":
+                    raise ModelError("429 rate limited")
                 return reply("nothing to do")
             if turn < 2:
                 return ModelResponse(tool_calls=[call("notify", target=f"call {turn + 1}")])
@@ -357,57 +362,6 @@ async def test_a_final_answer_to_a_turn_another_worker_went_past_goes_on_from_it
 
     shop = Shop()
     shop.model = AheadAndBehind()  # type: ignore[assignment]
-    env = make_env(redis, registry=shop.registry())
-    run_id = await env.store.create_run("shop", "tell them twice", "alice")
-    entry = await start_entry(env, run_id)
-    a = asyncio.create_task(env.worker("a").handle("1-0", entry))
-    await a_asked.wait()
-    with pytest.raises(Crash):
-        await env.worker("b").handle("1-0", entry)  # saved turns 1 and 2, ran both calls
-    released.set()
-    await a
-
-    info = await env.info(run_id)
-    assert (info.status, info.output) == ("succeeded", "told them")
-    assert shop.notified == ["call 1", "call 2"], "each call ran once"
-    calls = (await env.final_state(run_id)).calls
-    assert [(c.arguments, c.outcome) for c in calls] == [
-        ({"target": "call 1"}, "executed"),
-        ({"target": "call 2"}, "executed"),
-    ]
-
-
-async def test_a_model_error_of_a_worker_behind_gives_way_to_the_turns_another_saved(
-    redis: Redis,
-) -> None:
-    """Worker a's model request for turn 1 fails (a 429) while worker b, on the same entry,
-    saved turns 1 and 2, ran both calls, then died: a's failure is of a turn b already
-    saved, so it does not fail the run (its final state would leave out both calls that
-    ran): a goes on from b's latest saved turn, and the run ends with both calls on
-    record, each run once."""
-    a_asked, released = asyncio.Event(), asyncio.Event()
-    b_died: list[bool] = []
-
-    class Flaky:
-        name = "flaky"
-
-        async def respond(
-            self, messages: Sequence[Message], tools: Sequence[ToolSpec]
-        ) -> ModelResponse:
-            turn = sum(1 for m in messages if m.role == "assistant")
-            if turn == 0 and not a_asked.is_set():  # worker a, asked first, fails last
-                a_asked.set()
-                await released.wait()
-                raise ModelError("429 rate limited")
-            if turn < 2:
-                return ModelResponse(tool_calls=[call("notify", target=f"call {turn + 1}")])
-            if not b_died:
-                b_died.append(True)
-                raise Crash
-            return reply("told them")
-
-    shop = Shop()
-    shop.model = Flaky()  # type: ignore[assignment]
     env = make_env(redis, registry=shop.registry())
     run_id = await env.store.create_run("shop", "tell them twice", "alice")
     entry = await start_entry(env, run_id)

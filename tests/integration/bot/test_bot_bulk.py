@@ -458,22 +458,28 @@ async def test_reject_all_submitted_after_its_reviewer_left_the_channel_changes_
     redis_url: str, tmp_path: Path
 ) -> None:
     async with running_stack(redis_url, tmp_path) as stack:
-        private = "C0PRIVATE"
         members = [REVIEWER, REQUESTER, ADMIN, BOT_USER_ID]
         stack.standin.workspace.channels.append(
-            Channel(private, "private-ops", 0, members, is_private=True)
+            Channel(PRIVATE, "private-ops", 0, members, is_private=True)
         )
         # No named reviewers: the people of the private channel decide.
-        run_id, requests = await seven_on_route(stack, f"agent=cleanup-agent channel={private}")
-        await click_bulk(stack, REVIEWER, requests[0], blocks.BULK_REJECT)
-        view = await stack.opened_view(REVIEWER, blocks.BULK_REJECT_MODAL)
-        members.remove(REVIEWER)  # ... who leaves the channel with the form open
+        run_id, requests = await seven_on_route(stack, f"agent=cleanup-agent channel={PRIVATE}")
+        await reject_all_refused_after_leaving(stack, REVIEWER, members, run_id, requests)
 
-        values = {blocks.REASON_BLOCK: {blocks.REASON_INPUT: "not now"}}
-        refused = await stack.standin.submit_view(REVIEWER, view["id"], values)
-        error = refused.json()["errors"][blocks.REASON_BLOCK]
-        assert "Not allowed" in error and "you are not there" in error
-        await stack.assert_still_waiting(run_id, *(r.request_id for r in requests))
+
+async def reject_all_refused_after_leaving(
+    stack: Stack, user: str, members: list[str], run_id: str, requests: list[ApprovalRequest]
+) -> None:
+    """`user` opens Reject all on the bulk message, leaves its channel (its `members`)
+    with the form open, then submits it: refused, and nothing changes."""
+    await click_bulk(stack, user, requests[0], blocks.BULK_REJECT)
+    view = await stack.opened_view(user, blocks.BULK_REJECT_MODAL)
+    members.remove(user)
+    values = {blocks.REASON_BLOCK: {blocks.REASON_INPUT: "not now"}}
+    refused = await stack.standin.submit_view(user, view["id"], values)
+    error = refused.json()["errors"][blocks.REASON_BLOCK]
+    assert "Not allowed" in error and "you are not there" in error
+    await stack.assert_still_waiting(run_id, *(r.request_id for r in requests))
 
 
 async def test_reject_all_after_leaving_is_not_let_through_by_another_route_s_escalation(
@@ -504,14 +510,7 @@ async def test_reject_all_after_leaving_is_not_let_through_by_another_route_s_es
             current = await stack.host.store.get_request(request.request_id)
             assert current is not None and [n.to for n in current.escalation_notes] == [REVIEWER2]
 
-        await click_bulk(stack, REVIEWER2, requests[0], blocks.BULK_REJECT)
-        view = await stack.opened_view(REVIEWER2, blocks.BULK_REJECT_MODAL)
-        members.remove(REVIEWER2)  # ... who leaves the channel with the form open
-        values = {blocks.REASON_BLOCK: {blocks.REASON_INPUT: "not now"}}
-        refused = await stack.standin.submit_view(REVIEWER2, view["id"], values)
-        error = refused.json()["errors"][blocks.REASON_BLOCK]
-        assert "Not allowed" in error and "you are not there" in error
-        await stack.assert_still_waiting(run_id, *(r.request_id for r in requests))
+        await reject_all_refused_after_leaving(stack, REVIEWER2, members, run_id, requests)
 
 
 async def test_review_one_by_one_posts_each_call_in_the_thread_and_the_tally_follows(
