@@ -311,7 +311,7 @@ class MemberChannels:
 def escalated_to(user_id: str, request: ApprovalRequest) -> bool:
     """Whether a copy of `request` (or its bulk message's note) was escalated to
     `user_id`."""
-    return request.escalated_to(user_id)
+    return user_id in request.escalated_to()
 
 
 def escalation_counts(

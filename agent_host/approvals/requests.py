@@ -251,10 +251,10 @@ class ApprovalRequest:
         escalated = (copy.channel for copy in [*self.escalations, *self.escalation_notes])
         return list(dict.fromkeys([first, *escalated]))
 
-    def escalated_to(self, user_id: str) -> bool:
-        """Whether a copy of it, or its bulk message's escalation note, was sent to
-        `user_id` (in their direct messages; for a user group, to each member)."""
-        return any(copy.to == user_id for copy in [*self.escalations, *self.escalation_notes])
+    def escalated_to(self) -> tuple[str, ...]:
+        """Where its copies and its bulk message's escalation notes were sent: channels,
+        and people (in their direct messages; for a user group, each member)."""
+        return tuple(copy.to for copy in [*self.escalations, *self.escalation_notes])
 
     def posted_in(self, channel: str) -> bool:
         """Whether a message of this request (the original, or an escalated copy) is in

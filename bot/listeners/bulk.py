@@ -250,17 +250,13 @@ async def _outside(channels: MemberChannels, book: BulkBook, bulk: Bulk, user: s
     for request in await book.requests(bulk):
         if request.route.reviewers or request.decided:
             continue
-        people = (request.route.route_id, (*request.channels(), *_escalated_to(request)))
+        people = (request.route.route_id, (*request.channels(), *request.escalated_to()))
         if people in checked:
             continue
         checked.add(people)
         if outside := await channels.outside(user, request):
             return f"Not allowed: {outside}. Nothing was changed."
     return ""
-
-
-def _escalated_to(request: ApprovalRequest) -> list[str]:
-    return [copy.to for copy in [*request.escalations, *request.escalation_notes]]
 
 
 def bulk_form_listener(
