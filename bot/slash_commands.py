@@ -191,8 +191,7 @@ class SlashCommands:
         if command == "show" and len(rest) == 1:
             return await self.show(viewer, rest[0])
         if command == "routes" and not rest:
-            listing = format_rules(await self.routes.rules(), self.routes.default_channel)
-            return within_reply(listing)
+            return within_reply(await self.routes_for(user_id, channel_id))
         if command == "route" and rest and rest[0] in ("add", "remove"):
             if user_id not in self.admins:
                 return (
@@ -203,6 +202,26 @@ class SlashCommands:
             return await (self.add_route if rest[0] == "add" else self.remove_route)(user_id, spec)
         prefix = "" if command == "help" else f"Unknown command {inline_code(text.strip())}.\n"
         return prefix + help_text()
+
+    async def routes_for(self, user_id: str, channel_id: str) -> str:
+        """The routing rules, in the order they match: every one for an admin; for anyone
+        else those into the channel the command was typed in and those naming them (a
+        route into a private channel, its reviewers and its self-approval are no
+        outsider's to read)."""
+        rules = await self.routes.rules()
+        default = self.routes.default_channel
+        if user_id in self.admins:
+            return format_rules(rules, default)
+        shown = [r for r in rules if r.channel == channel_id or user_id in r.reviewers]
+        hidden = len(rules) - len(shown)
+        if not hidden:
+            return format_rules(shown, default)
+        listing = format_rules(shown, default) if shown else "No route here or naming you."
+        return (
+            f"{listing}\n{hidden} more route{'s' if hidden != 1 else ''}, into other "
+            "channels, listed to admins only (COUNTERSIGN_ADMINS); type `/approvals routes` "
+            "in a routed channel to see its routes."
+        )
 
     async def pending(self, viewer: Viewer, args: list[str]) -> str | CommandReply:
         everywhere = "all" in args

@@ -23,7 +23,7 @@ from agent_host.settings import Settings
 from bot import blocks
 from bot.slash_commands import help_text
 from slack_sandbox.blockkit import check_blocks
-from slack_sandbox.seed import BOT_USER_ID
+from slack_sandbox.seed import BOT_USER_ID, GENERAL
 from slack_sandbox.workspace import Channel, UserGroup
 from tests.support.replies import flat
 from tests.support.stack import (
@@ -502,6 +502,34 @@ async def test_a_route_whose_reviewers_are_too_few_for_its_quorum_is_refused(
             stack, ADMIN, f"route add channel={CHANNEL} reviewers=<!subteam^S0SOLO>,S0PAIR quorum=2"
         )
         assert "Added route `r1`" in added
+
+
+async def test_routes_into_other_channels_are_listed_to_admins_only(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A route into a private channel (its reviewers, its self-approval) is no outsider's
+    to read: a member sees the routes into the channel they type the command in and those
+    naming them, and is told how many more there are; an admin sees every one."""
+    private = "G0PRIVFIN"
+    async with running_stack(redis_url, tmp_path) as stack:
+        stack.standin.workspace.channels.append(
+            Channel(private, "finance-private", 0, [ADMIN, REVIEWER, BOT_USER_ID], is_private=True)
+        )
+        for spec in (
+            f"agent=refund-agent channel={private} reviewers=<@{REVIEWER}> self=yes",
+            f"agent=cleanup-agent channel={OPS}",
+        ):
+            await stack.bot.routes.add(parse_spec(spec), ADMIN)
+
+        outsider = await approvals(stack, OUTSIDER, "routes", channel=GENERAL)
+        assert private not in outsider and "self-approval allowed" not in outsider, outsider
+        assert OPS not in outsider and "2 more routes, into other channels" in outsider
+        in_ops = await approvals(stack, OUTSIDER, "routes", channel=OPS)
+        assert "*r2*" in in_ops and "*r1*" not in in_ops and "1 more route," in in_ops
+        named = await approvals(stack, REVIEWER, "routes", channel=GENERAL)
+        assert "*r1*" in named and f"<#{private}>" in named and "*r2*" not in named
+        admin = await approvals(stack, ADMIN, "routes", channel=GENERAL)
+        assert "*r1*" in admin and "*r2*" in admin and "more route" not in admin
 
 
 async def test_a_routes_listing_longer_than_one_message_shows_what_fits(
