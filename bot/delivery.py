@@ -97,6 +97,9 @@ PERMANENT = frozenset(
     }
 )
 
+# A request of a route naming no reviewers, whose private channel refused it, is not
+# rerouted to the default channel (its people would all read and decide it).
+NOT_REROUTED = "not_rerouted_private"
 _FIX = {
     "not_in_channel": "invite @countersign to it with `/invite @countersign`, or fix the route",
     "channel_not_found": (
@@ -114,6 +117,11 @@ _FIX = {
         "escalate the route to someone else"
     ),
     "no_members": "the user group has nobody else in it: add people or escalate elsewhere",
+    NOT_REROUTED: (
+        "its route names no reviewers and its channel is private (or could not be seen), so "
+        "it was not posted to the default channel, whose people could all have read and "
+        "decided it: invite @countersign back to its channel, or name the route's reviewers"
+    ),
     DeliveryFailed.STOPPED: (
         "every countersign process that took it to post it stopped (killed or crashed) "
         "before it was done, so it was given up: see the logs and the processes' memory"
@@ -177,8 +185,11 @@ def admin_alert(
         )
     else:
         why = f" ({inline_code(fallback_error)})" if fallback_error else ""
+        where_else = f"It could not be posted anywhere else either{why}"
+        if fallback_error == NOT_REROUTED:
+            where_else = f"It was not posted to the default channel ({how_to_fix(NOT_REROUTED)})"
         lines.append(
-            f"It could not be posted anywhere else either{why}: it waits, undeliverable, until "
+            f"{where_else}: it waits, undeliverable, until "
             f"it expires. See `/approvals show {request.request_id}`, or decide it through "
             "the HTTP API."
         )
@@ -249,6 +260,19 @@ def exposure(channel: str, escalation: str) -> str:
         f"{channel_link(escalation)}; once escalated, anyone there reads its requests, "
         "arguments included"
     )
+
+
+async def is_public(client: Any, channel: str) -> bool:
+    """Whether `channel` is a public channel, as `conversations.info` says (a private
+    channel the bot is not in answers `channel_not_found`); False when Slack cannot say."""
+    try:
+        reply: Any = await asyncio.wait_for(
+            client.conversations_info(channel=channel), LOOKUP_SECONDS
+        )
+    except (SlackApiError, TimeoutError, OSError, aiohttp.ClientError):
+        return False
+    info = reply.get("channel") or {}
+    return info.get("is_private") is False and not info.get("is_im") and not info.get("is_mpim")
 
 
 async def channel_facts(

@@ -288,6 +288,10 @@ class SlackNotifier:
         fallback = self.default_channel
         if not fallback or fallback == failure.channel:
             return None  # nowhere else to go: the admins are told
+        channel = failure.channel or request.route.destination
+        if not request.route.reviewers and not await delivery.is_public(self.client, channel):
+            # Its channel's people decide it: the default channel's would be others.
+            raise DeliveryFailed(delivery.NOT_REROUTED, channel)
         rerouted = replace(
             request,
             delivery="undeliverable",

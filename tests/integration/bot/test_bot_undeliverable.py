@@ -12,6 +12,7 @@ from typing import Any
 
 import aiohttp
 
+from agent_host.approvals import ApprovalRequest
 from agent_host.durable import keys as K
 from agent_host.durable.route_book import parse_spec
 from bot import blocks
@@ -166,6 +167,44 @@ async def test_a_request_routed_where_the_bot_is_not_goes_to_the_default_channel
         assert [c["channel"] for c in stack.standin.calls_to("chat.postMessage")].count(
             SECRET_ROOM
         ) == 1
+
+
+async def test_a_private_channel_s_request_for_its_people_is_not_rerouted_to_the_default_one(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A route naming no reviewers into a private channel the bot was removed from: its
+    channel's people decide its requests, and the default channel's would all read and
+    decide one, so it is not posted there; it waits, undeliverable, and the admins are told
+    why and what to do. The same channel's route naming reviewers is rerouted as before
+    (only they decide it wherever it is posted)."""
+    private_room = "C0PRIVATEROOM"
+    async with running_stack(redis_url, tmp_path) as stack:
+        add_channels(stack)
+        stack.standin.workspace.channels.append(
+            Channel(private_room, "private-room", 1_700_000_000, [REVIEWER, ADMIN], is_private=True)
+        )
+        await route_to(stack, private_room)
+        run_id = await stack.start_run("refund-agent", "refund order 123")
+
+        async def undeliverable() -> ApprovalRequest | None:
+            requests = await stack.host.store.run_requests(run_id)
+            return next((r for r in requests if r.delivery == "undeliverable"), None)
+
+        request = await eventually(undeliverable)
+        [dm] = await admin_dms(stack)
+        assert request.request_id in dm and "was not posted to the default channel" in dm, dm
+        assert "name the route's reviewers" in dm, dm
+        await outbox_drained(stack)
+        current = await stack.host.store.get_request(request.request_id)
+        assert current is not None and not current.message_ts
+        posts = [c["channel"] for c in stack.standin.calls_to("chat.postMessage")]
+        assert CHANNEL not in posts
+
+        named = f"agent=cleanup-agent channel={private_room} reviewers=<@{REVIEWER}>"
+        await stack.bot.routes.add(parse_spec(named), ADMIN)
+        other = await stack.start_run("cleanup-agent", "delete /tmp/a.txt")
+        [rerouted] = await stack.pending_requests(other)
+        assert rerouted.message_channel == CHANNEL
 
 
 async def test_a_rerouted_request_offers_its_call_not_the_rest_of_the_run(
