@@ -265,13 +265,9 @@ def exposure(channel: str, escalation: str) -> str:
 async def is_public(client: Any, channel: str) -> bool:
     """Whether `channel` is a public channel, as `conversations.info` says (a private
     channel the bot is not in answers `channel_not_found`); False when Slack cannot say."""
-    try:
-        reply: Any = await asyncio.wait_for(
-            client.conversations_info(channel=channel), LOOKUP_SECONDS
-        )
-    except (SlackApiError, TimeoutError, OSError, aiohttp.ClientError):
+    info = await _lookup(client, channel, "")
+    if isinstance(info, str):  # why it could not be described
         return False
-    info = reply.get("channel") or {}
     return info.get("is_private") is False and not info.get("is_im") and not info.get("is_mpim")
 
 
