@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -697,7 +698,10 @@ async def test_the_shared_reminder_and_escalation_outlive_the_call_that_took_the
         [note] = stack.channel_messages(OPS)
         waiting = [r for r in await stack.host.store.run_requests(run_id) if not r.decided]
         assert len(waiting) in (5, 6)  # the one or two calls that took the steps decided
-        assert f"{len(waiting)} of 7 calls" in note["text"], note["text"]
+        # The note counts what waited when its entry read the calls, which may be just
+        # before the approvals landed (its post then waited for the channel's turn).
+        counted = re.search(r"(\d+) of 7 calls", note["text"])
+        assert counted is not None and len(waiting) <= int(counted.group(1)) <= 7, note["text"]
 
 
 async def test_a_bulk_escalation_refused_for_good_is_told_to_the_admins_once(
