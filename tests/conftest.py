@@ -10,7 +10,7 @@ import pytest
 from agent_host.runtime.models import set_allow_model_requests
 from bot.library_loggers import LIBRARY_LOGGERS
 
-pytest_plugins = ["tests.support.redis_fixtures"]
+pytest_plugins = ["tests.support.redis_fixtures", "tests.support.watchdog"]
 
 set_allow_model_requests(False)
 

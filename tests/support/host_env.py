@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -204,7 +205,10 @@ async def killed_while_polling(consumer: Any, taken: asyncio.Event) -> None:
     happens (a process stopped on purpose would start its entries' counts afresh)."""
 
     async def polling() -> None:
-        while True:
+        # Until killed, even by a cancel swallowed on the way (Python 3.11's wait_for can
+        # swallow one that comes as what it waits for ends): the poll would go on for ever.
+        this = asyncio.current_task()
+        while this is not None and not this.cancelling():
             await consumer.poll(block_ms=1)
 
     process = asyncio.create_task(polling())
@@ -212,5 +216,13 @@ async def killed_while_polling(consumer: Any, taken: asyncio.Event) -> None:
         await asyncio.wait_for(taken.wait(), 5)
     finally:
         process.cancel()
+        ended, _ = await asyncio.wait({process}, timeout=10)
+        assert ended, f"the killed consumer's poll did not end:\n{stack_of(process)}"
         with contextlib.suppress(asyncio.CancelledError):
             await process
+
+
+def stack_of(task: asyncio.Task[Any]) -> str:
+    out = io.StringIO()
+    task.print_stack(file=out)
+    return out.getvalue()
