@@ -306,7 +306,7 @@ async def test_it_is_listed_by_slash_approvals_like_any_request(
 
 
 async def slash(stack: Stack, text: str) -> str:
-    reply = await stack.standin.slash(REVIEWER, CHANNEL, "/approvals", text)
+    reply = await stack.approvals(REVIEWER, CHANNEL, text)
     assert reply.status == 200, reply.body
     return flat_body(json.loads(reply.body))
 

@@ -128,7 +128,7 @@ def actions(message: dict[str, Any]) -> dict[str, dict[str, Any]]:
 async def seven_on_route(stack: Stack, spec: str) -> tuple[str, list[ApprovalRequest]]:
     """An admin adds the route `spec`; a cleanup run asks for seven deletions at once: the
     run and its requests once their bulk message is posted."""
-    added = await stack.standin.slash(ADMIN, CHANNEL, "/approvals", f"route add {spec}")
+    added = await stack.approvals(ADMIN, CHANNEL, f"route add {spec}")
     assert "Added route" in added.json()["text"], added.body
     run_id = await stack.start_run("cleanup-agent", f"delete {SEVEN}")
     return run_id, await bulk_of(stack, run_id)
@@ -335,7 +335,7 @@ async def test_a_reviewer_allowed_on_only_some_calls_approves_only_those(
 ) -> None:
     async with running_stack(redis_url, tmp_path, COUNTERSIGN_AGENTS=AGENTS) as stack:
         spec = f"tool=delete_file channel={CHANNEL} reviewers=<@{REVIEWER2}>"
-        added = await stack.standin.slash(ADMIN, CHANNEL, "/approvals", f"route add {spec}")
+        added = await stack.approvals(ADMIN, CHANNEL, f"route add {spec}")
         assert "Added route" in added.json()["text"], added.body
         run_id = await stack.start_run("batch-agent", "tidy up")
         requests = await bulk_of(stack, run_id)
@@ -499,7 +499,7 @@ async def test_reject_all_after_leaving_is_not_let_through_by_another_route_s_es
             f"tool=delete_file channel={PRIVATE}",
             f"tool=archive_file channel={PRIVATE} escalate_after=1s escalate_to=<@{REVIEWER2}>",
         ):
-            added = await stack.standin.slash(ADMIN, PRIVATE, "/approvals", f"route add {spec}")
+            added = await stack.approvals(ADMIN, PRIVATE, f"route add {spec}")
             assert "Added route" in added.json()["text"], added.body
         run_id = await stack.start_run("batch-agent", "tidy up")
         requests = await bulk_of(stack, run_id)
@@ -741,7 +741,7 @@ async def test_calls_of_two_routes_in_one_message_each_follow_their_routes_ladde
             f"tool=archive_file channel={CHANNEL} remind_after=1s "
             f"escalate_after=1s escalate_to=<@{REVIEWER}>",
         ):
-            added = await stack.standin.slash(ADMIN, CHANNEL, "/approvals", f"route add {spec}")
+            added = await stack.approvals(ADMIN, CHANNEL, f"route add {spec}")
             assert "Added route" in added.json()["text"], added.body
         run_id = await stack.start_run("batch-agent", "tidy up")
         requests = await bulk_of(stack, run_id)

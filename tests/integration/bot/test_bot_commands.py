@@ -71,7 +71,7 @@ def registry(settings: Settings) -> AgentRegistry:
 async def approvals(stack: Stack, user: str, text: str, channel: str = CHANNEL) -> str:
     """Run `/approvals text`; check the reply is an ephemeral JSON answer and return its text
     and blocks (`flat`)."""
-    reply = await stack.standin.slash(user, channel, "/approvals", text)
+    reply = await stack.approvals(user, channel, text)
     assert reply.status == 200, reply.body
     body: Any = json.loads(reply.body)
     assert body["response_type"] == "ephemeral"

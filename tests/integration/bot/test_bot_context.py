@@ -202,7 +202,7 @@ async def test_huge_and_hostile_model_output_stays_within_slacks_limits(
         # `open_home`) list the wire transfer and a question still waiting in another run.
         other = await stack.start_run("hostile", "go")
         [asked] = await stack.pending_requests(other)
-        reply = await stack.standin.slash(REVIEWER, CHANNEL, "/approvals", "pending")
+        reply = await stack.approvals(REVIEWER, CHANNEL, "pending")
         body = json.loads(reply.body)
         assert_safe(body["blocks"])
         lines = [b["text"]["text"] for b in body["blocks"] if b["type"] == "section"][1:]

@@ -342,8 +342,8 @@ async def test_every_approvers_comment_towards_a_quorum_reaches_the_agent(
     each approver's comment is kept in the audit trail, the deciding one's on the message,
     and the agent reads them all with the tool's result, as the form promises."""
     async with running_stack(redis_url, tmp_path) as stack:
-        reply = await stack.standin.slash(
-            ADMIN, CHANNEL, "/approvals", f"route add tool=issue_refund channel={CHANNEL} quorum=2"
+        reply = await stack.approvals(
+            ADMIN, CHANNEL, f"route add tool=issue_refund channel={CHANNEL} quorum=2"
         )
         assert "Added route" in reply.json()["text"], reply.body
         run_id = await stack.start_run("refund-agent", "refund order 123")

@@ -42,7 +42,7 @@ GROUP = "S0REVIEWERS"
 
 async def _route(stack: Stack, ladder: str, reviewers: str = f"<@{REVIEWER}>") -> str:
     spec = f"tool=issue_refund channel=<#{CHANNEL}|approvals> reviewers={reviewers} {ladder}"
-    reply = await stack.standin.slash(ADMIN, CHANNEL, "/approvals", f"route add {spec}")
+    reply = await stack.approvals(ADMIN, CHANNEL, f"route add {spec}")
     text = str(reply.json()["text"])
     assert "Added route" in text, text
     return text
@@ -430,12 +430,10 @@ async def test_bad_ladder_values_are_refused_and_change_nothing(
             (f"escalate_after=1h escalate_to=<#{CHANNEL}>", "is the route's own channel"),
             ("escalate_after=1h escalate_to=<#C0QUIET|quiet>", "I am not a member of <#C0QUIET>"),
         ]:
-            reply = await stack.standin.slash(
-                ADMIN, CHANNEL, "/approvals", f"route add channel={CHANNEL} {spec}"
-            )
+            reply = await stack.approvals(ADMIN, CHANNEL, f"route add channel={CHANNEL} {spec}")
             text = str(reply.json()["text"])
             assert text.startswith(":warning:") and says in text, text
-        listing = await stack.standin.slash(ADMIN, CHANNEL, "/approvals", "routes")
+        listing = await stack.approvals(ADMIN, CHANNEL, "routes")
         assert "No routes" in listing.json()["text"]
 
 

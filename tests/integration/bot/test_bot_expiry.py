@@ -12,8 +12,8 @@ from tests.support.stack import ADMIN, CHANNEL, running_stack
 
 async def test_request_expires_on_a_short_route_expiry(redis_url: str, tmp_path: Path) -> None:
     async with running_stack(redis_url, tmp_path) as stack:
-        added = await stack.standin.slash(
-            ADMIN, CHANNEL, "/approvals", f"route add tool=issue_refund channel={CHANNEL} expiry=1s"
+        added = await stack.approvals(
+            ADMIN, CHANNEL, f"route add tool=issue_refund channel={CHANNEL} expiry=1s"
         )
         assert "Added route" in added.json()["text"]
         run_id = await stack.start_run("refund-agent", "refund order 123")
@@ -36,7 +36,7 @@ async def test_request_expires_on_a_short_route_expiry(redis_url: str, tmp_path:
         assert "Expired" in shown and "the call was not run" in shown
         [outcome] = await stack.thread_replies(CHANNEL, request.message_ts)
         assert "expired before anyone decided" in outcome["text"]
-        pending = await stack.standin.slash(ADMIN, CHANNEL, "/approvals", "pending all")
+        pending = await stack.approvals(ADMIN, CHANNEL, "pending all")
         assert "Nothing is waiting" in pending.json()["text"]
 
 

@@ -27,7 +27,7 @@ from .test_bot_undeliverable import outbox_drained
 
 
 async def _route(stack: Stack, spec: str) -> None:
-    reply = await stack.standin.slash(ADMIN, CHANNEL, "/approvals", f"route add {spec}")
+    reply = await stack.approvals(ADMIN, CHANNEL, f"route add {spec}")
     assert reply.status == 200
     assert "Added route" in reply.json()["text"], reply.body
 

@@ -31,7 +31,7 @@ async def api_get(stack: Stack, path: str) -> Any:
 
 
 async def slash(stack: Stack, text: str) -> str:
-    reply = await stack.standin.slash(REVIEWER, CHANNEL, "/approvals", text)
+    reply = await stack.approvals(REVIEWER, CHANNEL, text)
     assert reply.status == 200, reply.body
     body = json.loads(reply.body)
     return flat(body["text"], body.get("blocks"))  # the pending list is blocks

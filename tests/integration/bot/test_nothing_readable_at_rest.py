@@ -144,9 +144,7 @@ async def test_no_content_is_readable_in_redis_or_its_aof_before_or_after_rotati
         )
         support = started["run_id"]
         [question] = await stack.pending_requests(support)
-        shown = await stack.standin.slash(
-            REVIEWER, CHANNEL, "/approvals", f"show {question.request_id}"
-        )
+        shown = await stack.approvals(REVIEWER, CHANNEL, f"show {question.request_id}")
         assert canary in shown.body
         await stack.click(REVIEWER, question, blocks.ANSWER)
         view = await stack.opened_view(REVIEWER, blocks.ANSWER_MODAL)
