@@ -45,7 +45,7 @@ def read_content(
 
 def post_message(core: SandboxCore, params: JsonDict) -> JsonDict:
     ws = core.workspace
-    channel = ws.resolve_channel(as_str(params.get("channel")))
+    channel = ws.seen_by_bot(ws.resolve_channel(as_str(params.get("channel"))))
     if channel is None:
         return api_error("channel_not_found")
     if channel.is_archived:
@@ -108,7 +108,7 @@ def update_message(core: SandboxCore, params: JsonDict) -> JsonDict:
 
 def post_ephemeral(core: SandboxCore, params: JsonDict) -> JsonDict:
     ws = core.workspace
-    channel = ws.resolve_channel(as_str(params.get("channel")))
+    channel = ws.seen_by_bot(ws.resolve_channel(as_str(params.get("channel"))))
     if channel is None:
         return api_error("channel_not_found")
     user = ws.user(as_str(params.get("user")))

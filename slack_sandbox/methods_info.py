@@ -57,8 +57,8 @@ def usergroup_users(core: SandboxCore, params: JsonDict) -> JsonDict:
 
 def conversation_info(core: SandboxCore, params: JsonDict) -> JsonDict:
     ws = core.workspace
-    channel = ws.channel(as_str(params.get("channel")))
-    if channel is None:
+    channel = ws.seen_by_bot(ws.channel(as_str(params.get("channel"))))
+    if channel is None:  # a private channel the bot is not in, too
         return api_error("channel_not_found")
     include = as_bool(params.get("include_num_members"))
     return {"ok": True, "channel": channel_json(ws, channel, include_num_members=include)}
@@ -111,8 +111,8 @@ def conversation_members(core: SandboxCore, params: JsonDict) -> JsonDict:
     """The user ids of a conversation's members, paged by ``limit`` and ``cursor``; a
     private one only if the bot is in it (else ``channel_not_found``, as Slack answers)."""
     ws = core.workspace
-    channel = ws.channel(as_str(params.get("channel")))
-    if channel is None or (channel.is_private and ws.bot.user_id not in channel.members):
+    channel = ws.seen_by_bot(ws.channel(as_str(params.get("channel"))))
+    if channel is None:
         return api_error("channel_not_found")
     paged = _page(list(channel.members), params)
     if paged is None:

@@ -160,6 +160,13 @@ class Workspace:
     def usergroup(self, group_id: str) -> UserGroup | None:
         return next((g for g in self.usergroups if g.id == group_id), None)
 
+    def seen_by_bot(self, channel: Channel | None) -> Channel | None:
+        """`channel` as the bot sees it: a private channel it is not in is hidden, as if it
+        did not exist (Slack answers ``channel_not_found``, not ``not_in_channel``)."""
+        if channel is not None and channel.is_private and self.bot.user_id not in channel.members:
+            return None
+        return channel
+
     def resolve_channel(self, ref: str) -> Channel | None:
         """A channel by id, by name (``general`` or ``#general``), or a user id's DM channel,
         as ``chat.postMessage`` accepts them."""

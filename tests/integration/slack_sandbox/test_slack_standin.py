@@ -667,6 +667,29 @@ async def test_conversations_members_lists_a_channels_members_in_pages(
     assert err.value.response["error"] == "invalid_cursor"
 
 
+async def test_a_private_channel_the_bot_is_not_in_is_one_it_cannot_see(
+    client: AsyncWebClient, standin: SlackStandIn
+) -> None:
+    """As Slack answers: a public channel the bot is not in exists (`not_in_channel`), a
+    private one does not (`channel_not_found`), whatever the bot asks of it."""
+    add_private_channels(standin)
+    standin.workspace.channel("C0OPS").members.remove("U0BOT")  # type: ignore[union-attr]
+    for channel, error in (("C0OPS", "not_in_channel"), ("C0HIDDEN", "channel_not_found")):
+        with pytest.raises(SlackApiError) as err:
+            await client.chat_postMessage(channel=channel, text="approval needed")
+        assert err.value.response["error"] == error
+    for ask in (
+        client.conversations_info(channel="C0HIDDEN"),
+        client.chat_postEphemeral(channel="C0HIDDEN", user="U0OUTSIDER", text="x"),
+    ):
+        with pytest.raises(SlackApiError) as err:
+            await ask
+        assert err.value.response["error"] == "channel_not_found"
+    shared = await client.conversations_info(channel="C0SHARED")
+    assert shared["channel"]["is_private"] is True
+    assert standin.workspace.channel_messages("C0HIDDEN") == []
+
+
 async def test_opening_and_clicking_the_home_tab_send_what_slack_sends(
     client: AsyncWebClient, standin: SlackStandIn
 ) -> None:
