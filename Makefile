@@ -22,7 +22,7 @@ test: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy agent_host bot slack_sandbox
 	$(BIN)/lint-imports
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(BIN)/pytest -q -p no:cacheprovider --durations=15
 
 # The demo needs Redis but no browser: it prints a URL for yours.
 demo: $(STAMP)
