@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from agent_host.runtime.checkpoint import RunState
 from agent_host.runtime.runner import Runner
 from agent_host.settings import load_settings
 from tests.support.keyspace import xrange_all
-from tests.support.waiting import eventually
+from tests.support.waiting import eventually, stack_of
 
 __all__ = [
     "Env",
@@ -220,9 +219,3 @@ async def killed_while_polling(consumer: Any, taken: asyncio.Event) -> None:
         assert ended, f"the killed consumer's poll did not end:\n{stack_of(process)}"
         with contextlib.suppress(asyncio.CancelledError):
             await process
-
-
-def stack_of(task: asyncio.Task[Any]) -> str:
-    out = io.StringIO()
-    task.print_stack(file=out)
-    return out.getvalue()

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import io
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-__all__ = ["WITHIN", "eventually"]
+__all__ = ["WITHIN", "eventually", "stack_of"]
 
 T = TypeVar("T")
 
@@ -53,3 +54,10 @@ async def eventually(
             extra = f"\n{details()}" if details is not None else ""
             raise AssertionError(f"timed out after {within:g}s waiting for {what}{extra}")
         await asyncio.sleep(interval)
+
+
+def stack_of(task: asyncio.Task[object]) -> str:
+    """Where `task` stands: what a wait that did not end says of what it waited for."""
+    out = io.StringIO()
+    task.print_stack(file=out)
+    return out.getvalue()

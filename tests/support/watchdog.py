@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.waiting import stack_of
+
 GRACE_SECONDS = 60
 DEFAULT_TIMEOUT = 120.0
 
@@ -55,7 +57,7 @@ def end_the_run(item: pytest.Item, limit: float) -> None:
         for loop in running_loops():
             for task in asyncio.all_tasks(loop):
                 out.write(f"\n--- task {task.get_name()}: {task.get_coro()!r}\n")
-                task.print_stack(file=out)
+                out.write(stack_of(task))
         frames = sys._current_frames()
         for thread in threading.enumerate():
             frame = frames.get(thread.ident or -1)
