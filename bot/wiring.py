@@ -31,6 +31,8 @@ from bot.app import BackgroundTasks, build_bolt_app
 from bot.delivery import channel_facts
 from bot.home import HomeTab
 from bot.library_loggers import web_api_logger
+from bot.listeners.budget import LISTENER_BUDGET
+from bot.listeners.buttons import is_decision_click
 from bot.listeners.taken_once import FIRST_TIME
 from bot.member_channels import MemberChannels
 from bot.parsing import well_formed
@@ -209,7 +211,10 @@ def mount_slack(app: web.Application, bot: SlackBot) -> None:
             return web.json_response({"error": "malformed Slack request body"}, status=400)
         # The replay guard's round trip overlaps the dispatch; it is awaited before the
         # request can change anything (`bot.listeners.taken_once`), and here at the latest.
-        guard = asyncio.ensure_future(_first_time(signature))
+        # A decision click's listener awaits the guard beside its own first read, inside
+        # its budget: the guard has that budget too, not a tighter one of its own.
+        within = LISTENER_BUDGET if is_decision_click(bolt_request.body) else None
+        guard = asyncio.ensure_future(_first_time(signature, within))
         bolt_request.context[FIRST_TIME] = guard
         try:
             return await to_aiohttp_response(await bot.bolt.async_dispatch(bolt_request))
@@ -217,10 +222,11 @@ def mount_slack(app: web.Application, bot: SlackBot) -> None:
             # StoreUnavailable: the listener said so (taken_once)
             await asyncio.gather(guard, return_exceptions=True)
 
-    async def _first_time(signature: str) -> bool:
-        # Redis away, or no answer within half a second: StoreUnavailable. The request
-        # is then refused ("try again"), never let through: a Redis that is only slow still
-        # takes the writes of a copy it could not tell from the first.
-        return await bot.seen_requests.first(signature)
+    async def _first_time(signature: str, within: float | None) -> bool:
+        # Redis away, or no answer in time (half a second before a listener begins):
+        # StoreUnavailable. The request is then refused ("try again"), never let through: a
+        # Redis that is only slow still takes the writes of a copy it could not tell from
+        # the first.
+        return await bot.seen_requests.first(signature, within)
 
     app.router.add_post("/slack/events", slack_events)

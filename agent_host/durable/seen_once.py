@@ -39,8 +39,9 @@ class SeenOnce:
         self.redis, self.kind, self.keep_seconds = redis, kind, keep_seconds
         self.within = within
 
-    async def first(self, delivery_id: str) -> bool:
-        """True for the first delivery of `delivery_id`, False for every repeat."""
+    async def first(self, delivery_id: str, within: float | None = None) -> bool:
+        """True for the first delivery of `delivery_id`, False for every repeat; Redis must
+        answer within `within` seconds (default: the guard's own)."""
         key = K.seen_once(self.kind, delivery_id)
-        async with asyncio.timeout(self.within):  # a TimeoutError: StoreUnavailable
+        async with asyncio.timeout(within or self.within):  # TimeoutError: StoreUnavailable
             return bool(await self.redis.set(key, "1", nx=True, ex=self.keep_seconds))
