@@ -5,9 +5,13 @@ use. A burst of simultaneous requests (a thousand agents calling the API at the 
 moment) would fail some of them, and with them whatever else of the process needed Redis
 just then: a click, the outbox, a resume. Here a caller that finds every connection in use
 waits in line, in order of arrival, for one to be released, for at most CONNECTION_WAIT
-seconds, and only then fails, saying so. Taking a free connection costs about a
-microsecond more than in redis-py's pool (one more coroutine; the line is looked at only
-when someone is in it).
+seconds, and only then fails, saying so.
+
+Taking a free connection and giving it back are also cheaper than in redis-py's pool, which
+every Redis command goes through (about ten times an approval cycle): redis-py 8 takes its
+lock, checks the call's arguments for deprecated ones and records metrics nobody reads,
+each an await or more. Here, with none of the features that need them configured, a free
+connection is taken and given back in a few list operations, checked as redis-py checks it.
 """
 
 from __future__ import annotations
@@ -28,6 +32,15 @@ __all__ = ["CONNECTION_WAIT", "WaitingConnectionPool", "WaitingSentinelConnectio
 CONNECTION_WAIT = 2.0
 
 
+def _metrics_enabled() -> bool:
+    """Whether redis-py records connection metrics (its observability configured)."""
+    try:
+        from redis.asyncio.observability.recorder import _get_or_create_collector
+    except ImportError:  # (a redis-py without them)
+        return False
+    return _get_or_create_collector() is not None
+
+
 class WaitingConnectionPool(ConnectionPool):
     """redis-py's pool, waiting in line when every connection is in use."""
 
@@ -38,9 +51,20 @@ class WaitingConnectionPool(ConnectionPool):
         self._line: collections.deque[asyncio.Future[None]] = collections.deque()
         self._waiting = 0  # in line now (the line may also hold turns given up)
         self._woken = 0  # woken by a release, and not back yet: the freed connection is theirs
+        # Taking and releasing a connection skip what only streaming credentials (a
+        # re-authentication on release), RESP3 and redis-py's OpenTelemetry metrics need;
+        # with any of them configured, the pool is redis-py's own.
+        options = self.connection_kwargs
+        self._plain = (
+            options.get("credential_provider") is None
+            and str(options.get("protocol") or 2) == "2"  # (RESP3 may push data unasked)
+            and not _metrics_enabled()
+        )
 
     async def get_connection(self, *args: Any, **kwargs: Any) -> AbstractConnection:
         if not self._waiting and not self._woken:  # nobody is before this caller
+            if self._plain and self._available_connections:
+                return await self._take_free()
             try:
                 return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call,no-any-return]
             except MaxConnectionsError:
@@ -57,6 +81,27 @@ class WaitingConnectionPool(ConnectionPool):
             except BaseException:  # cancelled, or Redis away: its turn goes on to the next
                 self._hand_on()
                 raise
+
+    async def _take_free(self) -> AbstractConnection:
+        """A free connection, taken as redis-py's pool takes one, without its lock (nothing
+        here waits between looking and taking), its deprecation check of the arguments and
+        its metrics. One not ready to send is connected afresh: redis-py 8's own check lets
+        unread data by whenever its maintenance notifications are on, as they are by
+        default, though a RESP2 connection never receives one."""
+        connection = self._available_connections.pop()
+        self._in_use_connections.add(connection)
+        try:
+            if not connection.is_connected:
+                await connection.connect()  # type: ignore[no-untyped-call]
+            elif await connection.can_read():
+                # A reply nobody read (the next command would take it for its own), or
+                # closed by the server: connected afresh.
+                await connection.disconnect()
+                await connection.connect()  # type: ignore[no-untyped-call]
+        except BaseException:
+            await self.release(connection)
+            raise
+        return connection
 
     async def _turn(self, deadline: float, *, front: bool = False) -> None:
         """Wait in line until a release hands this caller its turn (MaxConnectionsError at
@@ -87,6 +132,11 @@ class WaitingConnectionPool(ConnectionPool):
             self._waiting -= 1
 
     async def release(self, connection: AbstractConnection) -> None:
+        if self._plain and not connection.should_reconnect():  # type: ignore[no-untyped-call]
+            self._in_use_connections.remove(connection)
+            self._available_connections.append(connection)
+            self._hand_on()
+            return
         try:
             await super().release(connection)
         finally:  # (even cancelled while redis-py reconnects it: the slot is free already)

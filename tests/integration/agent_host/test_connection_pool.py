@@ -232,3 +232,42 @@ async def test_a_woken_caller_cancelled_on_the_pool_lock_hands_its_turn_on(
     await asyncio.wait_for(second, 0.8)  # its turn came from `first`, not at the 1 s wait
     assert first.cancelled()
     assert (pool._waiting, pool._woken) == (0, 0)
+
+
+async def test_a_connection_the_server_closed_is_reconnected_before_it_is_handed_out(
+    open_client: Callable[..., Redis], redis_url: str
+) -> None:
+    """A free connection is taken without redis-py's pool machinery, but never unchecked:
+    one whose server side went away is connected again before it is given to a caller."""
+    client = open_client(1)
+    pool = _waiting_pool(client)
+    connection = await pool.get_connection()
+    await connection.send_command("CLIENT", "SETNAME", "pooled")
+    assert await connection.read_response() in (b"OK", "OK")
+    await pool.release(connection)
+    async with Redis.from_url(redis_url) as other:
+        assert await other.client_kill_filter(_type="normal", skipme=True) >= 1
+    await asyncio.sleep(0.1)  # the close has reached the pooled connection's socket
+    again = await pool.get_connection()
+    assert again is connection
+    await again.send_command("PING")  # on the closed socket this would fail to read
+    assert await again.read_response() in (b"PONG", "PONG")
+    await pool.release(again)
+
+
+async def test_a_connection_given_back_with_a_reply_unread_is_not_handed_out_as_is(
+    open_client: Callable[..., Redis],
+) -> None:
+    """A connection released before its reply was read would give the next caller that
+    reply for its own: it is reconnected, and the next caller reads its own answer."""
+    client = open_client(1)
+    pool = _waiting_pool(client)
+    connection = await pool.get_connection()
+    await connection.send_command("ECHO", "stale")
+    await pool.release(connection)
+    await asyncio.sleep(0.05)  # the stale reply has arrived, unread
+    again = await pool.get_connection()
+    await again.send_command("ECHO", "fresh")
+    assert await again.read_response() in (b"fresh", "fresh")
+    await pool.release(again)
+    assert await client.echo("next") == b"next"
