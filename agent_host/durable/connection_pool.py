@@ -22,7 +22,9 @@ from typing import Any
 
 from redis.asyncio.connection import AbstractConnection, ConnectionPool
 from redis.asyncio.sentinel import SentinelConnectionPool
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MaxConnectionsError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from agent_host.durable.command_packing import hiredis_packing
 
@@ -39,6 +41,16 @@ def _metrics_enabled() -> bool:
     except ImportError:  # (a redis-py without them)
         return False
     return _get_or_create_collector() is not None
+
+
+async def _unfit(connection: AbstractConnection) -> bool:
+    """Whether a connected connection must be connected afresh before it sends: it holds a
+    reply nobody read (the next command would take it for its own), the server closed it,
+    or looking failed (as redis-py's pool, it is then connected again, not given up)."""
+    try:
+        return bool(await connection.can_read())
+    except (RedisConnectionError, RedisTimeoutError, OSError):
+        return True
 
 
 class WaitingConnectionPool(ConnectionPool):
@@ -91,11 +103,7 @@ class WaitingConnectionPool(ConnectionPool):
         connection = self._available_connections.pop()
         self._in_use_connections.add(connection)
         try:
-            if not connection.is_connected:
-                await connection.connect()  # type: ignore[no-untyped-call]
-            elif await connection.can_read():
-                # A reply nobody read (the next command would take it for its own), or
-                # closed by the server: connected afresh.
+            if not connection.is_connected or await _unfit(connection):
                 await connection.disconnect()
                 await connection.connect()  # type: ignore[no-untyped-call]
         except BaseException:

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MaxConnectionsError
 
 from agent_host.durable.connection_pool import WaitingConnectionPool
@@ -271,3 +272,36 @@ async def test_a_connection_given_back_with_a_reply_unread_is_not_handed_out_as_
     assert await again.read_response() in (b"fresh", "fresh")
     await pool.release(again)
     assert await client.echo("next") == b"next"
+
+
+async def test_a_free_connection_that_cannot_be_checked_is_connected_again_not_given_up(
+    open_client: Callable[..., Redis], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Looking at a free connection can fail (its socket broken): as in redis-py's pool,
+    it is connected afresh and the command goes on, rather than failing before it began
+    (outside redis-py's retries)."""
+    client = open_client(1)
+    pool = _waiting_pool(client)
+    assert await client.set("k", "v")
+    (connection,) = pool._available_connections
+
+    async def broken() -> bool:
+        raise RedisConnectionError("Error while reading from 127.0.0.1: (104, 'reset')")
+
+    monkeypatch.setattr(connection, "can_read", broken)
+    assert await client.get("k") == b"v"
+    assert pool._available_connections == [connection]
+
+
+async def test_a_resp3_pool_is_redis_py_s_own(redis_url: str) -> None:
+    """RESP3 may push data nobody asked for (redis-py's maintenance notifications): a
+    connection holding some is not unread garbage there, so the short way is not taken."""
+    pool = WaitingConnectionPool.from_url(redis_url, protocol=3)
+    client = Redis.from_pool(pool)
+    try:
+        assert pool._plain is False
+        assert await client.set("resp3", "1")
+        assert await client.get("resp3") == b"1"
+    finally:
+        await client.aclose()
+    assert WaitingConnectionPool.from_url(redis_url)._plain is True
