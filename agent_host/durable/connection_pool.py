@@ -22,9 +22,7 @@ from typing import Any
 
 from redis.asyncio.connection import AbstractConnection, ConnectionPool
 from redis.asyncio.sentinel import SentinelConnectionPool
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MaxConnectionsError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from agent_host.durable.command_packing import hiredis_packing
 
@@ -43,16 +41,6 @@ def _metrics_enabled() -> bool:
     return _get_or_create_collector() is not None
 
 
-async def _unfit(connection: AbstractConnection) -> bool:
-    """Whether a connected connection must be connected afresh before it sends: it holds a
-    reply nobody read (the next command would take it for its own), the server closed it,
-    or looking failed (as redis-py's pool, it is then connected again, not given up)."""
-    try:
-        return bool(await connection.can_read())
-    except (RedisConnectionError, RedisTimeoutError, OSError):
-        return True
-
-
 class WaitingConnectionPool(ConnectionPool):
     """redis-py's pool, waiting in line when every connection is in use."""
 
@@ -64,18 +52,15 @@ class WaitingConnectionPool(ConnectionPool):
         self._waiting = 0  # in line now (the line may also hold turns given up)
         self._woken = 0  # woken by a release, and not back yet: the freed connection is theirs
         # Taking and releasing a connection skip what only streaming credentials (a
-        # re-authentication on release), RESP3 and redis-py's OpenTelemetry metrics need;
-        # with any of them configured, the pool is redis-py's own.
-        options = self.connection_kwargs
+        # re-authentication on release) and redis-py's OpenTelemetry metrics need; with
+        # either configured, the pool is redis-py's own.
         self._plain = (
-            options.get("credential_provider") is None
-            and str(options.get("protocol") or 2) == "2"  # (RESP3 may push data unasked)
-            and not _metrics_enabled()
+            self.connection_kwargs.get("credential_provider") is None and not _metrics_enabled()
         )
 
     async def get_connection(self, *args: Any, **kwargs: Any) -> AbstractConnection:
         if not self._waiting and not self._woken:  # nobody is before this caller
-            if self._plain and self._available_connections:
+            if self._plain and self._available_connections and not self._lock.locked():
                 return await self._take_free()
             try:
                 return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call,no-any-return]
@@ -95,17 +80,15 @@ class WaitingConnectionPool(ConnectionPool):
                 raise
 
     async def _take_free(self) -> AbstractConnection:
-        """A free connection, taken as redis-py's pool takes one, without its lock (nothing
-        here waits between looking and taking), its deprecation check of the arguments and
-        its metrics. One not ready to send is connected afresh: redis-py 8's own check lets
-        unread data by whenever its maintenance notifications are on, as they are by
-        default, though a RESP2 connection never receives one."""
+        """A free connection, taken as redis-py's pool takes one and checked by its own
+        `ensure_connection`, without its deprecation check of the arguments and its
+        metrics. Taken only while nobody holds the pool's lock, as redis-py's handler of a
+        server's maintenance notice does while it moves connections: nothing here waits
+        between looking and taking, so none is taken from under it."""
         connection = self._available_connections.pop()
         self._in_use_connections.add(connection)
         try:
-            if not connection.is_connected or await _unfit(connection):
-                await connection.disconnect()
-                await connection.connect()  # type: ignore[no-untyped-call]
+            await self.ensure_connection(connection)
         except BaseException:
             await self.release(connection)
             raise
@@ -140,7 +123,8 @@ class WaitingConnectionPool(ConnectionPool):
             self._waiting -= 1
 
     async def release(self, connection: AbstractConnection) -> None:
-        if self._plain and not connection.should_reconnect():  # type: ignore[no-untyped-call]
+        reconnect = connection.should_reconnect()  # type: ignore[no-untyped-call]
+        if self._plain and not self._lock.locked() and not reconnect:
             self._in_use_connections.remove(connection)
             self._available_connections.append(connection)
             self._hand_on()

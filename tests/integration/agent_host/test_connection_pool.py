@@ -22,9 +22,9 @@ from agent_host.durable.connection_pool import WaitingConnectionPool
 async def open_client(redis_url: str) -> AsyncIterator[Callable[..., Redis]]:
     clients: list[Redis] = []
 
-    def make(connections: int, wait: float = 5.0) -> Redis:
+    def make(connections: int, wait: float = 5.0, **options: Any) -> Redis:
         pool = WaitingConnectionPool.from_url(
-            redis_url, max_connections=connections, connection_wait=wait
+            redis_url, max_connections=connections, connection_wait=wait, **options
         )
         clients.append(Redis.from_pool(pool))
         return clients[-1]
@@ -235,13 +235,17 @@ async def test_a_woken_caller_cancelled_on_the_pool_lock_hands_its_turn_on(
     assert (pool._waiting, pool._woken) == (0, 0)
 
 
+# redis-py checks a free connection for unread data only while its maintenance notifications
+# are off, as they are on RESP2 (on RESP3, data may be a push nobody asked for): these pools
+# speak RESP2, so that the check the short way must keep is the one that runs.
 async def test_a_connection_the_server_closed_is_reconnected_before_it_is_handed_out(
     open_client: Callable[..., Redis], redis_url: str
 ) -> None:
-    """A free connection is taken without redis-py's pool machinery, but never unchecked:
-    one whose server side went away is connected again before it is given to a caller."""
-    client = open_client(1)
+    """A free connection is taken without redis-py's pool machinery, but not unchecked: one
+    whose server side went away is connected again before it is given to a caller."""
+    client = open_client(1, protocol=2)
     pool = _waiting_pool(client)
+    assert pool._plain
     connection = await pool.get_connection()
     await connection.send_command("CLIENT", "SETNAME", "pooled")
     assert await connection.read_response() in (b"OK", "OK")
@@ -261,7 +265,7 @@ async def test_a_connection_given_back_with_a_reply_unread_is_not_handed_out_as_
 ) -> None:
     """A connection released before its reply was read would give the next caller that
     reply for its own: it is reconnected, and the next caller reads its own answer."""
-    client = open_client(1)
+    client = open_client(1, protocol=2)
     pool = _waiting_pool(client)
     connection = await pool.get_connection()
     await connection.send_command("ECHO", "stale")
@@ -280,28 +284,41 @@ async def test_a_free_connection_that_cannot_be_checked_is_connected_again_not_g
     """Looking at a free connection can fail (its socket broken): as in redis-py's pool,
     it is connected afresh and the command goes on, rather than failing before it began
     (outside redis-py's retries)."""
-    client = open_client(1)
+    client = open_client(1, protocol=2)
     pool = _waiting_pool(client)
     assert await client.set("k", "v")
     (connection,) = pool._available_connections
+    can_read = connection.can_read
 
-    async def broken() -> bool:
+    async def broken_once() -> bool:
+        monkeypatch.setattr(connection, "can_read", can_read)
         raise RedisConnectionError("Error while reading from 127.0.0.1: (104, 'reset')")
 
-    monkeypatch.setattr(connection, "can_read", broken)
+    monkeypatch.setattr(connection, "can_read", broken_once)
     assert await client.get("k") == b"v"
     assert pool._available_connections == [connection]
 
 
-async def test_a_resp3_pool_is_redis_py_s_own(redis_url: str) -> None:
-    """RESP3 may push data nobody asked for (redis-py's maintenance notifications): a
-    connection holding some is not unread garbage there, so the short way is not taken."""
-    pool = WaitingConnectionPool.from_url(redis_url, protocol=3)
-    client = Redis.from_pool(pool)
-    try:
-        assert pool._plain is False
-        assert await client.set("resp3", "1")
-        assert await client.get("resp3") == b"1"
-    finally:
-        await client.aclose()
-    assert WaitingConnectionPool.from_url(redis_url)._plain is True
+async def test_no_connection_is_taken_or_given_back_the_short_way_while_the_pool_s_lock_is_held(
+    open_client: Callable[..., Redis],
+) -> None:
+    """redis-py's handler of a server's maintenance notice (a MOVING) holds the pool's lock
+    while it disconnects and moves the free connections: a caller taking one the short way
+    then would get one being closed under it, and one given back would escape it. Both
+    wait for the lock, as in redis-py."""
+    client = open_client(2)
+    pool = _waiting_pool(client)
+    assert await client.set("k", "v")
+    async with pool._lock:
+        reading = asyncio.create_task(client.get("k"))
+        await asyncio.sleep(0.05)
+        assert not pool._in_use_connections  # not taken while the lock is held
+        assert len(pool._available_connections) == 1
+    assert await asyncio.wait_for(reading, 1) == b"v"
+    connection = await pool.get_connection()
+    async with pool._lock:  # nor given back under it
+        releasing = asyncio.create_task(pool.release(connection))
+        await asyncio.sleep(0.05)
+        assert connection in pool._in_use_connections
+    await asyncio.wait_for(releasing, 1)
+    assert pool._available_connections == [connection]
