@@ -76,7 +76,9 @@ class Figure:
 @contextlib.asynccontextmanager
 async def dedicated_redis(tmp: Path, name: str) -> AsyncIterator[tuple[RedisServer, Redis]]:
     """A fresh redis-server in `tmp/name`, configured as the embedded default (AOF on,
-    appendfsync everysec), and a client on it; both gone on exit."""
+    appendfsync everysec) but on loopback TCP, as a Redis of one's own on another host is
+    reached (the embedded one listens on a unix socket), and a client on it; both gone on
+    exit."""
     server = RedisServer(tmp / name, appendfsync="everysec").start()
     client = Redis.from_url(server.url, socket_timeout=10, socket_connect_timeout=5)
     try:

@@ -26,7 +26,7 @@ from redis.exceptions import RedisClusterException, RedisError
 from agent_host.durable.connection_pool import WaitingConnectionPool, WaitingSentinelConnectionPool
 from agent_host.durable.data_dir import private_dir
 from agent_host.durable.memory_advice import memory_advice
-from agent_host.durable.redis_server import RedisServer, port_of, running_in
+from agent_host.durable.redis_server import RedisServer, running_in, share_url_of
 from agent_host.errors import ConfigurationError, StoreUnavailable
 from agent_host.settings import Settings
 
@@ -89,8 +89,8 @@ def refuse_a_second_embedded(settings: Settings) -> None:
     pid = running_in(where)
     if pid is None:
         return
-    port = port_of(pid)
-    share = f"set REDIS_URL=redis://127.0.0.1:{port}/0 to share it, " if port else ""
+    url = share_url_of(pid)
+    share = f"set REDIS_URL={url} to share it, " if url else ""
     raise ConfigurationError(
         f"REDIS_URL is unset and the embedded Redis of {where} is in use by another process "
         f"(redis-server pid {pid}, started by a running `countersign serve`, `worker` or "
@@ -114,7 +114,9 @@ async def open_redis(
     if not url:
         refuse_a_second_embedded(settings)
         private_dir(Path(settings.data_dir))
-        server = RedisServer(embedded_dir(settings), appendfsync="everysec")
+        # On a unix socket in the private data dir: no TCP port any local user could reach
+        # it on, and a round trip costs less CPU than over loopback TCP.
+        server = RedisServer(embedded_dir(settings), appendfsync="everysec", unix_socket=True)
         server.start()
         url = server.url
         log.info("embedded Redis at %s (data in %s)", url, server.data_dir)

@@ -36,8 +36,9 @@ __all__ = [
     "RedisServer",
     "find_executable",
     "free_port",
-    "port_of",
     "running_in",
+    "share_url_of",
+    "socket_path_for",
 ]
 
 AppendFsync = Literal["always", "everysec", "no"]
@@ -107,15 +108,43 @@ def running_in(data_dir: Path) -> int | None:
     return pid
 
 
-def port_of(pid: int) -> int | None:
-    """The port a running redis-server listens on, from the title it gives its process
-    (`redis-server 127.0.0.1:6379`); None if unknown."""
+def share_url_of(pid: int) -> str | None:
+    """A URL another process can reach a running redis-server at, from the title it gives
+    its process (`redis-server unixsocket:/path/redis.sock`, or `redis-server
+    127.0.0.1:6379` for one on TCP); None if unknown."""
     try:
         title = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
     except OSError:
         return None
-    found = re.search(r"redis-server \S*:(\d+)", title)
-    return int(found.group(1)) if found else None
+    if found := re.search(r"redis-server unixsocket:([^\s\x00]+)", title):  # (NUL-padded)
+        return f"unix://{found.group(1)}?db=0"
+    if found := re.search(r"redis-server \S*:(\d+)", title):
+        return f"redis://127.0.0.1:{found.group(1)}/0"
+    return None
+
+
+def socket_path_for(data_dir: Path) -> Path:
+    """Where a server on `data_dir` listens when on a unix socket: in the data dir itself,
+    or, where that path is too long for a socket, in a directory of its own named after it
+    in the temp dir."""
+    path = Path(data_dir).resolve() / "redis.sock"
+    if len(str(path)) <= _MAX_SOCKET_PATH:
+        return path
+    digest = hashlib.sha256(str(path.parent).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir(), f"csredis-{digest}", "redis.sock")
+
+
+def _own_private_dir(path: Path) -> None:
+    """`path` made 0700 if missing; StoreError unless it is this user's and private (in the
+    temp dir, anyone could have made it first, and swapped the socket for their own)."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    found = path.stat()
+    if found.st_uid != os.geteuid() or found.st_mode & 0o077:
+        raise StoreError(
+            f"the directory {path} for the Redis server's socket belongs to another user "
+            f"(uid {found.st_uid}) or is open to others (mode {found.st_mode & 0o777:03o}): "
+            "remove it, or set COUNTERSIGN_DATA_DIR to a shorter path"
+        )
 
 
 def _is_loopback(host: str) -> bool:
@@ -151,12 +180,7 @@ class RedisServer:
         self._port = port
         self._fixed_port = port is not None
         self._proc: subprocess.Popen[bytes] | None = None
-        self.socket_path: Path | None = None
-        if unix_socket:
-            self.socket_path = self.data_dir / "redis.sock"
-            if len(str(self.socket_path)) > _MAX_SOCKET_PATH:  # stable short path instead
-                digest = hashlib.sha256(str(self.data_dir).encode()).hexdigest()[:16]
-                self.socket_path = Path(tempfile.gettempdir(), f"csredis-{digest}", "redis.sock")
+        self.socket_path = socket_path_for(self.data_dir) if unix_socket else None
 
     # -- state ---------------------------------------------------------------------------
 
@@ -208,8 +232,8 @@ class RedisServer:
         if self.running:
             return self
         private_dir(self.data_dir)
-        if self.socket_path is not None:
-            self.socket_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if self.socket_path is not None and self.socket_path.parent != self.data_dir:
+            _own_private_dir(self.socket_path.parent)  # (the data dir is, just above)
         for attempt in range(3):
             if self._port is None or (not self._fixed_port and attempt):
                 self._port = free_port(self.host, bus="--cluster-enabled" in self.extra_args)

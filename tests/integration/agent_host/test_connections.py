@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import stat
 import subprocess
 import time
 from collections.abc import Iterator
@@ -14,7 +15,12 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from agent_host.durable.connections import open_redis
-from agent_host.durable.redis_server import RedisServer, find_executable, free_port
+from agent_host.durable.redis_server import (
+    RedisServer,
+    find_executable,
+    free_port,
+    share_url_of,
+)
 from agent_host.errors import ConfigurationError
 from agent_host.settings import load_settings
 from tests.support.redis_cluster import LocalRedisCluster
@@ -66,6 +72,27 @@ async def test_unset_url_starts_an_embedded_server_with_aof(tmp_path: Path) -> N
         assert embedded is not None
         assert (await client.config_get("appendonly"))["appendonly"] == "yes"
         assert embedded.data_dir == tmp_path / "redis"
+    finally:
+        await client.aclose()
+        if embedded is not None:
+            embedded.stop()
+
+
+async def test_the_embedded_server_listens_on_a_private_unix_socket_and_no_tcp_port(
+    tmp_path: Path,
+) -> None:
+    """On loopback TCP, with no password, any local user could reach the embedded Redis and
+    its checkpoints, requests and decisions; its socket is in the private data dir."""
+    client, embedded = await open_redis(load_settings({"COUNTERSIGN_DATA_DIR": str(tmp_path)}))
+    try:
+        assert embedded is not None and embedded.socket_path is not None
+        assert embedded.url == f"unix://{embedded.socket_path}?db=0"
+        assert embedded.socket_path.parent == tmp_path / "redis"
+        assert stat.S_ISSOCK(embedded.socket_path.stat().st_mode)
+        assert stat.S_IMODE(embedded.socket_path.stat().st_mode) & 0o077 == 0
+        assert stat.S_IMODE((tmp_path / "redis").stat().st_mode) & 0o077 == 0
+        assert (await client.config_get("port"))["port"] == "0"
+        assert embedded.pid is not None and share_url_of(embedded.pid) == embedded.url
     finally:
         await client.aclose()
         if embedded is not None:

@@ -10,7 +10,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
-from agent_host.durable.redis_server import RedisServer
+from agent_host.durable.redis_server import RedisServer, socket_path_for
 from agent_host.errors import ConfigurationError, StoreError
 from tests.support.redis_cluster import LocalRedisCluster
 from tests.support.redis_fixtures import RedisServerFactory
@@ -65,6 +65,45 @@ async def test_unix_socket_server(redis_server_factory: RedisServerFactory) -> N
     client = aioredis.Redis.from_url(server.url)
     assert await client.ping()
     await client.aclose()
+
+
+def _long_data_dir(tmp_path: Path) -> Path:
+    """A data dir whose socket path would not fit a socket's 108 bytes."""
+    data_dir = tmp_path / ("d" * 120) / "redis"
+    assert len(str(data_dir / "redis.sock")) > 108
+    return data_dir
+
+
+async def test_a_socket_too_long_for_its_data_dir_is_in_a_private_dir_of_its_own(
+    tmp_path: Path,
+) -> None:
+    data_dir = _long_data_dir(tmp_path)
+    with RedisServer(data_dir, unix_socket=True) as server:
+        assert server.socket_path is not None and server.socket_path.parent != data_dir
+        assert server.socket_path == socket_path_for(data_dir)  # the same every start
+        mode = server.socket_path.parent.stat().st_mode
+        assert mode & 0o077 == 0, oct(mode)
+        client = aioredis.Redis.from_url(server.url)
+        assert await client.ping()
+        await client.aclose()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user needs root")
+def test_a_socket_dir_someone_else_made_first_is_refused(tmp_path: Path) -> None:
+    """In the temp dir anyone may make the socket's directory before countersign does, and
+    swap the socket for their own: a directory that is not this user's is refused."""
+    data_dir = _long_data_dir(tmp_path)
+    taken = socket_path_for(data_dir).parent
+    taken.mkdir(mode=0o700)
+    try:
+        os.chown(taken, 65534, 65534)  # nobody's
+        server = RedisServer(data_dir, unix_socket=True)
+        with pytest.raises(StoreError, match=r"belongs to another user \(uid 65534\)"):
+            server.start()
+        assert not server.running
+        assert list(taken.iterdir()) == []  # nothing was put in it
+    finally:
+        taken.rmdir()
 
 
 def test_missing_redis_server_is_a_configuration_error(

@@ -219,20 +219,24 @@ async def test_a_failed_start_leaves_no_embedded_redis_running(
     assert running_in(tmp_path / "data" / "redis") is None
 
 
+@pytest.mark.parametrize("on_a_socket", [True, False], ids=["unix-socket", "tcp-older"])
 async def test_a_second_process_on_a_data_dir_in_use_is_told_to_share_its_redis(
-    standin: SlackStandIn, redis_url: str, tmp_path: Path
+    standin: SlackStandIn, redis_url: str, tmp_path: Path, on_a_socket: bool
 ) -> None:
     """Two processes on one data dir with REDIS_URL unset ran one embedded Redis each on the
-    same AOF, and did not see each other's runs: the second is refused, told how to share."""
+    same AOF, and did not see each other's runs: the second is refused, told how to share
+    (the first's embedded Redis listens on a unix socket; one an older version started, on
+    loopback TCP)."""
     env = env_for(standin, redis_url, tmp_path)
     del env["REDIS_URL"]
-    with RedisServer(tmp_path / "data" / "redis") as first:  # the first process's
+    # the first process's
+    with RedisServer(tmp_path / "data" / "redis", unix_socket=on_a_socket) as first:
         done = await run_cli("serve", "--port", str(free_port()), env=env)
         assert done.code == 2, done
         line = only_line(done)
         assert "in use by another process" in line and f"pid {first.pid}" in line
-        assert f"REDIS_URL=redis://127.0.0.1:{first.port}/0" in line
-        assert first.log_path.read_text().count("Ready to accept connections") == 1
+        assert f"set REDIS_URL={first.url} to share it" in line, line
+        assert first.log_path.read_text().lower().count("ready to accept connections") == 1
 
 
 async def test_a_data_dir_that_cannot_be_made_is_one_line_naming_the_variable(
