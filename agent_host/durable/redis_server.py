@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import hashlib
 import ipaddress
 import os
 import re
@@ -23,6 +22,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, Self
+from urllib.parse import quote
 
 import redis
 import redis.exceptions
@@ -35,10 +35,11 @@ __all__ = [
     "PID_FILE",
     "RedisServer",
     "find_executable",
+    "fits_a_socket",
     "free_port",
     "running_in",
     "share_url_of",
-    "socket_path_for",
+    "unix_url",
 ]
 
 AppendFsync = Literal["always", "everysec", "no"]
@@ -116,35 +117,35 @@ def share_url_of(pid: int) -> str | None:
         title = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
     except OSError:
         return None
-    if found := re.search(r"redis-server unixsocket:([^\s\x00]+)", title):  # (NUL-padded)
-        return f"unix://{found.group(1)}?db=0"
-    if found := re.search(r"redis-server \S*:(\d+)", title):
+    if found := re.search(r"redis-server unixsocket:([^\x00]+)", title):  # (NUL-padded)
+        return unix_url(Path(found.group(1)))
+    if (found := re.search(r"redis-server \S*:(\d+)", title)) and int(found.group(1)):
         return f"redis://127.0.0.1:{found.group(1)}/0"
     return None
 
 
-def socket_path_for(data_dir: Path) -> Path:
-    """Where a server on `data_dir` listens when on a unix socket: in the data dir itself,
-    or, where that path is too long for a socket, in a directory of its own named after it
-    in the temp dir."""
-    path = Path(data_dir).resolve() / "redis.sock"
-    if len(str(path)) <= _MAX_SOCKET_PATH:
-        return path
-    digest = hashlib.sha256(str(path.parent).encode()).hexdigest()[:16]
-    return Path(tempfile.gettempdir(), f"csredis-{digest}", "redis.sock")
+def unix_url(socket_path: Path) -> str:
+    """The URL of a server on `socket_path` (quoted: a path may hold `#`, `?` or `%`)."""
+    return f"unix://{quote(str(socket_path))}?db=0"
 
 
-def _own_private_dir(path: Path) -> None:
-    """`path` made 0700 if missing; StoreError unless it is this user's and private (in the
-    temp dir, anyone could have made it first, and swapped the socket for their own)."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    found = path.stat()
-    if found.st_uid != os.geteuid() or found.st_mode & 0o077:
-        raise StoreError(
-            f"the directory {path} for the Redis server's socket belongs to another user "
-            f"(uid {found.st_uid}) or is open to others (mode {found.st_mode & 0o777:03o}): "
-            "remove it, or set COUNTERSIGN_DATA_DIR to a shorter path"
+def fits_a_socket(path: Path) -> bool:
+    """Whether `path` is short enough for a unix socket's address (108 bytes on Linux)."""
+    return len(os.fsencode(path)) <= _MAX_SOCKET_PATH
+
+
+def _socket_dir_in_temp() -> Path:
+    """A new directory of the server's own in the temp dir, for a socket whose data dir's
+    path is too long: made at once, 0700, under a name nobody could have taken first."""
+    made = Path(tempfile.mkdtemp(prefix="csredis-"))
+    if not fits_a_socket(made / "redis.sock"):
+        made.rmdir()
+        raise ConfigurationError(
+            f"the Redis server's socket fits neither in its data dir nor in the temp dir "
+            f"{made.parent} (paths too long for a unix socket): set TMPDIR to a shorter "
+            "directory, or COUNTERSIGN_DATA_DIR to a shorter path"
         )
+    return made
 
 
 def _is_loopback(host: str) -> bool:
@@ -180,20 +181,35 @@ class RedisServer:
         self._port = port
         self._fixed_port = port is not None
         self._proc: subprocess.Popen[bytes] | None = None
-        self.socket_path = socket_path_for(self.data_dir) if unix_socket else None
+        # On a unix socket: in the data dir, or, where that path is too long for a socket,
+        # in a directory made for it in the temp dir at the first start.
+        self.socket_path: Path | None = None
+        self._socket_in_temp = False
+        if unix_socket:
+            self.socket_path = self.data_dir / "redis.sock"
+            if not fits_a_socket(self.socket_path):
+                self.socket_path, self._socket_in_temp = None, True
 
     # -- state ---------------------------------------------------------------------------
 
     @property
     def port(self) -> int:
+        if self.listens_on_a_socket:
+            raise StoreError(f"this RedisServer listens on a unix socket, not a port: {self.url}")
         if self._port is None:
             raise StoreError("this RedisServer has no port yet: call start() first.")
         return self._port
 
     @property
+    def listens_on_a_socket(self) -> bool:
+        return self.socket_path is not None or self._socket_in_temp
+
+    @property
     def url(self) -> str:
         if self.socket_path is not None:
-            return f"unix://{self.socket_path}?db=0"
+            return unix_url(self.socket_path)
+        if self._socket_in_temp:
+            raise StoreError("this RedisServer has no socket yet: call start() first.")
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"redis://{host}:{self.port}/0"
 
@@ -218,7 +234,7 @@ class RedisServer:
         args += ["--pidfile", str(self.pid_path)]  # says "in use" to other processes
         for name, value in MEMORY_SETTINGS.items():
             args += [f"--{name}", value]
-        if self.socket_path is not None:
+        if self.socket_path is not None:  # (made 0700 at bind, under the umask of 077)
             args += ["--port", "0", "--unixsocket", str(self.socket_path)]
             args += ["--unixsocketperm", "700"]
         else:
@@ -232,10 +248,12 @@ class RedisServer:
         if self.running:
             return self
         private_dir(self.data_dir)
-        if self.socket_path is not None and self.socket_path.parent != self.data_dir:
-            _own_private_dir(self.socket_path.parent)  # (the data dir is, just above)
+        if self.listens_on_a_socket:
+            self._make_socket_dir()
+            self._refuse_a_live_socket()
+        on_a_port = not self.listens_on_a_socket
         for attempt in range(3):
-            if self._port is None or (not self._fixed_port and attempt):
+            if on_a_port and (self._port is None or (not self._fixed_port and attempt)):
                 self._port = free_port(self.host, bus="--cluster-enabled" in self.extra_args)
             offset = self.log_path.stat().st_size if self.log_path.exists() else 0
             log_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -254,15 +272,50 @@ class RedisServer:
                 self._fixed_port = True  # restarts keep the URL
                 return self
             self.kill()
-            if self._fixed_port or "Address already in use" not in error:
+            if self._fixed_port or not on_a_port or "Address already in use" not in error:
                 break
         raise StoreError(
             f"redis-server did not start ({self.data_dir}, {self.url}); "
             f"fix the cause below and retry. Last lines of {self.log_path}:\n{error}"
         )
 
+    def _make_socket_dir(self) -> None:
+        """The socket's own directory in the temp dir: new at the first start; made again,
+        only where nothing took its name meanwhile, at a restart (stop removes it, and its
+        name was in the process's title for anyone to see)."""
+        if not self._socket_in_temp:
+            return
+        if self.socket_path is None:
+            self.socket_path = _socket_dir_in_temp() / "redis.sock"
+            return
+        try:
+            os.mkdir(self.socket_path.parent, 0o700)
+        except FileExistsError:
+            raise ConfigurationError(
+                f"{self.socket_path.parent}, the Redis server's socket directory, was made by "
+                "something else while the server was stopped: remove it if nothing should "
+                "be there, and start again"
+            ) from None
+
+    def _refuse_a_live_socket(self) -> None:
+        """A server starting on a socket another one listens on would take it over, and
+        leave the other unreachable with its clients: refused."""
+        assert self.socket_path is not None
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(self.socket_path))
+        except OSError:
+            return  # nothing there, or a socket left by a server that was killed
+        finally:
+            probe.close()
+        raise ConfigurationError(
+            f"a Redis server already listens at {self.socket_path} (another process's): "
+            f"set REDIS_URL={self.url} to share it, or stop it"
+        )
+
     def _wait_ready(self, timeout: float, log_offset: int) -> str | None:
-        """None once the server answers PING, else the log tail explaining why not."""
+        """None once this server answers PING (not another one at its address), else the
+        log tail explaining why not."""
         deadline = time.monotonic() + timeout
         client = redis.Redis.from_url(self.url, socket_timeout=1, socket_connect_timeout=1)
         try:
@@ -270,7 +323,7 @@ class RedisServer:
                 if not self.running:
                     return self._log_tail(log_offset) or "(the process exited with no output)"
                 with contextlib.suppress(redis.exceptions.ConnectionError, OSError):
-                    if client.ping():
+                    if client.info("server")["process_id"] == self._proc.pid:  # type: ignore[union-attr]
                         return None
                 time.sleep(0.02)
         finally:
@@ -301,7 +354,7 @@ class RedisServer:
             else:
                 proc.kill()
         proc.wait()
-        if self.socket_path is not None and self.socket_path.parent != self.data_dir:
+        if self._socket_in_temp and self.socket_path is not None:
             with contextlib.suppress(OSError):
                 self.socket_path.unlink(missing_ok=True)
                 self.socket_path.parent.rmdir()

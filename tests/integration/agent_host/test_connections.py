@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import shutil
 import socket
 import stat
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,25 +80,25 @@ async def test_unset_url_starts_an_embedded_server_with_aof(tmp_path: Path) -> N
             embedded.stop()
 
 
-async def test_the_embedded_server_listens_on_a_private_unix_socket_and_no_tcp_port(
-    tmp_path: Path,
-) -> None:
+async def test_the_embedded_server_listens_on_a_private_unix_socket_and_no_tcp_port() -> None:
     """On loopback TCP, with no password, any local user could reach the embedded Redis and
     its checkpoints, requests and decisions; its socket is in the private data dir."""
-    client, embedded = await open_redis(load_settings({"COUNTERSIGN_DATA_DIR": str(tmp_path)}))
+    data_dir = Path(tempfile.mkdtemp(prefix="cs-", dir="/tmp"))  # short: the socket fits
+    client, embedded = await open_redis(load_settings({"COUNTERSIGN_DATA_DIR": str(data_dir)}))
     try:
         assert embedded is not None and embedded.socket_path is not None
         assert embedded.url == f"unix://{embedded.socket_path}?db=0"
-        assert embedded.socket_path.parent == tmp_path / "redis"
+        assert embedded.socket_path.parent == data_dir / "redis"
         assert stat.S_ISSOCK(embedded.socket_path.stat().st_mode)
         assert stat.S_IMODE(embedded.socket_path.stat().st_mode) & 0o077 == 0
-        assert stat.S_IMODE((tmp_path / "redis").stat().st_mode) & 0o077 == 0
+        assert stat.S_IMODE((data_dir / "redis").stat().st_mode) & 0o077 == 0
         assert (await client.config_get("port"))["port"] == "0"
         assert embedded.pid is not None and share_url_of(embedded.pid) == embedded.url
     finally:
         await client.aclose()
         if embedded is not None:
             embedded.stop()
+        shutil.rmtree(data_dir)
 
 
 async def test_a_malformed_sentinel_url_names_the_variable(tmp_path: Path) -> None:

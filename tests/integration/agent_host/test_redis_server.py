@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import stat
+import tempfile
 from pathlib import Path
 
 import pytest
+import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
-from agent_host.durable.redis_server import RedisServer, socket_path_for
+from agent_host.durable.redis_server import RedisServer, fits_a_socket, share_url_of
 from agent_host.errors import ConfigurationError, StoreError
 from tests.support.redis_cluster import LocalRedisCluster
 from tests.support.redis_fixtures import RedisServerFactory
@@ -70,40 +74,96 @@ async def test_unix_socket_server(redis_server_factory: RedisServerFactory) -> N
 def _long_data_dir(tmp_path: Path) -> Path:
     """A data dir whose socket path would not fit a socket's 108 bytes."""
     data_dir = tmp_path / ("d" * 120) / "redis"
-    assert len(str(data_dir / "redis.sock")) > 108
+    assert not fits_a_socket(data_dir / "redis.sock")
     return data_dir
 
 
-async def test_a_socket_too_long_for_its_data_dir_is_in_a_private_dir_of_its_own(
+async def test_a_socket_too_long_for_its_data_dir_gets_a_new_private_dir_in_the_temp_dir(
     tmp_path: Path,
 ) -> None:
-    data_dir = _long_data_dir(tmp_path)
-    with RedisServer(data_dir, unix_socket=True) as server:
-        assert server.socket_path is not None and server.socket_path.parent != data_dir
-        assert server.socket_path == socket_path_for(data_dir)  # the same every start
-        mode = server.socket_path.parent.stat().st_mode
-        assert mode & 0o077 == 0, oct(mode)
-        client = aioredis.Redis.from_url(server.url)
-        assert await client.ping()
-        await client.aclose()
-
-
-@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user needs root")
-def test_a_socket_dir_someone_else_made_first_is_refused(tmp_path: Path) -> None:
-    """In the temp dir anyone may make the socket's directory before countersign does, and
-    swap the socket for their own: a directory that is not this user's is refused."""
-    data_dir = _long_data_dir(tmp_path)
-    taken = socket_path_for(data_dir).parent
-    taken.mkdir(mode=0o700)
+    """Made at once under a name nobody could take first; a restart keeps the URL, a stop
+    leaves nothing behind."""
+    server = RedisServer(_long_data_dir(tmp_path), unix_socket=True).start()
     try:
-        os.chown(taken, 65534, 65534)  # nobody's
-        server = RedisServer(data_dir, unix_socket=True)
-        with pytest.raises(StoreError, match=r"belongs to another user \(uid 65534\)"):
-            server.start()
-        assert not server.running
-        assert list(taken.iterdir()) == []  # nothing was put in it
+        assert server.socket_path is not None
+        place = server.socket_path.parent
+        assert place.parent == Path(tempfile.gettempdir()) and place.name.startswith("csredis-")
+        assert stat.S_IMODE(place.stat().st_mode) == 0o700 and place.stat().st_uid == os.geteuid()
+        url = server.url
+        server.restart()
+        assert server.url == url and server.pid == share_pid(url)
     finally:
-        taken.rmdir()
+        server.stop()
+    assert not place.exists()
+
+
+def test_a_socket_dir_taken_while_the_server_was_stopped_is_refused(tmp_path: Path) -> None:
+    """Its name was in the server's process title for anyone to see: whoever made it (here
+    a symlink to a directory of their choosing) could swap the socket for their own."""
+    server = RedisServer(_long_data_dir(tmp_path), unix_socket=True).start()
+    assert server.socket_path is not None
+    place = server.socket_path.parent
+    server.stop()
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o700)
+    place.symlink_to(theirs)
+    try:
+        with pytest.raises(ConfigurationError, match="was made by something else"):
+            server.start()
+        assert not server.running and list(theirs.iterdir()) == []
+    finally:
+        server.stop()
+        place.unlink()
+
+
+def test_a_second_server_on_a_live_socket_is_refused_and_the_first_keeps_it(
+    tmp_path: Path,
+) -> None:
+    """Redis removes whatever is at its socket's path before it listens: a second server
+    on the same data dir would leave the first, and its clients, unreachable."""
+    data_dir = Path(tempfile.mkdtemp(prefix="cs-", dir="/tmp")) / "redis"
+    try:
+        with RedisServer(data_dir, unix_socket=True) as first:
+            second = RedisServer(data_dir, unix_socket=True)
+            with pytest.raises(ConfigurationError, match=r"already listens at .*share it"):
+                second.start()
+            assert not second.running
+            assert share_pid(first.url) == first.pid
+    finally:
+        shutil.rmtree(data_dir.parent)
+
+
+def test_a_server_is_ready_when_it_answers_itself_not_another_at_its_address(
+    tmp_path: Path,
+) -> None:
+    """A server whose port another one holds fails to listen; the other's answers to its
+    PINGs, meanwhile, are not its own."""
+    with RedisServer(tmp_path / "first") as first:
+        second = RedisServer(tmp_path / "second", port=first.port)
+        with pytest.raises(StoreError, match="Address already in use"):
+            second.start()
+        assert not second.running
+
+
+async def test_a_data_dir_with_odd_characters_gets_a_socket_url_that_reaches_it(
+    tmp_path: Path,
+) -> None:
+    data_dir = Path(tempfile.mkdtemp(prefix="cs #?%41 é-", dir="/tmp")) / "redis"
+    try:
+        with RedisServer(data_dir, unix_socket=True) as server:
+            assert server.pid is not None and share_url_of(server.pid) == server.url
+            assert share_pid(server.url) == server.pid
+    finally:
+        shutil.rmtree(data_dir.parent)
+
+
+def share_pid(url: str) -> int:
+    """The pid of the server that answers at `url`."""
+    client = redis.Redis.from_url(url, socket_timeout=5)
+    try:
+        return int(client.info("server")["process_id"])
+    finally:
+        client.close()
 
 
 def test_missing_redis_server_is_a_configuration_error(
