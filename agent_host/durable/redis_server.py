@@ -137,7 +137,14 @@ def fits_a_socket(path: Path) -> bool:
 def _socket_dir_in_temp() -> Path:
     """A new directory of the server's own in the temp dir, for a socket whose data dir's
     path is too long: made at once, 0700, under a name nobody could have taken first."""
-    made = Path(tempfile.mkdtemp(prefix="csredis-"))
+    try:
+        made = Path(tempfile.mkdtemp(prefix="csredis-"))
+    except OSError as exc:
+        raise ConfigurationError(
+            f"no directory for the Redis server's socket could be made in the temp dir "
+            f"({exc}): set TMPDIR to a directory countersign may write, or "
+            "COUNTERSIGN_DATA_DIR to a shorter path"
+        ) from None
     if not fits_a_socket(made / "redis.sock"):
         made.rmdir()
         raise ConfigurationError(
@@ -248,9 +255,19 @@ class RedisServer:
         if self.running:
             return self
         private_dir(self.data_dir)
-        if self.listens_on_a_socket:
-            self._make_socket_dir()
+        find_executable()  # (before a socket's directory is made for nothing)
+        if not self.listens_on_a_socket:
+            return self._launch(timeout)
+        self._make_socket_dir()
+        try:
             self._refuse_a_live_socket()
+            return self._launch(timeout)
+        except BaseException:
+            if not self.running:
+                self._remove_socket_dir()  # (made for a server that did not start)
+            raise
+
+    def _launch(self, timeout: float) -> Self:
         on_a_port = not self.listens_on_a_socket
         for attempt in range(3):
             if on_a_port and (self._port is None or (not self._fixed_port and attempt)):
@@ -296,14 +313,29 @@ class RedisServer:
                 "something else while the server was stopped: remove it if nothing should "
                 "be there, and start again"
             ) from None
+        except OSError as exc:
+            raise ConfigurationError(
+                f"the Redis server's socket directory {self.socket_path.parent} could not be "
+                f"made again ({exc.strerror}): set TMPDIR to a directory countersign may write"
+            ) from None
+
+    def _remove_socket_dir(self) -> None:
+        """The socket's own directory in the temp dir, gone with its server."""
+        if self._socket_in_temp and self.socket_path is not None:
+            with contextlib.suppress(OSError):
+                self.socket_path.unlink(missing_ok=True)
+                self.socket_path.parent.rmdir()
 
     def _refuse_a_live_socket(self) -> None:
         """A server starting on a socket another one listens on would take it over, and
         leave the other unreachable with its clients: refused."""
         assert self.socket_path is not None
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.settimeout(1.0)  # (a listener too busy to accept is still a listener)
         try:
             probe.connect(str(self.socket_path))
+        except TimeoutError:
+            pass
         except OSError:
             return  # nothing there, or a socket left by a server that was killed
         finally:
@@ -322,13 +354,19 @@ class RedisServer:
             while time.monotonic() < deadline:
                 if not self.running:
                     return self._log_tail(log_offset) or "(the process exited with no output)"
-                with contextlib.suppress(redis.exceptions.ConnectionError, OSError):
-                    if client.info("server")["process_id"] == self._proc.pid:  # type: ignore[union-attr]
+                # Its own pid (not another server's at the address), and done loading its
+                # AOF (PING refuses while it loads, INFO does not).
+                with contextlib.suppress(redis.exceptions.RedisError, OSError):
+                    ours = client.info("server")["process_id"] == self._proc.pid  # type: ignore[union-attr]
+                    if ours and client.ping():
                         return None
                 time.sleep(0.02)
         finally:
             client.close()
-        return f"(no answer to PING after {timeout:g}s)\n" + self._log_tail(log_offset)
+        return (
+            f"(no answer from this server, pid {self._proc.pid if self._proc else '?'}, at "
+            f"{self.url} after {timeout:g}s)\n" + self._log_tail(log_offset)
+        )
 
     def _log_tail(self, offset: int = 0, lines: int = 20) -> str:
         try:
@@ -354,10 +392,7 @@ class RedisServer:
             else:
                 proc.kill()
         proc.wait()
-        if self._socket_in_temp and self.socket_path is not None:
-            with contextlib.suppress(OSError):
-                self.socket_path.unlink(missing_ok=True)
-                self.socket_path.parent.rmdir()
+        self._remove_socket_dir()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Graceful shutdown (SIGTERM, then SIGKILL after ``timeout``); waits for the exit."""

@@ -84,8 +84,9 @@ async def test_the_embedded_server_listens_on_a_private_unix_socket_and_no_tcp_p
     """On loopback TCP, with no password, any local user could reach the embedded Redis and
     its checkpoints, requests and decisions; its socket is in the private data dir."""
     data_dir = Path(tempfile.mkdtemp(prefix="cs-", dir="/tmp"))  # short: the socket fits
-    client, embedded = await open_redis(load_settings({"COUNTERSIGN_DATA_DIR": str(data_dir)}))
+    client, embedded = None, None
     try:
+        client, embedded = await open_redis(load_settings({"COUNTERSIGN_DATA_DIR": str(data_dir)}))
         assert embedded is not None and embedded.socket_path is not None
         assert embedded.url == f"unix://{embedded.socket_path}?db=0"
         assert embedded.socket_path.parent == data_dir / "redis"
@@ -95,7 +96,8 @@ async def test_the_embedded_server_listens_on_a_private_unix_socket_and_no_tcp_p
         assert (await client.config_get("port"))["port"] == "0"
         assert embedded.pid is not None and share_url_of(embedded.pid) == embedded.url
     finally:
-        await client.aclose()
+        if client is not None:
+            await client.aclose()
         if embedded is not None:
             embedded.stop()
         shutil.rmtree(data_dir)

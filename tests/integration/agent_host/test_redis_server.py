@@ -89,12 +89,58 @@ async def test_a_socket_too_long_for_its_data_dir_gets_a_new_private_dir_in_the_
         place = server.socket_path.parent
         assert place.parent == Path(tempfile.gettempdir()) and place.name.startswith("csredis-")
         assert stat.S_IMODE(place.stat().st_mode) == 0o700 and place.stat().st_uid == os.geteuid()
+        with pytest.raises(StoreError, match="listens on a unix socket, not a port"):
+            server.port  # noqa: B018
         url = server.url
         server.restart()
         assert server.url == url and server.pid == share_pid(url)
     finally:
         server.stop()
     assert not place.exists()
+
+
+def test_a_socket_s_length_is_counted_in_bytes() -> None:
+    path = Path("/" + "é" * 60, "redis.sock")
+    assert len(str(path)) <= 100 and not fits_a_socket(path)
+
+
+def test_a_socket_dir_is_not_left_behind_by_a_start_that_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Left behind, the next start would take it for one someone else made."""
+    before = set(Path(tempfile.gettempdir()).glob("csredis-*"))
+    server = RedisServer(_long_data_dir(tmp_path), unix_socket=True, extra_args=("--bad", "1"))
+    for _ in range(2):  # and again, the same way
+        with pytest.raises(StoreError, match="did not start"):
+            server.start()
+        assert set(Path(tempfile.gettempdir()).glob("csredis-*")) == before
+    monkeypatch.setenv("PATH", str(tmp_path))  # no redis-server to be found
+    for _ in range(2):
+        with pytest.raises(ConfigurationError, match="apt-get install redis-server"):
+            server.start()
+        assert set(Path(tempfile.gettempdir()).glob("csredis-*")) == before
+
+
+async def test_a_server_is_ready_once_its_aof_is_loaded(tmp_path: Path) -> None:
+    """INFO answers while Redis loads its AOF (PING and every command of the store refuse):
+    a server answering only INFO is not ready yet."""
+    server = RedisServer(tmp_path / "redis", unix_socket=True).start()
+    try:
+        client = redis.Redis.from_url(server.url)
+        with client.pipeline(transaction=False) as pipe:
+            for i in range(20_000):
+                pipe.set(f"k{i}", "v")
+            pipe.execute()
+        client.close()
+        server.stop()
+        slow_load = ("--key-load-delay", "50", "--loading-process-events-interval-bytes", "1024")
+        server.extra_args = slow_load
+        server.start()
+        client = redis.Redis.from_url(server.url)
+        assert client.get("k19999") == b"v"  # not BusyLoadingError
+        client.close()
+    finally:
+        server.stop()
 
 
 def test_a_socket_dir_taken_while_the_server_was_stopped_is_refused(tmp_path: Path) -> None:
