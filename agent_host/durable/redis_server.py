@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import ipaddress
 import os
 import re
@@ -47,6 +48,7 @@ START_TIMEOUT = 10.0
 _LIVE: set[RedisServer] = set()
 _MAX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux
 PID_FILE = "redis-server.pid"
+LOCK_FILE = "redis-server.lock"
 # Memory per pending approval (bench `redis_bytes_per_pending`), both measured:
 # - hash-max-listpack-value (Redis default 64): a run's and a request's hashes hold sealed
 #   values of a few hundred bytes; above the limit Redis turns the whole hash into a
@@ -188,6 +190,7 @@ class RedisServer:
         self._port = port
         self._fixed_port = port is not None
         self._proc: subprocess.Popen[bytes] | None = None
+        self._lock_fd: int | None = None  # held from start to end: see _hold_the_data_dir
         # On a unix socket: in the data dir, or, where that path is too long for a socket,
         # in a directory made for it in the temp dir at the first start.
         self.socket_path: Path | None = None
@@ -255,19 +258,39 @@ class RedisServer:
         if self.running:
             return self
         private_dir(self.data_dir)
-        find_executable()  # (before a socket's directory is made for nothing)
-        if not self.listens_on_a_socket:
-            return self._launch(timeout)
-        self._make_socket_dir()
-        try:
-            self._refuse_a_live_socket()
-            return self._launch(timeout)
-        except BaseException:
-            if not self.running:
-                self._remove_socket_dir()  # (made for a server that did not start)
-            raise
+        find_executable()  # (before anything is made for a server that cannot start)
+        with contextlib.ExitStack() as undo:  # what a start that failed leaves behind
+            self._hold_the_data_dir()
+            undo.callback(self._let_go_of_the_data_dir)
+            if self.listens_on_a_socket:
+                self._make_socket_dir()
+                undo.callback(self._remove_socket_dir)
+                self._refuse_a_live_socket()
+            self._launch(timeout)
+            undo.pop_all()  # kept while it runs
+        return self
 
-    def _launch(self, timeout: float) -> Self:
+    def _hold_the_data_dir(self) -> None:
+        """One server on a data dir at a time, from its start to its end: two starting at
+        the same moment would both find none running, share the AOF, and the later would
+        take the earlier's socket."""
+        fd = os.open(self.data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ConfigurationError(
+                f"another Redis server is starting or running on {self.data_dir} (another "
+                "process's): share it through REDIS_URL, or stop it first"
+            ) from None
+        self._lock_fd = fd
+
+    def _let_go_of_the_data_dir(self) -> None:
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            os.close(fd)  # (and with it the lock)
+
+    def _launch(self, timeout: float) -> None:
         on_a_port = not self.listens_on_a_socket
         for attempt in range(3):
             if on_a_port and (self._port is None or (not self._fixed_port and attempt)):
@@ -287,8 +310,8 @@ class RedisServer:
             error = self._wait_ready(timeout, offset)
             if error is None:
                 self._fixed_port = True  # restarts keep the URL
-                return self
-            self.kill()
+                return
+            self._end(False, 0)  # (the data dir stays held for the next attempt)
             if self._fixed_port or not on_a_port or "Address already in use" not in error:
                 break
         raise StoreError(
@@ -397,10 +420,12 @@ class RedisServer:
     def stop(self, timeout: float = 10.0) -> None:
         """Graceful shutdown (SIGTERM, then SIGKILL after ``timeout``); waits for the exit."""
         self._end(True, timeout)
+        self._let_go_of_the_data_dir()
 
     def kill(self) -> None:
         """SIGKILL, no shutdown at all: simulates a crash (only fsynced AOF data survives)."""
         self._end(False, 0)
+        self._let_go_of_the_data_dir()
 
     def restart(self, timeout: float = START_TIMEOUT) -> Self:
         """Stop if running, then start on the same port and dir (the AOF is replayed)."""

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import os
 import shutil
 import socket
 import stat
 import tempfile
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -162,21 +166,62 @@ def test_a_socket_dir_taken_while_the_server_was_stopped_is_refused(tmp_path: Pa
         place.unlink()
 
 
-def test_a_second_server_on_a_live_socket_is_refused_and_the_first_keeps_it(
-    tmp_path: Path,
-) -> None:
-    """Redis removes whatever is at its socket's path before it listens: a second server
-    on the same data dir would leave the first, and its clients, unreachable."""
-    data_dir = Path(tempfile.mkdtemp(prefix="cs-", dir="/tmp")) / "redis"
+@contextlib.contextmanager
+def _short_data_dir() -> Iterator[Path]:
+    """A data dir whose socket fits in it, whatever the length of pytest's temp paths."""
+    place = Path(tempfile.mkdtemp(prefix="cs-", dir="/tmp"))
     try:
-        with RedisServer(data_dir, unix_socket=True) as first:
-            second = RedisServer(data_dir, unix_socket=True)
-            with pytest.raises(ConfigurationError, match=r"already listens at .*share it"):
-                second.start()
-            assert not second.running
-            assert share_pid(first.url) == first.pid
+        yield place / "redis"
     finally:
-        shutil.rmtree(data_dir.parent)
+        shutil.rmtree(place)
+
+
+def test_a_second_server_on_a_data_dir_in_use_is_refused_and_the_first_keeps_it() -> None:
+    """Redis removes whatever is at its socket's path before it listens: a second server
+    on the same data dir would share the first's AOF and leave it, and its clients,
+    unreachable."""
+    with _short_data_dir() as data_dir, RedisServer(data_dir, unix_socket=True) as first:
+        second = RedisServer(data_dir, unix_socket=True)
+        with pytest.raises(ConfigurationError, match="starting or running on"):
+            second.start()
+        assert not second.running
+        assert share_pid(first.url) == first.pid
+
+
+def test_of_two_servers_started_at_the_same_moment_on_one_data_dir_one_runs() -> None:
+    with _short_data_dir() as data_dir:
+        servers = [RedisServer(data_dir, unix_socket=True) for _ in range(2)]
+        ready = threading.Barrier(2)
+
+        def start(server: RedisServer) -> Exception | None:
+            ready.wait()
+            try:
+                server.start()
+            except Exception as exc:
+                return exc
+            return None
+
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            errors = list(pool.map(start, servers))
+        try:
+            running = [server for server in servers if server.running]
+            assert len(running) == 1, errors
+            refused = [error for error in errors if error is not None]
+            assert len(refused) == 1 and "starting or running on" in str(refused[0])
+            assert share_pid(running[0].url) == running[0].pid
+        finally:
+            for server in servers:
+                server.stop()
+
+
+def test_a_server_left_on_a_socket_by_a_process_that_died_is_not_taken_over() -> None:
+    """Its process gone, the data dir is no longer held; the server it left still is."""
+    with _short_data_dir() as data_dir, RedisServer(data_dir, unix_socket=True) as left:
+        left._let_go_of_the_data_dir()  # as its process's death would
+        second = RedisServer(data_dir, unix_socket=True)
+        with pytest.raises(ConfigurationError, match=r"already listens at .*share it"):
+            second.start()
+        assert not second.running and share_pid(left.url) == left.pid
 
 
 def test_a_server_is_ready_when_it_answers_itself_not_another_at_its_address(
@@ -191,9 +236,7 @@ def test_a_server_is_ready_when_it_answers_itself_not_another_at_its_address(
         assert not second.running
 
 
-async def test_a_data_dir_with_odd_characters_gets_a_socket_url_that_reaches_it(
-    tmp_path: Path,
-) -> None:
+def test_a_data_dir_with_odd_characters_gets_a_socket_url_that_reaches_it() -> None:
     data_dir = Path(tempfile.mkdtemp(prefix="cs #?%41 é-", dir="/tmp")) / "redis"
     try:
         with RedisServer(data_dir, unix_socket=True) as server:
