@@ -259,6 +259,8 @@ class RedisServer:
             return self
         private_dir(self.data_dir)
         find_executable()  # (before anything is made for a server that cannot start)
+        if self._proc is not None:  # its child died on its own: reaped, its socket dir gone
+            self._end(False, 0)
         with contextlib.ExitStack() as undo:  # what a start that failed leaves behind
             self._hold_the_data_dir()
             undo.callback(self._let_go_of_the_data_dir)
@@ -266,6 +268,7 @@ class RedisServer:
                 self._make_socket_dir()
                 undo.callback(self._remove_socket_dir)
                 self._refuse_a_live_socket()
+            undo.callback(self._end, False, 0)  # (a start interrupted: its child first)
             self._launch(timeout)
             undo.pop_all()  # kept while it runs
         return self
@@ -274,14 +277,30 @@ class RedisServer:
         """One server on a data dir at a time, from its start to its end: two starting at
         the same moment would both find none running, share the AOF, and the later would
         take the earlier's socket."""
-        fd = os.open(self.data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        if self._lock_fd is not None:  # held already (a restart)
+            return
+        path = self.data_dir / LOCK_FILE
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise ConfigurationError(
+                f"{path} could not be opened ({exc.strerror}): make it countersign's user's, "
+                "or set COUNTERSIGN_DATA_DIR to a directory of its own"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             raise ConfigurationError(
-                f"another Redis server is starting or running on {self.data_dir} (another "
-                "process's): share it through REDIS_URL, or stop it first"
+                f"another Redis server is starting or running on {self.data_dir} (started "
+                "by another process, or by this one): share it through REDIS_URL, or stop it "
+                "first"
+            ) from None
+        except OSError as exc:
+            os.close(fd)
+            raise ConfigurationError(
+                f"{path} could not be locked ({exc.strerror}): set COUNTERSIGN_DATA_DIR to a "
+                "directory on a local filesystem"
             ) from None
         self._lock_fd = fd
 
@@ -401,8 +420,9 @@ class RedisServer:
         return "\n".join(text.strip().splitlines()[-lines:])
 
     def _end(self, terminate: bool, timeout: float) -> None:
-        proc, self._proc = self._proc, None
-        _LIVE.discard(self)
+        """The child ended and waited for; forgotten only then (an end interrupted is
+        ended again by the next stop, or at exit)."""
+        proc = self._proc
         if proc is None:
             return
         if proc.poll() is None:
@@ -415,6 +435,8 @@ class RedisServer:
             else:
                 proc.kill()
         proc.wait()
+        self._proc = None
+        _LIVE.discard(self)
         self._remove_socket_dir()
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -428,8 +450,9 @@ class RedisServer:
         self._let_go_of_the_data_dir()
 
     def restart(self, timeout: float = START_TIMEOUT) -> Self:
-        """Stop if running, then start on the same port and dir (the AOF is replayed)."""
-        self.stop()
+        """Stop if running, then start on the same port and dir (the AOF is replayed); the
+        data dir stays held meanwhile."""
+        self._end(True, 10.0)
         return self.start(timeout)
 
     def __enter__(self) -> Self:

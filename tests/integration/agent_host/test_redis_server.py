@@ -6,11 +6,13 @@ import concurrent.futures
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import stat
 import tempfile
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -212,6 +214,50 @@ def test_of_two_servers_started_at_the_same_moment_on_one_data_dir_one_runs() ->
         finally:
             for server in servers:
                 server.stop()
+
+
+@pytest.mark.parametrize("long_path", [False, True], ids=["in-data-dir", "in-temp-dir"])
+def test_a_server_whose_child_died_starts_again_on_its_data_dir(
+    tmp_path: Path, long_path: bool
+) -> None:
+    """The data dir it holds is its own to start on again, not another server's."""
+    with contextlib.ExitStack() as stack:
+        data_dir = _long_data_dir(tmp_path) if long_path else stack.enter_context(_short_data_dir())
+        server = stack.enter_context(RedisServer(data_dir, unix_socket=True))
+        url, pid = server.url, server.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)  # crashed, and nobody stopped it
+        until_not(lambda: server.running)
+        server.start()
+        assert server.url == url and share_pid(url) == server.pid != pid
+
+
+def test_an_interrupted_start_leaves_no_server_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stopped while it waits for its child (Ctrl-C, a test's timeout): the child is ended
+    before the data dir is let go, or two servers would run on one AOF."""
+    children: list[int] = []
+
+    def interrupted(server: RedisServer, timeout: float, log_offset: int) -> str | None:
+        assert server._proc is not None
+        children.append(server._proc.pid)
+        raise KeyboardInterrupt
+
+    with _short_data_dir() as data_dir:
+        server = RedisServer(data_dir, unix_socket=True)
+        with monkeypatch.context() as patch:
+            patch.setattr(RedisServer, "_wait_ready", interrupted)
+            with pytest.raises(KeyboardInterrupt):
+                server.start()
+        assert not server.running and not process_exists(children[0])
+        with RedisServer(data_dir, unix_socket=True) as next_one:  # the data dir is free
+            assert share_pid(next_one.url) == next_one.pid
+
+
+def until_not(condition: Callable[[], bool], within: float = 5.0) -> None:
+    deadline = time.monotonic() + within
+    while condition():
+        assert time.monotonic() < deadline, "still true"
+        time.sleep(0.01)
 
 
 def test_a_server_left_on_a_socket_by_a_process_that_died_is_not_taken_over() -> None:
