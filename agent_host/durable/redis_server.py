@@ -45,6 +45,7 @@ __all__ = [
 
 AppendFsync = Literal["always", "everysec", "no"]
 START_TIMEOUT = 10.0
+STOP_TIMEOUT = 10.0
 _LIVE: set[RedisServer] = set()
 _MAX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux
 PID_FILE = "redis-server.pid"
@@ -136,6 +137,16 @@ def fits_a_socket(path: Path) -> bool:
     return len(os.fsencode(path)) <= _MAX_SOCKET_PATH
 
 
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether `fd` is open on the file now at `path`."""
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (held.st_dev, held.st_ino) == (found.st_dev, found.st_ino)
+
+
 def _socket_dir_in_temp() -> Path:
     """A new directory of the server's own in the temp dir, for a socket whose data dir's
     path is too long: made at once, 0700, under a name nobody could have taken first."""
@@ -191,6 +202,7 @@ class RedisServer:
         self._fixed_port = port is not None
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock_fd: int | None = None  # held from start to end: see _hold_the_data_dir
+        self._socket_dir_made = False  # the socket's own directory in the temp dir exists
         # On a unix socket: in the data dir, or, where that path is too long for a socket,
         # in a directory made for it in the temp dir at the first start.
         self.socket_path: Path | None = None
@@ -259,7 +271,7 @@ class RedisServer:
             return self
         private_dir(self.data_dir)
         find_executable()  # (before anything is made for a server that cannot start)
-        if self._proc is not None:  # its child died on its own: reaped, its socket dir gone
+        if self._proc is not None:  # its child died on its own: reaped
             self._end(False, 0)
         with contextlib.ExitStack() as undo:  # what a start that failed leaves behind
             self._hold_the_data_dir()
@@ -277,9 +289,11 @@ class RedisServer:
         """One server on a data dir at a time, from its start to its end: two starting at
         the same moment would both find none running, share the AOF, and the later would
         take the earlier's socket."""
-        if self._lock_fd is not None:  # held already (a restart)
-            return
         path = self.data_dir / LOCK_FILE
+        if self._lock_fd is not None:  # held already (a restart), if still on that file
+            if _same_file(self._lock_fd, path):
+                return
+            self._let_go_of_the_data_dir()  # (the file was removed or replaced meanwhile)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o600)
         except OSError as exc:
@@ -305,6 +319,8 @@ class RedisServer:
         self._lock_fd = fd
 
     def _let_go_of_the_data_dir(self) -> None:
+        if self._proc is not None:  # (an end interrupted: its child may still run)
+            return
         fd, self._lock_fd = self._lock_fd, None
         if fd is not None:
             os.close(fd)  # (and with it the lock)
@@ -339,13 +355,14 @@ class RedisServer:
         )
 
     def _make_socket_dir(self) -> None:
-        """The socket's own directory in the temp dir: new at the first start; made again,
-        only where nothing took its name meanwhile, at a restart (stop removes it, and its
-        name was in the process's title for anyone to see)."""
-        if not self._socket_in_temp:
+        """The socket's own directory in the temp dir: new at the first start, kept through
+        a restart; made again after a stop only where nothing took its name meanwhile (stop
+        removes it, and its name was in the process's title for anyone to see)."""
+        if not self._socket_in_temp or self._socket_dir_made:
             return
         if self.socket_path is None:
             self.socket_path = _socket_dir_in_temp() / "redis.sock"
+            self._socket_dir_made = True
             return
         try:
             os.mkdir(self.socket_path.parent, 0o700)
@@ -360,10 +377,12 @@ class RedisServer:
                 f"the Redis server's socket directory {self.socket_path.parent} could not be "
                 f"made again ({exc.strerror}): set TMPDIR to a directory countersign may write"
             ) from None
+        self._socket_dir_made = True
 
     def _remove_socket_dir(self) -> None:
         """The socket's own directory in the temp dir, gone with its server."""
-        if self._socket_in_temp and self.socket_path is not None:
+        if self._socket_dir_made and self._proc is None and self.socket_path is not None:
+            self._socket_dir_made = False
             with contextlib.suppress(OSError):
                 self.socket_path.unlink(missing_ok=True)
                 self.socket_path.parent.rmdir()
@@ -437,22 +456,23 @@ class RedisServer:
         proc.wait()
         self._proc = None
         _LIVE.discard(self)
-        self._remove_socket_dir()
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
         """Graceful shutdown (SIGTERM, then SIGKILL after ``timeout``); waits for the exit."""
         self._end(True, timeout)
+        self._remove_socket_dir()
         self._let_go_of_the_data_dir()
 
     def kill(self) -> None:
         """SIGKILL, no shutdown at all: simulates a crash (only fsynced AOF data survives)."""
         self._end(False, 0)
+        self._remove_socket_dir()
         self._let_go_of_the_data_dir()
 
     def restart(self, timeout: float = START_TIMEOUT) -> Self:
         """Stop if running, then start on the same port and dir (the AOF is replayed); the
         data dir stays held meanwhile."""
-        self._end(True, 10.0)
+        self._end(True, STOP_TIMEOUT)
         return self.start(timeout)
 
     def __enter__(self) -> Self:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
@@ -97,9 +98,10 @@ async def test_a_socket_too_long_for_its_data_dir_gets_a_new_private_dir_in_the_
         assert stat.S_IMODE(place.stat().st_mode) == 0o700 and place.stat().st_uid == os.geteuid()
         with pytest.raises(StoreError, match="listens on a unix socket, not a port"):
             server.port  # noqa: B018
-        url = server.url
-        server.restart()
+        url, kept = server.url, place.stat().st_ino
+        server.restart()  # (its directory kept: remade, its name could be taken meanwhile)
         assert server.url == url and server.pid == share_pid(url)
+        assert place.stat().st_ino == kept
     finally:
         server.stop()
     assert not place.exists()
@@ -232,6 +234,56 @@ def test_a_server_whose_child_died_starts_again_on_its_data_dir(
         assert server.url == url and share_pid(url) == server.pid != pid
 
 
+@pytest.mark.parametrize("long_path", [False, True], ids=["in-data-dir", "in-temp-dir"])
+def test_a_restart_keeps_the_data_dir_held_and_its_socket_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, long_path: bool
+) -> None:
+    """Let go between the stop and the start, the data dir could be taken by another
+    server, and the socket's directory, remade, by anyone who read its name."""
+    seen: list[tuple[str, bool]] = []
+    start = RedisServer.start
+
+    def start_after_another_tried(server: RedisServer, timeout: float = 10.0) -> RedisServer:
+        if server is ours and not seen:
+            assert server.socket_path is not None
+            other = RedisServer(server.data_dir, unix_socket=True)
+            try:
+                start(other)
+            except ConfigurationError as refused:
+                seen.append((str(refused), server.socket_path.parent.is_dir()))
+            finally:
+                other.stop()
+        return start(server, timeout)
+
+    with contextlib.ExitStack() as stack:
+        data_dir = _long_data_dir(tmp_path) if long_path else stack.enter_context(_short_data_dir())
+        ours = stack.enter_context(RedisServer(data_dir, unix_socket=True))
+        monkeypatch.setattr(RedisServer, "start", start_after_another_tried)
+        ours.restart()
+        assert len(seen) == 1, "another server started on the data dir during the restart"
+        refusal, socket_dir_kept = seen[0]
+        assert "starting or running on" in refusal and socket_dir_kept
+        assert share_pid(ours.url) == ours.pid
+
+
+def test_a_lock_file_removed_while_held_is_not_trusted(tmp_path: Path) -> None:
+    """Removed (by hand, by a clean-up) and made again by another process that locked it:
+    the lock on the old file no longer keeps that one out."""
+    with _short_data_dir() as data_dir, RedisServer(data_dir, unix_socket=True) as server:
+        assert server.pid is not None
+        os.kill(server.pid, signal.SIGKILL)
+        until_not(lambda: server.running)
+        (data_dir / "redis-server.lock").unlink()
+        theirs = os.open(data_dir / "redis-server.lock", os.O_RDONLY | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(theirs, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            with pytest.raises(ConfigurationError, match="starting or running on"):
+                server.start()
+            assert not server.running
+        finally:
+            os.close(theirs)
+
+
 def test_an_interrupted_start_leaves_no_server_behind(monkeypatch: pytest.MonkeyPatch) -> None:
     """Stopped while it waits for its child (Ctrl-C, a test's timeout): the child is ended
     before the data dir is let go, or two servers would run on one AOF."""
@@ -263,7 +315,9 @@ def until_not(condition: Callable[[], bool], within: float = 5.0) -> None:
 def test_a_server_left_on_a_socket_by_a_process_that_died_is_not_taken_over() -> None:
     """Its process gone, the data dir is no longer held; the server it left still is."""
     with _short_data_dir() as data_dir, RedisServer(data_dir, unix_socket=True) as left:
-        left._let_go_of_the_data_dir()  # as its process's death would
+        assert left._lock_fd is not None
+        os.close(left._lock_fd)  # its lock gone, as with its process's death
+        left._lock_fd = None
         second = RedisServer(data_dir, unix_socket=True)
         with pytest.raises(ConfigurationError, match=r"already listens at .*share it"):
             second.start()
