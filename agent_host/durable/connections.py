@@ -26,7 +26,7 @@ from redis.exceptions import RedisClusterException, RedisError
 from agent_host.durable.connection_pool import WaitingConnectionPool, WaitingSentinelConnectionPool
 from agent_host.durable.data_dir import private_dir
 from agent_host.durable.memory_advice import memory_advice
-from agent_host.durable.redis_server import RedisServer, running_in, share_url_of
+from agent_host.durable.redis_server import RedisServer
 from agent_host.errors import ConfigurationError, StoreUnavailable
 from agent_host.settings import Settings
 
@@ -36,7 +36,6 @@ __all__ = [
     "embedded_dir",
     "open_redis",
     "redacted",
-    "refuse_a_second_embedded",
 ]
 
 log = logging.getLogger(__name__)
@@ -81,24 +80,6 @@ def embedded_dir(settings: Settings) -> Path:
     return Path(settings.data_dir) / "redis"
 
 
-def refuse_a_second_embedded(settings: Settings) -> None:
-    """ConfigurationError when the embedded Redis of the data dir runs already (another
-    countersign process's, or one a killed process left): a second server on the same AOF
-    would keep its own data, and the two processes would not see each other's runs."""
-    where = embedded_dir(settings)
-    pid = running_in(where)
-    if pid is None:
-        return
-    url = share_url_of(pid)
-    share = f"set REDIS_URL={url} to share it, " if url else ""
-    raise ConfigurationError(
-        f"REDIS_URL is unset and the embedded Redis of {where} is in use by another process "
-        f"(redis-server pid {pid}, started by a running `countersign serve`, `worker` or "
-        f"`demo`, or left by one that was killed): {share}stop it (kill {pid}) if nothing "
-        "uses it, or set COUNTERSIGN_DATA_DIR to another directory"
-    )
-
-
 def as_text(value: Any) -> str:
     """A Redis reply as text (clients here return bytes, so checkpoints stay binary)."""
     return value.decode() if isinstance(value, bytes) else str(value)
@@ -112,11 +93,11 @@ async def open_redis(
     server = None
     url = settings.redis_url
     if not url:
-        refuse_a_second_embedded(settings)
-        private_dir(Path(settings.data_dir))
         # On a unix socket in the private data dir: no TCP port any local user could reach
         # it on, and a round trip costs less CPU than over loopback TCP.
         server = RedisServer(embedded_dir(settings), appendfsync="everysec", unix_socket=True)
+        server.refuse_a_second()  # (refused, nothing changes: not even the dir's mode)
+        private_dir(Path(settings.data_dir))
         server.start()
         url = server.url
         log.info("embedded Redis at %s (data in %s)", url, server.data_dir)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import fcntl
 import ipaddress
 import os
 import re
@@ -29,6 +28,7 @@ import redis
 import redis.exceptions
 
 from agent_host.durable.data_dir import private_dir
+from agent_host.durable.dir_lock import DirLock
 from agent_host.errors import ConfigurationError, StoreError
 
 __all__ = [
@@ -137,16 +137,6 @@ def fits_a_socket(path: Path) -> bool:
     return len(os.fsencode(path)) <= _MAX_SOCKET_PATH
 
 
-def _same_file(fd: int, path: Path) -> bool:
-    """Whether `fd` is open on the file now at `path`."""
-    try:
-        found = os.stat(path)
-    except FileNotFoundError:
-        return False
-    held = os.fstat(fd)
-    return (held.st_dev, held.st_ino) == (found.st_dev, found.st_ino)
-
-
 def _socket_dir_in_temp() -> Path:
     """A new directory of the server's own in the temp dir, for a socket whose data dir's
     path is too long: made at once, 0700, under a name nobody could have taken first."""
@@ -201,7 +191,7 @@ class RedisServer:
         self._port = port
         self._fixed_port = port is not None
         self._proc: subprocess.Popen[bytes] | None = None
-        self._lock_fd: int | None = None  # held from start to end: see _hold_the_data_dir
+        self._data_dir_lock = DirLock(self.data_dir / LOCK_FILE)  # held from start to end
         self._socket_dir_made = False  # the socket's own directory in the temp dir exists
         # On a unix socket: in the data dir, or, where that path is too long for a socket,
         # in a directory made for it in the temp dir at the first start.
@@ -269,61 +259,29 @@ class RedisServer:
         """Launch the server and wait until it answers PING. No-op when already running."""
         if self.running:
             return self
-        private_dir(self.data_dir)
-        find_executable()  # (before anything is made for a server that cannot start)
         if self._proc is not None:  # its child died on its own: reaped
             self._end(False, 0)
+        self.refuse_a_second()  # (one left by a process that died holds no lock)
+        private_dir(self.data_dir)
+        find_executable()  # (before anything is made for a server that cannot start)
         with contextlib.ExitStack() as undo:  # what a start that failed leaves behind
-            self._hold_the_data_dir()
+            self._data_dir_lock.hold(
+                f"another Redis server is starting or running on {self.data_dir} (started "
+                "by another process, or by this one): share it through REDIS_URL, or stop it "
+                "first"
+            )
             undo.callback(self._let_go_of_the_data_dir)
             if self.listens_on_a_socket:
                 self._make_socket_dir()
                 undo.callback(self._remove_socket_dir)
-                self._refuse_a_live_socket()
             undo.callback(self._end, False, 0)  # (a start interrupted: its child first)
             self._launch(timeout)
             undo.pop_all()  # kept while it runs
         return self
 
-    def _hold_the_data_dir(self) -> None:
-        """One server on a data dir at a time, from its start to its end: two starting at
-        the same moment would both find none running, share the AOF, and the later would
-        take the earlier's socket."""
-        path = self.data_dir / LOCK_FILE
-        if self._lock_fd is not None:  # held already (a restart), if still on that file
-            if _same_file(self._lock_fd, path):
-                return
-            self._let_go_of_the_data_dir()  # (the file was removed or replaced meanwhile)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o600)
-        except OSError as exc:
-            raise ConfigurationError(
-                f"{path} could not be opened ({exc.strerror}): make it countersign's user's, "
-                "or set COUNTERSIGN_DATA_DIR to a directory of its own"
-            ) from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise ConfigurationError(
-                f"another Redis server is starting or running on {self.data_dir} (started "
-                "by another process, or by this one): share it through REDIS_URL, or stop it "
-                "first"
-            ) from None
-        except OSError as exc:
-            os.close(fd)
-            raise ConfigurationError(
-                f"{path} could not be locked ({exc.strerror}): set COUNTERSIGN_DATA_DIR to a "
-                "directory on a local filesystem"
-            ) from None
-        self._lock_fd = fd
-
     def _let_go_of_the_data_dir(self) -> None:
-        if self._proc is not None:  # (an end interrupted: its child may still run)
-            return
-        fd, self._lock_fd = self._lock_fd, None
-        if fd is not None:
-            os.close(fd)  # (and with it the lock)
+        if self._proc is None:  # (an end interrupted: its child may still run)
+            self._data_dir_lock.let_go()
 
     def _launch(self, timeout: float) -> None:
         on_a_port = not self.listens_on_a_socket
@@ -387,23 +345,20 @@ class RedisServer:
                 self.socket_path.unlink(missing_ok=True)
                 self.socket_path.parent.rmdir()
 
-    def _refuse_a_live_socket(self) -> None:
-        """A server starting on a socket another one listens on would take it over, and
-        leave the other unreachable with its clients: refused."""
-        assert self.socket_path is not None
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        probe.settimeout(1.0)  # (a listener too busy to accept is still a listener)
-        try:
-            probe.connect(str(self.socket_path))
-        except TimeoutError:
-            pass
-        except OSError:
-            return  # nothing there, or a socket left by a server that was killed
-        finally:
-            probe.close()
+    def refuse_a_second(self) -> None:
+        """ConfigurationError when a server runs on the data dir already (another
+        countersign process's, or one a killed process left): a second server on the same
+        AOF would keep its own data, the two processes would not see each other's runs, and
+        the later would take the earlier's address."""
+        pid = running_in(self.data_dir)
+        if pid is None:
+            return
+        share = f"set REDIS_URL={url} to share it, " if (url := share_url_of(pid)) else ""
         raise ConfigurationError(
-            f"a Redis server already listens at {self.socket_path} (another process's): "
-            f"set REDIS_URL={self.url} to share it, or stop it"
+            f"the embedded Redis of {self.data_dir} is in use by another process "
+            f"(redis-server pid {pid}, started by a running `countersign serve`, `worker` or "
+            f"`demo`, or left by one that was killed): {share}stop it (kill {pid}) if nothing "
+            "uses it, or set COUNTERSIGN_DATA_DIR to another directory"
         )
 
     def _wait_ready(self, timeout: float, log_offset: int) -> str | None:
