@@ -19,7 +19,7 @@ from agent_host.durable.connections import STORE_ERRORS, open_redis
 from agent_host.durable.crypto import generate_key
 from agent_host.durable.host import check_workers, load_keyring
 from agent_host.durable.rotation import rotate_checkpoints
-from agent_host.errors import ConfigurationError
+from agent_host.errors import ConfigurationError, StoreError
 from bot.check import run_checks
 from bot.composition import build_service
 from bot.server import stop_on_signals
@@ -75,6 +75,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigurationError as exc:
         print(f"countersign: {exc}", file=sys.stderr)
         return 2
+    except StoreError as exc:  # e.g. the embedded Redis did not start: its log says why
+        log.debug("the store failed", exc_info=True)
+        print(f"countersign: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     return 0

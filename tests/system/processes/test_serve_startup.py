@@ -219,6 +219,28 @@ async def test_a_failed_start_leaves_no_embedded_redis_running(
     assert running_in(tmp_path / "data" / "redis") is None
 
 
+async def test_an_embedded_redis_that_cannot_start_is_its_log_not_a_traceback(
+    standin: SlackStandIn, redis_url: str, tmp_path: Path
+) -> None:
+    """REDIS_URL unset and an AOF Redis refuses to read: the operator is told that Redis did
+    not start, and why in its own words, with no traceback above them."""
+    aof_dir = tmp_path / "data" / "redis" / "appendonlydir"
+    for made in (aof_dir.parent.parent, aof_dir.parent, aof_dir):
+        made.mkdir(0o700)  # (private already: no warning that it was made so)
+    (aof_dir / "appendonly.aof.manifest").write_text("not a manifest\n")
+    env = env_for(standin, redis_url, tmp_path)
+    del env["REDIS_URL"]
+    done = await run_cli("serve", "--port", str(free_port()), env=env)
+
+    assert done.code == 1, done
+    assert "Traceback" not in done.err, done.err
+    first, *log = done.err.strip().splitlines()
+    assert first.startswith("countersign: redis-server did not start"), done.err
+    assert "fix the cause below and retry" in first
+    assert any("Invalid AOF manifest file format" in line for line in log), done.err
+    assert running_in(tmp_path / "data" / "redis") is None
+
+
 @pytest.mark.parametrize("on_a_socket", [True, False], ids=["unix-socket", "tcp-older"])
 async def test_a_second_process_on_a_data_dir_in_use_is_told_to_share_its_redis(
     standin: SlackStandIn, redis_url: str, tmp_path: Path, on_a_socket: bool
