@@ -2,7 +2,9 @@
 
 The embedded Redis's data dir is held by the `RedisServer` that runs on it, from its start
 to its end: two servers started at the same moment would both find none running, share
-the AOF, and the later would take the earlier's socket.
+the AOF, and the later would take the earlier's socket. Its redis-server child holds it too
+(it inherits the lock's file descriptor), so a server outlives the process that started it
+still holding its data dir.
 """
 
 from __future__ import annotations
@@ -48,10 +50,16 @@ class DirLock:
             ) from None
         self._fd = fd
 
+    @property
+    def fd(self) -> int | None:
+        """The lock's file descriptor while held: a child process given it holds the lock
+        with this one, and after it, until the child ends."""
+        return self._fd
+
     def let_go(self) -> None:
         fd, self._fd = self._fd, None
         if fd is not None:
-            os.close(fd)  # (and with it the lock)
+            os.close(fd)  # (and with it the lock, unless a child still holds it)
 
 
 def _same_file(fd: int, path: Path) -> bool:

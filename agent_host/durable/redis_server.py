@@ -292,12 +292,16 @@ class RedisServer:
             log_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             with os.fdopen(log_fd, "ab") as log:
                 # umask 077: the AOF, RDB and pid files redis-server writes are 0600
+                # The child holds the data dir's lock too: a server left by a process
+                # killed before the server wrote its pid file still holds it.
+                held = self._data_dir_lock.fd
                 self._proc = subprocess.Popen(
                     self.command_line(),
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=log,
                     umask=0o077,
+                    pass_fds=() if held is None else (held,),
                 )
             _LIVE.add(self)
             error = self._wait_ready(timeout, offset)

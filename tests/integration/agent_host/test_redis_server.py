@@ -11,6 +11,8 @@ import shutil
 import signal
 import socket
 import stat
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -323,6 +325,39 @@ def test_a_server_left_running_by_a_process_that_died_is_not_taken_over() -> Non
         with pytest.raises(ConfigurationError, match=r"in use by another process.*share it"):
             second.start()
         assert not second.running and share_pid(left.url) == left.pid
+
+
+def test_a_server_left_before_its_pid_file_was_written_still_holds_its_data_dir() -> None:
+    """The pid file says "in use" only once Redis has written it; the data dir's lock, which
+    the server's child holds too, says it from the start, whoever started it."""
+    with _short_data_dir() as data_dir:
+        with subprocess.Popen(
+            [sys.executable, "-c", _START_AND_WAIT, str(data_dir)],
+            stdout=subprocess.PIPE,
+            text=True,
+        ) as starter:
+            assert starter.stdout is not None
+            left_pid = int(starter.stdout.readline())
+            starter.kill()  # the process that started it, killed outright
+        try:
+            (data_dir / "redis-server.pid").unlink()  # as if killed before it was written
+            second = RedisServer(data_dir, unix_socket=True)
+            with pytest.raises(ConfigurationError, match="another Redis server is starting or"):
+                second.start()
+            assert not second.running and process_exists(left_pid)
+        finally:
+            os.kill(left_pid, signal.SIGKILL)
+
+
+# Starts a server on the data dir given and waits, holding it, until killed.
+_START_AND_WAIT = """
+import sys, time
+from pathlib import Path
+from agent_host.durable.redis_server import RedisServer
+server = RedisServer(Path(sys.argv[1]), unix_socket=True).start()
+print(server.pid, flush=True)
+time.sleep(60)
+"""
 
 
 def test_a_server_is_ready_when_it_answers_itself_not_another_at_its_address(
