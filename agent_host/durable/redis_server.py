@@ -36,10 +36,10 @@ __all__ = [
     "PID_FILE",
     "RedisServer",
     "find_executable",
-    "fits_a_socket",
     "free_port",
     "running_in",
     "share_url_of",
+    "socket_path_usable",
     "unix_url",
 ]
 
@@ -132,14 +132,21 @@ def unix_url(socket_path: Path) -> str:
     return f"unix://{quote(str(socket_path))}?db=0"
 
 
-def fits_a_socket(path: Path) -> bool:
-    """Whether `path` is short enough for a unix socket's address (108 bytes on Linux)."""
-    return len(os.fsencode(path)) <= _MAX_SOCKET_PATH
+def socket_path_usable(path: Path) -> bool:
+    """Whether a unix socket at `path` can be reached through a URL: short enough for a
+    socket's address (108 bytes on Linux), and UTF-8 (a URL's path is read as UTF-8)."""
+    raw = os.fsencode(path)
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return len(raw) <= _MAX_SOCKET_PATH
 
 
 def _socket_dir_in_temp() -> Path:
     """A new directory of the server's own in the temp dir, for a socket whose data dir's
-    path is too long: made at once, 0700, under a name nobody could have taken first."""
+    path is too long (or not UTF-8): made at once, 0700, under a name nobody could have
+    taken first."""
     try:
         made = Path(tempfile.mkdtemp(prefix="csredis-"))
     except OSError as exc:
@@ -148,12 +155,12 @@ def _socket_dir_in_temp() -> Path:
             f"({exc}): set TMPDIR to a directory countersign may write, or "
             "COUNTERSIGN_DATA_DIR to a shorter path"
         ) from None
-    if not fits_a_socket(made / "redis.sock"):
+    if not socket_path_usable(made / "redis.sock"):
         made.rmdir()
         raise ConfigurationError(
             f"the Redis server's socket fits neither in its data dir nor in the temp dir "
-            f"{made.parent} (paths too long for a unix socket): set TMPDIR to a shorter "
-            "directory, or COUNTERSIGN_DATA_DIR to a shorter path"
+            f"{made.parent} (paths too long for a unix socket, or not UTF-8): set TMPDIR to "
+            "a shorter directory, or COUNTERSIGN_DATA_DIR to a shorter path"
         )
     return made
 
@@ -193,13 +200,14 @@ class RedisServer:
         self._proc: subprocess.Popen[bytes] | None = None
         self._data_dir_lock = DirLock(self.data_dir / LOCK_FILE)  # held from start to end
         self._socket_dir_made = False  # the socket's own directory in the temp dir exists
-        # On a unix socket: in the data dir, or, where that path is too long for a socket,
-        # in a directory made for it in the temp dir at the first start.
+        # On a unix socket: in the data dir, or, where that path is too long for a socket
+        # (or not UTF-8, as a URL's path must be), in a directory made for it in the temp
+        # dir at the first start.
         self.socket_path: Path | None = None
         self._socket_in_temp = False
         if unix_socket:
             self.socket_path = self.data_dir / "redis.sock"
-            if not fits_a_socket(self.socket_path):
+            if not socket_path_usable(self.socket_path):
                 self.socket_path, self._socket_in_temp = None, True
 
     # -- state ---------------------------------------------------------------------------

@@ -24,7 +24,7 @@ import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
-from agent_host.durable.redis_server import RedisServer, fits_a_socket, share_url_of
+from agent_host.durable.redis_server import RedisServer, share_url_of, socket_path_usable
 from agent_host.errors import ConfigurationError, StoreError
 from tests.support.redis_cluster import LocalRedisCluster
 from tests.support.redis_fixtures import RedisServerFactory
@@ -84,7 +84,7 @@ async def test_unix_socket_server(redis_server_factory: RedisServerFactory) -> N
 def _long_data_dir(tmp_path: Path) -> Path:
     """A data dir whose socket path would not fit a socket's 108 bytes."""
     data_dir = tmp_path / ("d" * 120) / "redis"
-    assert not fits_a_socket(data_dir / "redis.sock")
+    assert not socket_path_usable(data_dir / "redis.sock")
     return data_dir
 
 
@@ -112,7 +112,20 @@ async def test_a_socket_too_long_for_its_data_dir_gets_a_new_private_dir_in_the_
 
 def test_a_socket_s_length_is_counted_in_bytes() -> None:
     path = Path("/" + "é" * 60, "redis.sock")
-    assert len(str(path)) <= 100 and not fits_a_socket(path)
+    assert len(str(path)) <= 100 and not socket_path_usable(path)
+
+
+def test_a_data_dir_whose_path_is_not_utf8_gets_its_socket_in_the_temp_dir() -> None:
+    """A URL's path is read as UTF-8: a socket in such a data dir could not be reached."""
+    place = Path(tempfile.mkdtemp(prefix="cs-", dir="/tmp"))
+    data_dir = Path(os.fsdecode(os.fsencode(place) + b"/d\xff/redis"))
+    try:
+        with RedisServer(data_dir, unix_socket=True) as server:
+            assert server.socket_path is not None and server.socket_path.parent != data_dir
+            assert server.pid is not None and share_url_of(server.pid) == server.url
+            assert share_pid(server.url) == server.pid
+    finally:
+        shutil.rmtree(place)
 
 
 def test_a_socket_dir_is_not_left_behind_by_a_start_that_failed(
