@@ -26,6 +26,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from agent_host.durable.redis_server import RedisServer, share_url_of, socket_path_usable
 from agent_host.errors import ConfigurationError, StoreError
+from tests.support.paths import PROJECT_ROOT
 from tests.support.redis_cluster import LocalRedisCluster
 from tests.support.redis_fixtures import RedisServerFactory
 
@@ -348,6 +349,7 @@ def test_a_server_left_before_its_pid_file_was_written_still_holds_its_data_dir(
             [sys.executable, "-c", _START_AND_WAIT, str(data_dir)],
             stdout=subprocess.PIPE,
             text=True,
+            cwd=PROJECT_ROOT,
         ) as starter:
             assert starter.stdout is not None
             left_pid = int(starter.stdout.readline())
