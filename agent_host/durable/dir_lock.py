@@ -4,7 +4,7 @@ The embedded Redis's data dir is held by the `RedisServer` that runs on it, from
 to its end: two servers started at the same moment would both find none running, share
 the AOF, and the later would take the earlier's socket. Its redis-server child holds it too
 (it inherits the lock's file descriptor), so a server outlives the process that started it
-still holding its data dir.
+still holding its data dir; so do the background saves Redis forks, until they end.
 """
 
 from __future__ import annotations
@@ -23,12 +23,13 @@ class DirLock:
         self.path = path  # the lock file
         self._fd: int | None = None
 
-    def hold(self, what: str) -> None:
-        """Held by this one from now on (again, while it still holds it, a no-op);
-        ConfigurationError, saying `what` holds it, when another does."""
+    def try_hold(self) -> bool:
+        """Held by this one from now on (again, while it still holds it, a no-op): True;
+        False while another holds it. ConfigurationError when the lock file cannot be
+        opened or locked at all."""
         if self._fd is not None:
             if _same_file(self._fd, self.path):
-                return
+                return True
             self.let_go()  # (the file was removed or replaced meanwhile: it holds nothing)
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_CREAT, 0o600)
@@ -41,7 +42,7 @@ class DirLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise ConfigurationError(what) from None
+            return False
         except OSError as exc:
             os.close(fd)
             raise ConfigurationError(
@@ -49,6 +50,7 @@ class DirLock:
                 "to a directory on a local filesystem"
             ) from None
         self._fd = fd
+        return True
 
     @property
     def fd(self) -> int | None:

@@ -273,11 +273,7 @@ class RedisServer:
         private_dir(self.data_dir)
         find_executable()  # (before anything is made for a server that cannot start)
         with contextlib.ExitStack() as undo:  # what a start that failed leaves behind
-            self._data_dir_lock.hold(
-                f"another Redis server is starting or running on {self.data_dir} (started "
-                "by another process, or by this one): share it through REDIS_URL, or stop it "
-                "first"
-            )
+            self._hold_the_data_dir(timeout)
             undo.callback(self._let_go_of_the_data_dir)
             if self.listens_on_a_socket:
                 self._make_socket_dir()
@@ -286,6 +282,27 @@ class RedisServer:
             self._launch(timeout)
             undo.pop_all()  # kept while it runs
         return self
+
+    def _hold_the_data_dir(self, timeout: float) -> None:
+        """The data dir held by this server from now on. A running server holding it is
+        refused at once (its pid file names it); any other holder is waited for, up to
+        `timeout`: a server starting at the same moment, until it writes its pid file, or
+        the background save or AOF rewrite of one that was killed (Redis forks them, and
+        they inherit the lock), until it ends."""
+        deadline = time.monotonic() + timeout
+        while not self._data_dir_lock.try_hold():
+            self.refuse_a_second()
+            if time.monotonic() >= deadline:
+                lock = self._data_dir_lock.path
+                raise ConfigurationError(
+                    f"the embedded Redis's data dir {self.data_dir} is held by another "
+                    f"process, not a running Redis server, after {timeout:g}s (a countersign "
+                    "`serve`, `worker` or `demo` starting one, or a Redis or its background "
+                    f"save left by one that was killed): `fuser -v {lock}` names it; stop it "
+                    "if nothing should be there, or set COUNTERSIGN_DATA_DIR to another "
+                    "directory"
+                )
+            time.sleep(0.05)
 
     def _let_go_of_the_data_dir(self) -> None:
         if self._proc is None:  # (an end interrupted: its child may still run)
