@@ -75,9 +75,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigurationError as exc:
         print(f"countersign: {exc}", file=sys.stderr)
         return 2
-    except StoreError as exc:  # e.g. the embedded Redis did not start: its log says why
-        log.debug("the store failed", exc_info=True)
+    except StoreError as exc:  # Redis not reached, or the embedded one did not start
         print(f"countersign: {exc}", file=sys.stderr)
+        if exc.__cause__ is not None:  # (Redis's address and why: the operator's to see)
+            print(f"  cause: {type(exc.__cause__).__name__}: {exc.__cause__}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

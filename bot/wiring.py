@@ -73,10 +73,16 @@ async def build(settings: ServiceSettings) -> tuple[Host, SlackBot]:
     keyring = load_keyring(settings)
     routes_file = load_routes_file(settings.routes_file) if settings.routes_file else None
     redis, embedded = await open_redis(settings)  # after every check that can refuse a start
-    session, client = web_client(settings)
     routes = RouteBook(redis, settings.default_channel)
     if routes_file is not None:
-        await routes.seed(routes_file)
+        try:
+            await routes.seed(routes_file)
+        except BaseException:  # (Redis not reached: nothing is left open behind the error)
+            await redis.aclose()
+            if embedded is not None:
+                embedded.stop()
+            raise
+    session, client = web_client(settings)
     # One directory for clicks, `/approvals` and escalations, sharing the user-group cache.
     directory = SlackReviewerDirectory(client)
     notifier = SlackNotifier(

@@ -241,6 +241,26 @@ async def test_an_embedded_redis_that_cannot_start_is_its_log_not_a_traceback(
     assert running_in(tmp_path / "data" / "redis") is None
 
 
+@pytest.mark.parametrize("command", ["serve", "worker"])
+async def test_a_redis_not_reached_at_start_is_said_with_its_cause_and_nothing_left_open(
+    standin: SlackStandIn, tmp_path: Path, command: str
+) -> None:
+    """Seeding the routes file needs Redis: what failed and why (its address, refused),
+    not a traceback, and no connection left unclosed behind it."""
+    routes = tmp_path / "routes.yml"
+    routes.write_text('routes:\n  - agent: "*"\n    channel: C0OPS\n')
+    nowhere = f"redis://127.0.0.1:{free_port()}/0"
+    env = env_for(standin, nowhere, tmp_path, COUNTERSIGN_ROUTES_FILE=str(routes))
+    args = ["serve", "--port", str(free_port())] if command == "serve" else ["worker"]
+    done = await run_cli(*args, env=env)
+
+    assert done.code == 1, done
+    assert "Traceback" not in done.err and "Unclosed" not in done.err, done.err
+    said, cause = done.err.strip().splitlines()
+    assert said.startswith("countersign: Redis could not be used (ConnectionError)"), said
+    assert cause.startswith("  cause: ConnectionError: ") and nowhere[8:-2] in cause, cause
+
+
 @pytest.mark.parametrize("on_a_socket", [True, False], ids=["unix-socket", "tcp-older"])
 async def test_a_second_process_on_a_data_dir_in_use_is_told_to_share_its_redis(
     standin: SlackStandIn, redis_url: str, tmp_path: Path, on_a_socket: bool
