@@ -78,9 +78,11 @@ async def build(settings: ServiceSettings) -> tuple[Host, SlackBot]:
         try:
             await routes.seed(routes_file)
         except BaseException:  # (Redis not reached: nothing is left open behind the error)
-            await redis.aclose()
-            if embedded is not None:
-                embedded.stop()
+            try:
+                await redis.aclose()
+            finally:
+                if embedded is not None:
+                    embedded.stop()
             raise
     session, client = web_client(settings)
     # One directory for clicks, `/approvals` and escalations, sharing the user-group cache.

@@ -14,6 +14,7 @@ import contextlib
 import ipaddress
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -264,12 +265,14 @@ class RedisServer:
         return [*args, *self.extra_args]
 
     def start(self, timeout: float = START_TIMEOUT) -> Self:
-        """Launch the server and wait until it answers PING. No-op when already running."""
+        """Launch the server and wait until it answers PING. No-op when already running.
+        Waits up to `timeout` for the data dir (see `_hold_the_data_dir`), then up to
+        `timeout` for the server to answer."""
         if self.running:
             return self
         if self._proc is not None:  # its child died on its own: reaped
             self._end(False, 0)
-        self.refuse_a_second()  # (one left by a process that died holds no lock)
+        self.refuse_a_second()  # (a server its pid file names: refused without a wait)
         private_dir(self.data_dir)
         find_executable()  # (before anything is made for a server that cannot start)
         with contextlib.ExitStack() as undo:  # what a start that failed leaves behind
@@ -284,23 +287,23 @@ class RedisServer:
         return self
 
     def _hold_the_data_dir(self, timeout: float) -> None:
-        """The data dir held by this server from now on. A running server holding it is
-        refused at once (its pid file names it); any other holder is waited for, up to
-        `timeout`: a server starting at the same moment, until it writes its pid file, or
-        the background save or AOF rewrite of one that was killed (Redis forks them, and
-        they inherit the lock), until it ends."""
+        """The data dir held by this server from now on. A running server its pid file
+        names is refused at once; any other holder is waited for, up to `timeout`: a
+        server starting at the same moment, until it writes its pid file, or the background
+        save or AOF rewrite of one that was killed (Redis forks them, and they inherit the
+        lock), until it ends."""
         deadline = time.monotonic() + timeout
         while not self._data_dir_lock.try_hold():
             self.refuse_a_second()
             if time.monotonic() >= deadline:
-                lock = self._data_dir_lock.path
+                lock = shlex.quote(str(self._data_dir_lock.path))
                 raise ConfigurationError(
-                    f"the embedded Redis's data dir {self.data_dir} is held by another "
-                    f"process, not a running Redis server, after {timeout:g}s (a countersign "
-                    "`serve`, `worker` or `demo` starting one, or a Redis or its background "
-                    f"save left by one that was killed): `fuser -v {lock}` names it; stop it "
-                    "if nothing should be there, or set COUNTERSIGN_DATA_DIR to another "
-                    "directory"
+                    f"the embedded Redis's data dir {self.data_dir} is still held by another "
+                    f"process after {timeout:g}s, and no pid file names it (a countersign "
+                    "`serve`, `worker` or `demo` starting its Redis, or a Redis or its "
+                    "background save left by one killed before its pid file was written): "
+                    f"`fuser -v {lock}` names it; stop it if nothing should be there, or set "
+                    "COUNTERSIGN_DATA_DIR to another directory"
                 )
             time.sleep(0.05)
 

@@ -256,7 +256,9 @@ async def test_a_redis_not_reached_at_start_is_said_with_its_cause_and_nothing_l
 
     assert done.code == 1, done
     assert "Traceback" not in done.err and "Unclosed" not in done.err, done.err
-    said, cause = done.err.strip().splitlines()
+    lines = done.err.strip().splitlines()  # (after any lines the log wrote first)
+    said, cause = lines[-2:]
+    assert all(" INFO " in line for line in lines[:-2]), done.err
     assert said.startswith("countersign: Redis could not be used (ConnectionError)"), said
     assert cause.startswith("  cause: ConnectionError: ") and nowhere[8:-2] in cause, cause
 
