@@ -106,10 +106,13 @@ def running_in(data_dir: Path) -> int | None:
         return None  # killed: the pid file outlived it
     except PermissionError:
         pass  # alive, another user's
-    cmdline = Path(f"/proc/{pid}/cmdline")
+    process = Path(f"/proc/{pid}")
     with contextlib.suppress(OSError):  # where /proc exists: not a reused pid
-        if b"redis-server" not in cmdline.read_bytes():
+        if b"redis-server" not in (process / "cmdline").read_bytes():
             return None
+    with contextlib.suppress(OSError):  # (another user's is not ours to read)
+        if (process / "cwd").resolve(strict=True) != Path(data_dir).resolve():
+            return None  # a redis-server, but on another dir (Redis works in its own)
     return pid
 
 

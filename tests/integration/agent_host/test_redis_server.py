@@ -24,7 +24,12 @@ import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
-from agent_host.durable.redis_server import RedisServer, share_url_of, socket_path_usable
+from agent_host.durable.redis_server import (
+    RedisServer,
+    running_in,
+    share_url_of,
+    socket_path_usable,
+)
 from agent_host.errors import ConfigurationError, StoreError
 from tests.support.paths import PROJECT_ROOT
 from tests.support.redis_cluster import LocalRedisCluster
@@ -402,6 +407,20 @@ server = RedisServer(Path(sys.argv[1]), unix_socket=True).start()
 print(server.pid, flush=True)
 time.sleep(60)
 """
+
+
+def test_a_pid_file_naming_a_redis_server_on_another_dir_is_not_taken_for_one(
+    tmp_path: Path,
+) -> None:
+    """A stale pid file whose pid is now another redis-server's (on another data dir): the
+    data dir is not in use."""
+    with RedisServer(tmp_path / "elsewhere") as other:
+        here = tmp_path / "here"
+        here.mkdir()
+        (here / "redis-server.pid").write_text(f"{other.pid}\n")
+        assert running_in(here) is None and running_in(other.data_dir) == other.pid
+        with RedisServer(here) as server:
+            assert server.running
 
 
 def test_a_server_is_ready_when_it_answers_itself_not_another_at_its_address(
