@@ -11,6 +11,7 @@ host, the Slack bot and the HTTP server together.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass, field
 
@@ -82,21 +83,24 @@ class Service:
         self.url = f"http://{host_name}:{bound}"
 
     async def stop(self) -> None:
-        """Stop taking requests, finish the work started after acks, stop the workers and
-        close every connection; safe to call more than once."""
+        """Stop taking requests; let the workers and the outbox end what is under way (a
+        post on its way to Slack, a tool call); finish the work started after acks; close
+        every connection, Slack's after the posts that use it. Safe to call more than once;
+        whatever step fails, the later ones are still taken (the workers told to stop, not
+        just cancelled)."""
         if self._stopped:
             return
         self._stopped = True
-        try:
+        async with contextlib.AsyncExitStack() as steps:  # (run last first)
+            steps.push_async_callback(self.host.close)  # Redis, last: the bot's work uses it
+            steps.push_async_callback(self.bot.close)
+            steps.push_async_callback(self.host.stop_work)
             if self._socket_mode is not None:
                 await self._socket_mode.stop()
                 self._socket_mode = None
             if self._runner is not None:
                 await self._runner.cleanup()
                 self._runner = None
-            await self.bot.close()
-        finally:  # whatever failed before: the workers are told to stop, not just cancelled
-            await self.host.stop()
 
 
 async def build_service(settings: ServiceSettings) -> Service:

@@ -298,8 +298,16 @@ class Host:
         )  # fmt: skip
 
     async def stop(self) -> None:
+        """`stop_work`, then `close`."""
+        try:
+            await self.stop_work()
+        finally:
+            await self.close()
+
+    async def stop_work(self) -> None:
         """Begin no new work; let what is under way (a tool call running, a post on its way)
-        end, for up to `stop_grace` seconds; then stop everything and close Redis."""
+        end, for up to `stop_grace` seconds; then stop everything. Redis stays open (see
+        `close`), and so must whatever the work under way posts through."""
         self._stop.set()  # from now on no consumer begins an entry
         busy = [task for task, consumer in self._consuming.items() if not consumer.idle]
         if busy:  # each ends once its entries are handled and acknowledged
@@ -308,6 +316,9 @@ class Host:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+
+    async def close(self) -> None:
+        """Close Redis (and stop the embedded server), once the work is stopped."""
         await self.external.watch.close()
         if isinstance(self.callback_sender, AiohttpSender):
             await self.callback_sender.close()

@@ -7,28 +7,63 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from bot.composition import Service, build_service
-from slack_sandbox import SlackStandIn, open_workspace
+from slack_sandbox import SlackStandIn, open_workspace, workspace_to_dict
 from tests.support.stack import SECRET, TOKEN, quicken, stack_settings
+from tests.support.waiting import eventually
 
 
 @contextlib.asynccontextmanager
 async def built_service(redis_url: str, tmp_path: Path) -> AsyncIterator[Service]:
     """A service built as `serve` and `worker` build theirs, beside a Slack stand-in; not
     started."""
+    async with service_beside_standin(redis_url, tmp_path) as (service, _):
+        yield service
+
+
+@contextlib.asynccontextmanager
+async def service_beside_standin(
+    redis_url: str, tmp_path: Path
+) -> AsyncIterator[tuple[Service, SlackStandIn]]:
     standin = SlackStandIn(open_workspace(tmp_path / "slack"), token=TOKEN, signing_secret=SECRET)
     await standin.start()
     try:
         service = await build_service(stack_settings(standin, redis_url, tmp_path))
         quicken(service.host)
-        yield service
+        yield service, standin
     finally:
         await standin.stop()
+
+
+async def test_a_post_under_way_when_the_service_stops_is_made_not_cut_off(
+    redis_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A deploy's stop lets the outbox end a post on its way to Slack: the Web API session
+    is closed after the outbox stops, not before (the post then failed with "Session is
+    closed", an error of countersign's own, left for the next process to post again)."""
+    async with service_beside_standin(redis_url, tmp_path) as (service, standin):
+        await service.start(workers=1)
+        standin.inject("chat.postMessage", status=200, delay=1.0)  # slow, then answered
+        run_id = await service.host.store.create_run("refund-agent", "refund order 123", "U0R")
+        await eventually(lambda: bool(standin.calls_to("chat.postMessage")) or None)
+        await service.stop()  # while the request's message is on its way
+
+        errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+        assert not errors, errors
+        assert len(standin.calls_to("chat.postMessage")) == 1  # made once, not failed, retried
+        [message] = [m for m in workspace_to_dict(standin.workspace)["messages"] if m["blocks"]]
+        again = await build_service(service.settings)  # the next process
+        try:
+            [request] = await again.host.store.run_requests(run_id)
+            assert request.message_ts == message["ts"]  # recorded: nothing left to post
+        finally:
+            await again.stop()
 
 
 async def test_the_host_is_stopped_even_when_closing_the_bot_fails(
