@@ -95,12 +95,12 @@ class Service:
             steps.push_async_callback(self.host.close)  # Redis, last: the bot's work uses it
             steps.push_async_callback(self.bot.close)
             steps.push_async_callback(self.host.stop_work)
-            if self._socket_mode is not None:
-                await self._socket_mode.stop()
-                self._socket_mode = None
-            if self._runner is not None:
-                await self._runner.cleanup()
+            if self._runner is not None:  # (long polls answered at once: its on_shutdown)
+                steps.push_async_callback(self._runner.cleanup)
                 self._runner = None
+            if self._socket_mode is not None:
+                steps.push_async_callback(self._socket_mode.stop)
+                self._socket_mode = None
 
 
 async def build_service(settings: ServiceSettings) -> Service:

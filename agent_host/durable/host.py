@@ -7,6 +7,7 @@ Slack bot, the CLI). Every background task it starts is owned here and stopped b
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import inspect
 import logging
@@ -318,10 +319,12 @@ class Host:
         self._tasks.clear()
 
     async def close(self) -> None:
-        """Close Redis (and stop the embedded server), once the work is stopped."""
-        await self.external.watch.close()
-        if isinstance(self.callback_sender, AiohttpSender):
-            await self.callback_sender.close()
-        await self.redis.aclose()
-        if self.embedded is not None:
-            self.embedded.stop()
+        """Close every connection, Redis last (and stop the embedded server), once the work
+        is stopped; whatever fails before, Redis is closed and the server stopped."""
+        async with contextlib.AsyncExitStack() as steps:  # (run last first)
+            if self.embedded is not None:
+                steps.callback(self.embedded.stop)
+            steps.push_async_callback(self.redis.aclose)
+            if isinstance(self.callback_sender, AiohttpSender):
+                steps.push_async_callback(self.callback_sender.close)
+            steps.push_async_callback(self.external.watch.close)

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from aiohttp import web
 
 from bot.composition import Service, build_service
 from slack_sandbox import SlackStandIn, open_workspace, workspace_to_dict
@@ -52,6 +55,7 @@ async def test_a_post_under_way_when_the_service_stops_is_made_not_cut_off(
         standin.inject("chat.postMessage", status=200, delay=1.0)  # slow, then answered
         run_id = await service.host.store.create_run("refund-agent", "refund order 123", "U0R")
         await eventually(lambda: bool(standin.calls_to("chat.postMessage")) or None)
+        assert not [m for m in workspace_to_dict(standin.workspace)["messages"] if m["blocks"]]
         await service.stop()  # while the request's message is on its way
 
         errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
@@ -66,25 +70,42 @@ async def test_a_post_under_way_when_the_service_stops_is_made_not_cut_off(
             await again.stop()
 
 
-async def test_the_host_is_stopped_even_when_closing_the_bot_fails(
-    redis_url: str, tmp_path: Path
+@pytest.mark.parametrize("failing", ["http", "work", "bot"])
+async def test_a_stop_takes_every_step_in_order_whichever_fails(
+    redis_url: str, tmp_path: Path, failing: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The HTTP server first (long polls answered), then the workers and the outbox end
+    what is under way, then the bot's work and Slack's session, then Redis: a step that
+    fails leaves none of the later ones untaken."""
     async with built_service(redis_url, tmp_path) as service:
         await service.start(http=("127.0.0.1", 0), workers=1)
-        assert service.host._tasks  # its workers, sweeper and outbox run
+        assert service.host._tasks and service._runner is not None
+        taken: list[str] = []
 
-        async def close_fails() -> None:
-            raise RuntimeError("the bot's HTTP session could not be closed")
+        def recorded(name: str, step: Callable[[], Awaitable[None]]) -> Any:
+            async def take() -> None:
+                taken.append(name)
+                await step()
+                if name == failing:
+                    raise RuntimeError(f"{name} failed")
 
-        close = service.bot.close
-        service.bot.close = close_fails  # type: ignore[method-assign]
-        try:
-            with pytest.raises(RuntimeError, match="could not be closed"):
-                await service.stop()
-            assert service.host._stop.is_set()
-            assert not service.host._tasks  # stopped and gathered, not left to be cancelled
-        finally:
-            await close()
+            return take
+
+        runner, host = service._runner, service.host
+        cleanup = web.AppRunner.cleanup
+
+        async def cleanup_recorded(self: web.AppRunner) -> None:  # (slots: patched on its class)
+            step = functools.partial(cleanup, self)
+            await (recorded("http", step) if self is runner else step)()
+
+        monkeypatch.setattr(web.AppRunner, "cleanup", cleanup_recorded)
+        host.stop_work = recorded("work", host.stop_work)  # type: ignore[method-assign]
+        service.bot.close = recorded("bot", service.bot.close)  # type: ignore[method-assign]
+        host.close = recorded("redis", host.close)  # type: ignore[method-assign]
+        with pytest.raises(RuntimeError, match=f"{failing} failed"):
+            await service.stop()
+        assert taken == ["http", "work", "bot", "redis"]
+        assert host._stop.is_set() and not host._tasks  # stopped and gathered, not cancelled
 
 
 @pytest.mark.parametrize("how", ["work lost", "stopped"])
