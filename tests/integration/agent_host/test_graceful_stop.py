@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 from redis.asyncio import Redis
 
+from agent_host.durable.redis_server import RedisServer
 from agent_host.runtime.messages import ModelResponse
 from agent_host.runtime.models.scripted import ScriptedModel
 from agent_host.runtime.tools import ToolContext, tool
@@ -47,3 +49,29 @@ async def test_a_stop_lets_a_running_tool_call_end_and_records_it(
     finally:
         await later.redis.aclose()
     assert info is not None and info.status == "succeeded", info
+
+
+async def test_a_close_that_fails_on_the_way_still_closes_redis_and_stops_its_server(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Redis is closed last, and the embedded server stopped, whatever failed before: a
+    process whose stop met an error must not leave its redis-server running."""
+    with RedisServer(tmp_path / "embedded", unix_socket=True) as embedded:
+        redis = Redis.from_url(embedded.url)
+        host, _ = make_host(redis, tmp_path / "host")
+        host.embedded = embedded
+        closed: list[str] = []
+        aclose = redis.aclose
+
+        async def aclose_noted() -> None:
+            closed.append("redis")
+            await aclose()
+
+        async def watch_close_fails() -> None:
+            raise RuntimeError("the long polls' watch could not be closed")
+
+        redis.aclose = aclose_noted  # type: ignore[method-assign]
+        host.external.watch.close = watch_close_fails  # type: ignore[method-assign]
+        with pytest.raises(RuntimeError, match="could not be closed"):
+            await host.stop()
+        assert closed == ["redis"] and not embedded.running
