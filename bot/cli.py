@@ -15,7 +15,7 @@ import sys
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
-from agent_host.durable.connections import STORE_ERRORS, open_redis
+from agent_host.durable.connections import STORE_ERRORS, close_redis, open_redis
 from agent_host.durable.crypto import generate_key
 from agent_host.durable.host import check_workers, load_keyring
 from agent_host.durable.rotation import rotate_checkpoints
@@ -169,9 +169,7 @@ async def _rotate(settings: ServiceSettings) -> int:
         )
         return 1
     finally:
-        await redis.aclose()
-        if server is not None:
-            server.stop()
+        await close_redis(redis, server)
     for run_id, reason in report.damaged.items():
         print(f"damaged: run {run_id}: {reason}", file=sys.stderr)
     print(

@@ -20,7 +20,7 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent_host.approvals.routes import load_routes_file
-from agent_host.durable.connections import open_redis
+from agent_host.durable.connections import close_redis, open_redis
 from agent_host.durable.foreground import Foreground
 from agent_host.durable.host import Host, load_keyring, load_registry
 from agent_host.durable.reviewer_log import ReviewerLog
@@ -78,11 +78,7 @@ async def build(settings: ServiceSettings) -> tuple[Host, SlackBot]:
         try:
             await routes.seed(routes_file)
         except BaseException:  # (Redis not reached: nothing is left open behind the error)
-            try:
-                await redis.aclose()
-            finally:
-                if embedded is not None:
-                    embedded.stop()
+            await close_redis(redis, embedded)
             raise
     session, client = web_client(settings)
     # One directory for clicks, `/approvals` and escalations, sharing the user-group cache.

@@ -33,6 +33,7 @@ from agent_host.settings import Settings
 __all__ = [
     "STORE_ERRORS",
     "as_text",
+    "close_redis",
     "embedded_dir",
     "open_redis",
     "redacted",
@@ -78,6 +79,16 @@ else:
 def embedded_dir(settings: Settings) -> Path:
     """Where the embedded Redis (REDIS_URL unset) keeps its AOF."""
     return Path(settings.data_dir) / "redis"
+
+
+async def close_redis(redis: Redis, server: RedisServer | None) -> None:
+    """What `open_redis` opened, closed: the client, then the embedded server (stopped
+    whatever the client's close raised)."""
+    try:
+        await redis.aclose()
+    finally:
+        if server is not None:
+            server.stop()
 
 
 def as_text(value: Any) -> str:

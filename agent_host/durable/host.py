@@ -24,6 +24,7 @@ from agent_host.approvals import ApprovalService, ArgumentEditor, ReviewerDirect
 from agent_host.approvals.notifier import LoggingNotifier, Notifier
 from agent_host.durable.bulks import BulkBook
 from agent_host.durable.callbacks import AiohttpSender, CallbackDelivery, CallbackSender
+from agent_host.durable.connections import close_redis
 from agent_host.durable.crashpoints import CrashPoints
 from agent_host.durable.crypto import ENV_VAR, KeyRing, generate_key
 from agent_host.durable.data_dir import check_private_file, private_dir
@@ -322,9 +323,7 @@ class Host:
         """Close every connection, Redis last (and stop the embedded server), once the work
         is stopped; whatever fails before, Redis is closed and the server stopped."""
         async with contextlib.AsyncExitStack() as steps:  # (run last first)
-            if self.embedded is not None:
-                steps.callback(self.embedded.stop)
-            steps.push_async_callback(self.redis.aclose)
+            steps.push_async_callback(close_redis, self.redis, self.embedded)
             if isinstance(self.callback_sender, AiohttpSender):
                 steps.push_async_callback(self.callback_sender.close)
             steps.push_async_callback(self.external.watch.close)
