@@ -93,7 +93,7 @@ class Service:
         self._stopped = True
         async with contextlib.AsyncExitStack() as steps:  # (run last first)
             steps.push_async_callback(self.host.close)  # Redis, last: the bot's work uses it
-            steps.push_async_callback(self.bot.close)
+            steps.push_async_callback(self.bot.close, self.host.stop_grace)
             steps.push_async_callback(self.host.stop_work)
             if self._runner is not None:  # (long polls answered at once: its on_shutdown)
                 steps.push_async_callback(self._runner.cleanup)

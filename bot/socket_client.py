@@ -46,14 +46,26 @@ _HINTS = {
 }
 
 
+# How long a stop waits for the requests being handled to be answered. Slack waits 3 s for
+# an ack, and a listener acks within its 2 s budget.
+HANDLED_WITHIN = 10.0
+
+
 class SocketMode:
     """A connected Socket Mode session; :meth:`stop` disconnects and frees its resources."""
 
-    def __init__(self, handler: AsyncSocketModeHandler) -> None:
+    def __init__(self, handler: _Handler) -> None:
         self.handler = handler
 
-    async def stop(self) -> None:
-        await _close(self.handler)
+    async def stop(self, within: float = HANDLED_WITHIN) -> None:
+        """Take no more requests, let those being handled end and send their acks over the
+        socket (for up to `within` seconds: then they are cancelled), then disconnect. As
+        an HTTP server's stop does; until then a click decided here would not be answered,
+        and its listener would go on against a closed Redis."""
+        try:
+            await self.handler.finish(within)
+        finally:
+            await _close(self.handler)
 
 
 async def _close(handler: AsyncSocketModeHandler) -> None:
@@ -92,15 +104,49 @@ class _Handler(AsyncSocketModeHandler):
     def __init__(self, bolt: AsyncApp, foreground: Foreground, **options: Any) -> None:
         super().__init__(bolt, **options)
         self.foreground = foreground
+        # slack_sdk starts each request's handling as a task it does not keep: kept here
+        self._handling: set[asyncio.Task[Any]] = set()
+        self._stopping = False
 
     async def handle(  # type: ignore[override]  # narrowed as Bolt's own handler does
         self, client: SocketModeClient, req: SocketModeRequest
     ) -> None:
+        if self._stopping:
+            log.warning(
+                "a Socket Mode %s request arrived while stopping: not taken (not "
+                "acknowledged; Slack tells the person it failed, and they try again)",
+                req.type,
+            )
+            return
         if not well_formed(req.payload):
             log.warning("refused a malformed Socket Mode %s payload (not acknowledged)", req.type)
             return
-        with self.foreground.serving():  # the outbox and the workers wait meanwhile
-            await super().handle(client, req)
+        task = asyncio.current_task()
+        if task is not None:  # (always, inside a coroutine)
+            self._handling.add(task)
+        try:
+            with self.foreground.serving():  # the outbox and the workers wait meanwhile
+                await super().handle(client, req)
+        finally:
+            self._handling.discard(task)
+
+    async def finish(self, within: float) -> None:
+        """Take no more requests; wait up to `within` seconds for those being handled, and
+        cancel what is left (saying so)."""
+        self._stopping = True
+        if not self._handling:
+            return
+        _, unfinished = await asyncio.wait(list(self._handling), timeout=within)
+        if unfinished:
+            log.warning(
+                "%d Socket Mode request(s) still being handled %gs into the stop; cancelled "
+                "(not acknowledged: Slack tells the person it failed)",
+                len(unfinished),
+                within,
+            )
+            for task in unfinished:
+                task.cancel()
+            await asyncio.gather(*unfinished, return_exceptions=True)
 
 
 async def start_socket_mode(

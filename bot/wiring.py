@@ -22,7 +22,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent_host.approvals.routes import load_routes_file
 from agent_host.durable.connections import close_redis, open_redis
 from agent_host.durable.foreground import Foreground
-from agent_host.durable.host import Host, load_keyring, load_registry
+from agent_host.durable.host import STOP_GRACE_SECONDS, Host, load_keyring, load_registry
 from agent_host.durable.reviewer_log import ReviewerLog
 from agent_host.durable.route_book import RouteBook
 from agent_host.durable.seen_once import SeenOnce
@@ -59,10 +59,13 @@ class SlackBot:
     seen_requests: SeenOnce  # each signed request is taken once: see `mount_slack`
     foreground: Foreground = field(default_factory=Foreground)  # the host's: clicks first
 
-    async def close(self) -> None:
-        """Finish the work started after acks, then close the Web API connections."""
-        await self.tasks.drain()
-        await self.session.close()
+    async def close(self, within: float = STOP_GRACE_SECONDS) -> None:
+        """Finish the work started after acks (for up to `within` seconds), then close the
+        Web API connections."""
+        try:
+            await self.tasks.drain(within)
+        finally:
+            await self.session.close()
 
 
 async def build(settings: ServiceSettings) -> tuple[Host, SlackBot]:

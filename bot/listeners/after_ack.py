@@ -36,9 +36,27 @@ class BackgroundTasks:
         if not task.cancelled() and task.exception() is not None:
             log.error("background task failed", exc_info=task.exception())
 
-    async def drain(self) -> None:
+    async def drain(self, within: float) -> None:
+        """Let the tasks (and the ones they start meanwhile) end, for up to `within`
+        seconds; then cancel what is left, saying how many, so that a stop ends before a
+        platform's kill does. Each is safe to cut: an Approve all cut half-way leaves the
+        rest of its calls waiting, as a process that dies then does."""
+        deadline = asyncio.get_running_loop().time() + within
         while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                break
+            await asyncio.wait(list(self._tasks), timeout=left)
+        if unfinished := list(self._tasks):
+            log.warning(
+                "%d task(s) started after an ack were still running %gs into the stop; "
+                "cancelled (an Approve all cut short leaves the rest of its calls waiting)",
+                len(unfinished),
+                within,
+            )
+            for task in unfinished:
+                task.cancel()
+            await asyncio.gather(*unfinished, return_exceptions=True)
 
 
 class Replies:

@@ -83,9 +83,9 @@ async def test_a_stop_takes_every_step_in_order_whichever_fails(
         taken: list[str] = []
 
         def recorded(name: str, step: Callable[[], Awaitable[None]]) -> Any:
-            async def take() -> None:
+            async def take(*args: Any) -> None:
                 taken.append(name)
-                await step()
+                await step(*args)
                 if name == failing:
                     raise RuntimeError(f"{name} failed")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -318,3 +319,60 @@ async def test_standin_envelopes_acks_timeouts_and_http_fallback(tmp_path: Path)
         assert standin.events_url is None
         with pytest.raises(RuntimeError, match="events_url"):
             await standin.slash(REVIEWER, CHANNEL, "/approvals", "z")
+
+
+async def test_a_click_being_handled_at_a_stop_is_decided_and_answered_and_a_later_one_not_taken(
+    redis_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A deploy's stop waits for the requests the socket is handling, as an HTTP server's
+    does: their acks go back over the socket before it closes (slack_sdk starts each as a
+    task nobody kept, which went on against a closed Redis, its ack lost). A request
+    arriving meanwhile is not taken: Slack tells the person it failed."""
+    async with _standin(tmp_path) as standin:
+        settings = _settings(standin, redis_url, tmp_path, APP_TOKEN)
+        service = await build_service(settings)
+        quicken(service.host)
+        try:
+            await service.start(http=("127.0.0.1", 0), workers=1)
+            stack = Stack(standin, service.host, service.bot, service.url, ExampleEffects(""))
+            first = await stack.start_run("refund-agent", "refund order 123")
+            second = await stack.start_run("refund-agent", "refund order 124")
+            [clicked] = await stack.pending_requests(first)
+            [late] = await stack.pending_requests(second)
+            handling = asyncio.Event()
+
+            async def slow(next_: Any) -> None:  # the click is in its listener's hands
+                handling.set()
+                await asyncio.sleep(1.0)
+                await next_()
+
+            service.bot.bolt.middleware(slow)
+            click = asyncio.create_task(stack.click(REVIEWER, clicked, blocks.APPROVE))
+            await asyncio.wait_for(handling.wait(), 10)
+            stopping = asyncio.create_task(service.stop())
+            await asyncio.sleep(0.2)
+            assert not click.done() and not stopping.done()
+            late_click = asyncio.create_task(stack.click(REVIEWER, late, blocks.APPROVE))
+            reply = await asyncio.wait_for(click, 10)
+            await asyncio.wait_for(stopping, 30)
+            late_reply = await asyncio.wait_for(late_click, 10)
+        finally:
+            await service.stop()
+
+        assert reply.status == 200, reply  # acknowledged over the socket
+        errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+        assert not errors, errors
+        assert late_reply.status != 200, late_reply
+        assert "arrived while stopping: not taken" in caplog.text
+        assert len(_envelopes(standin, "interactive")) == 2
+        assert len(standin.socket_mode.acks) == 1  # the first click's only
+
+    again = await build_service(settings)  # the next process
+    try:
+        decided = await again.host.store.get_request(clicked.request_id)
+        assert decided is not None and decided.status == "approved", decided
+        assert decided.decided_by == REVIEWER
+        waiting = await again.host.store.get_request(late.request_id)
+        assert waiting is not None and waiting.status == "pending", waiting
+    finally:
+        await again.stop()
