@@ -26,7 +26,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from agent_host.approvals import ApprovalRequest, EscalatedCopy
 from bot.mrkdwn import channel_link
@@ -44,7 +44,16 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-GroupMembers = Callable[[str], Awaitable[frozenset[str] | None]]
+
+
+class GroupMembers(Protocol):
+    """A user group's members as Slack listed them at most `max_age` seconds ago (default:
+    a listing's age), or now; None when Slack could not say."""
+
+    def __call__(
+        self, group_id: str, max_age: float | None = None
+    ) -> Awaitable[frozenset[str] | None]: ...
+
 
 UNCHECKED = "countersign could not check your channels right now; try again in a moment"
 GROUP_UNCHECKED = (
@@ -139,14 +148,20 @@ class MemberChannels:
     async def escalated_to_now(self, user_id: str, request: ApprovalRequest) -> bool | None:
         """Whether a copy of `request` was escalated to `user_id` and still counts: sent to
         them, or to a user group they are still in; None when Slack could not list the
-        group's members (which counts as no)."""
-        return (await self.escalations_now(user_id, [request]))[0]
+        group's members (which counts as no). A group's members as listed at most
+        DECISION_MAX_AGE seconds before: this is what a decision rests on."""
+        return (await self.escalations_now(user_id, [request], max_age=DECISION_MAX_AGE))[0]
 
     async def escalations_now(
-        self, user_id: str, requests: Sequence[ApprovalRequest]
+        self,
+        user_id: str,
+        requests: Sequence[ApprovalRequest],
+        *,
+        max_age: float | None = None,
     ) -> list[bool | None]:
         """`escalated_to_now` for each of `requests`, each user group asked about once
-        (`usergroups.users.list` is one of Slack's slower tiers: about 20 calls a minute)."""
+        (`usergroups.users.list` is one of Slack's slower tiers: about 20 calls a minute),
+        as listed at most `max_age` seconds before (default: as for a listing)."""
         groups = sorted(
             {
                 r.route.escalate_to
@@ -155,7 +170,7 @@ class MemberChannels:
             }
         )
         ask = self.group_members
-        found = await asyncio.gather(*(ask(g) for g in groups)) if ask is not None else []
+        found = await asyncio.gather(*(ask(g, max_age) for g in groups)) if ask is not None else []
         members = dict(zip(groups, found, strict=False))
         return [escalation_counts(user_id, request, members) for request in requests]
 

@@ -1,7 +1,11 @@
 """Who may decide a request: the route's reviewers (users and user groups) and self-approval.
 
-User-group members are looked up with `usergroups.users.list` and cached briefly, so a
-click usually costs no Slack call at all.
+User-group members are looked up with `usergroups.users.list`. A decision rests on what
+Slack said at most DECISION_MAX_AGE seconds before (someone removed from a group may not
+decide a minute longer on a copy kept from before); a listing (the App Home tab,
+`/approvals`) on a copy up to `cache_seconds` old. One lookup of a group at a time: whoever
+needs it meanwhile waits for the same answer (the method is one of Slack's slower tiers,
+about 20 calls a minute).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from slack_sdk.errors import SlackApiError
 
 from agent_host.approvals import ApprovalRequest, Eligibility, may_decide, self_approval_refusal
 from bot.delivery import error_code
+from bot.member_channels import DECISION_MAX_AGE
 from bot.mrkdwn import inline_code, mention
 
 __all__ = ["SlackReviewerDirectory", "judge"]
@@ -42,6 +47,7 @@ class SlackReviewerDirectory:
             clock,
         )
         self._groups: dict[str, tuple[float, frozenset[str]]] = {}
+        self._asking: dict[str, asyncio.Future[frozenset[str] | None]] = {}  # under way
 
     async def may_decide(self, user_id: str, request: ApprovalRequest) -> Eligibility:
         return await may_decide(self, user_id, request)
@@ -50,14 +56,30 @@ class SlackReviewerDirectory:
         """The reviewer directory: listed, or in one of the listed user groups."""
         wanted = _groups_of(reviewers)
         # All groups at once, under one budget: the click must be answered within 3 s.
-        found = await asyncio.gather(*map(self.group_members, wanted))
+        found = await asyncio.gather(
+            *(self.group_members(g, max_age=DECISION_MAX_AGE) for g in wanted)
+        )
         return _membership(user_id, reviewers, dict(zip(wanted, found, strict=True)))
 
-    async def group_members(self, group_id: str) -> frozenset[str] | None:
-        """The group's members (cached briefly); None when Slack could not say in time."""
+    async def group_members(
+        self, group_id: str, max_age: float | None = None
+    ) -> frozenset[str] | None:
+        """The group's members as Slack listed them at most `max_age` seconds ago (default:
+        `cache_seconds`; a decision asks for DECISION_MAX_AGE), or now; None when Slack
+        could not say in time."""
+        age = self.cache_seconds if max_age is None else max_age
         cached = self._groups.get(group_id)
-        if cached and self.clock() - cached[0] < self.cache_seconds:
+        if cached and self.clock() - cached[0] < age:
             return cached[1]
+        asking = self._asking.get(group_id)
+        if asking is None:
+            asking = asyncio.ensure_future(self._list(group_id))
+            self._asking[group_id] = asking
+            asking.add_done_callback(lambda _: self._asking.pop(group_id, None))
+        return await asyncio.shield(asking)  # (one caller giving up does not end it)
+
+    async def _list(self, group_id: str) -> frozenset[str] | None:
+        asked = self.clock()  # (its answer is as old as the question)
         try:
             reply = await asyncio.wait_for(
                 self.client.usergroups_users_list(usergroup=group_id), self.timeout
@@ -72,9 +94,9 @@ class SlackReviewerDirectory:
             members = frozenset()
         except Exception as exc:  # fail closed: an unknown membership allows nobody
             log.warning("usergroups.users.list %s failed: %s", group_id, exc)
-            # Fail closed: a cache older than cache_seconds may name someone since removed.
+            # Fail closed: an older list may name someone since removed.
             return None
-        self._groups[group_id] = (self.clock(), members)
+        self._groups[group_id] = (asked, members)
         return members
 
     async def group_listed(self, group_id: str) -> frozenset[str] | str:

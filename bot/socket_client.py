@@ -33,6 +33,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent_host.durable.foreground import Foreground
 from agent_host.errors import ConfigurationError
 from bot.parsing import well_formed
+from bot.stop_within import end_within
 
 __all__ = ["SocketMode", "socket_mode_url", "start_socket_mode"]
 
@@ -134,19 +135,13 @@ class _Handler(AsyncSocketModeHandler):
         """Take no more requests; wait up to `within` seconds for those being handled, and
         cancel what is left (saying so)."""
         self._stopping = True
-        if not self._handling:
-            return
-        _, unfinished = await asyncio.wait(list(self._handling), timeout=within)
-        if unfinished:
+        if cancelled := await end_within(lambda: self._handling, within):
             log.warning(
                 "%d Socket Mode request(s) still being handled %gs into the stop; cancelled "
                 "(not acknowledged: Slack tells the person it failed)",
-                len(unfinished),
+                cancelled,
                 within,
             )
-            for task in unfinished:
-                task.cancel()
-            await asyncio.gather(*unfinished, return_exceptions=True)
 
 
 async def start_socket_mode(

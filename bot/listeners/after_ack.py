@@ -12,6 +12,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from bot.slack_notifier import SlackNotifier
+from bot.stop_within import end_within
 
 __all__ = ["BackgroundTasks", "Replies"]
 
@@ -41,22 +42,13 @@ class BackgroundTasks:
         seconds; then cancel what is left, saying how many, so that a stop ends before a
         platform's kill does. Each is safe to cut: an Approve all cut half-way leaves the
         rest of its calls waiting, as a process that dies then does."""
-        deadline = asyncio.get_running_loop().time() + within
-        while self._tasks:
-            left = deadline - asyncio.get_running_loop().time()
-            if left <= 0:
-                break
-            await asyncio.wait(list(self._tasks), timeout=left)
-        if unfinished := list(self._tasks):
+        if cancelled := await end_within(lambda: self._tasks, within):
             log.warning(
                 "%d task(s) started after an ack were still running %gs into the stop; "
                 "cancelled (an Approve all cut short leaves the rest of its calls waiting)",
-                len(unfinished),
+                cancelled,
                 within,
             )
-            for task in unfinished:
-                task.cancel()
-            await asyncio.gather(*unfinished, return_exceptions=True)
 
 
 class Replies:
