@@ -21,7 +21,7 @@ from agent_host.durable.host import Host
 from agent_host.http.application import create_app
 from bot.server import start_site
 from bot.slack_settings import ServiceSettings
-from bot.socket_client import SocketMode, start_socket_mode
+from bot.socket_client import HANDLED_WITHIN, SocketMode, start_socket_mode
 from bot.wiring import SlackBot, build, mount_slack
 
 __all__ = ["Service", "build_service"]
@@ -83,23 +83,30 @@ class Service:
         self.url = f"http://{host_name}:{bound}"
 
     async def stop(self) -> None:
-        """Stop taking requests; let the workers and the outbox end what is under way (a
-        post on its way to Slack, a tool call); finish the work started after acks; close
-        every connection, Slack's after the posts that use it. Safe to call more than once;
-        whatever step fails, the later ones are still taken (the workers told to stop, not
-        just cancelled)."""
+        """Stop taking requests; let the requests being handled, the workers and the outbox
+        (a post on its way to Slack, a tool call) and the work started after acks end what
+        is under way, all within the one grace (`host.stop_grace`) from the stop's start,
+        then cancel what is left; close every connection, Slack's after the posts that use
+        it. Safe to call more than once; whatever step fails, the later ones are still
+        taken (the workers told to stop, not just cancelled)."""
         if self._stopped:
             return
         self._stopped = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.host.stop_grace
+
+        def left() -> float:
+            return max(deadline - loop.time(), 0.0)
+
         async with contextlib.AsyncExitStack() as steps:  # (run last first)
             steps.push_async_callback(self.host.close)  # Redis, last: the bot's work uses it
-            steps.push_async_callback(self.bot.close, self.host.stop_grace)
-            steps.push_async_callback(self.host.stop_work)
+            steps.push_async_callback(lambda: self.bot.close(left()))
+            steps.push_async_callback(lambda: self.host.stop_work(left()))
             if self._runner is not None:  # (long polls answered at once: its on_shutdown)
                 steps.push_async_callback(self._runner.cleanup)
                 self._runner = None
-            if self._socket_mode is not None:
-                steps.push_async_callback(self._socket_mode.stop)
+            if (socket_mode := self._socket_mode) is not None:
+                steps.push_async_callback(lambda: socket_mode.stop(min(HANDLED_WITHIN, left())))
                 self._socket_mode = None
 
 

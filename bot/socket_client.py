@@ -137,10 +137,10 @@ class _Handler(AsyncSocketModeHandler):
         self._stopping = True
         if cancelled := await end_within(lambda: self._handling, within):
             log.warning(
-                "%d Socket Mode request(s) still being handled %gs into the stop; cancelled "
-                "(not acknowledged: Slack tells the person it failed)",
+                "%d Socket Mode request(s) still being handled when the stop's wait for them "
+                "ran out; cancelled, not acknowledged (Slack tells the person it failed; a "
+                "decision it recorded stands, and a click again says it is decided)",
                 cancelled,
-                within,
             )
 
 

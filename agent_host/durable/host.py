@@ -306,14 +306,15 @@ class Host:
         finally:
             await self.close()
 
-    async def stop_work(self) -> None:
+    async def stop_work(self, within: float | None = None) -> None:
         """Begin no new work; let what is under way (a tool call running, a post on its way)
-        end, for up to `stop_grace` seconds; then stop everything. Redis stays open (see
-        `close`), and so must whatever the work under way posts through."""
+        end, for up to `within` seconds (default: `stop_grace`); then stop everything.
+        Redis stays open (see `close`), and so must whatever the work under way posts
+        through."""
         self._stop.set()  # from now on no consumer begins an entry
         busy = [task for task, consumer in self._consuming.items() if not consumer.idle]
         if busy:  # each ends once its entries are handled and acknowledged
-            await asyncio.wait(busy, timeout=self.stop_grace)
+            await asyncio.wait(busy, timeout=self.stop_grace if within is None else within)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -39,15 +39,15 @@ class BackgroundTasks:
 
     async def drain(self, within: float) -> None:
         """Let the tasks (and the ones they start meanwhile) end, for up to `within`
-        seconds; then cancel what is left, saying how many, so that a stop ends before a
-        platform's kill does. Each is safe to cut: an Approve all cut half-way leaves the
-        rest of its calls waiting, as a process that dies then does."""
+        seconds (what is left of a stop's grace); then cancel what is left, saying how
+        many. Each is safe to cut: an Approve all cut half-way leaves the rest of its calls
+        waiting, as a process that dies then does."""
         if cancelled := await end_within(lambda: self._tasks, within):
             log.warning(
-                "%d task(s) started after an ack were still running %gs into the stop; "
-                "cancelled (an Approve all cut short leaves the rest of its calls waiting)",
+                "%d task(s) started after an ack were still running when the stop's grace "
+                "ran out; cancelled (an Approve all cut short leaves the rest of its calls "
+                "waiting: its message's tally shows which)",
                 cancelled,
-                within,
             )
 
 

@@ -318,7 +318,7 @@ async def test_a_duplicated_and_a_replayed_approve_all_change_nothing_more(
         await send_signed(stack, mine, at=now - 2)  # delivered again once all is decided
         told = await stack.wait_ephemerals(REVIEWER, 3)
         assert "decided already" in told[-1]
-        await stack.bot.tasks.drain()
+        await stack.bot.tasks.drain(within=30)
 
         assert stack.effects.count("delete_file") == 7
         assert len(await resume_entries(stack.host.redis, run_id)) == 1
@@ -385,7 +385,7 @@ async def test_a_call_changed_or_a_list_changed_since_posting_is_not_approved(
         await click_bulk(stack, REVIEWER, first, blocks.BULK_APPROVE)
         [refused] = await stack.wait_ephemerals(REVIEWER)
         assert "not the ones it was posted with" in refused
-        await stack.bot.tasks.drain()
+        await stack.bot.tasks.drain(within=30)
         for request in requests:
             current = await stack.host.store.get_request(request.request_id)
             assert current is not None and not current.decided
@@ -417,7 +417,7 @@ async def test_a_bulk_button_outside_its_own_message_is_refused(
         await stack.standin.click(REVIEWER, OPS, copy["ts"], blocks.BULK_APPROVE)
         [refused] = await stack.wait_ephemerals(REVIEWER)
         assert "does not belong to this message" in refused
-        await stack.bot.tasks.drain()
+        await stack.bot.tasks.drain(within=30)
         for request in requests:
             current = await stack.host.store.get_request(request.request_id)
             assert current is not None and not current.decided

@@ -159,14 +159,14 @@ async def test_a_retried_event_is_not_processed_twice(redis_url: str, tmp_path: 
         for retry in (1, 2):
             again = await stack.standin.open_home(REVIEWER, event_id="Ev0HOME0001", retry=retry)
             assert again.status == 200
-        await stack.bot.tasks.drain()  # whatever the deliveries started has finished
+        await stack.bot.tasks.drain(within=30)  # whatever the deliveries started has finished
         assert publishes(stack, REVIEWER) == 1
 
         # A retry whose first delivery never arrived is the first one seen: processed.
         lost = await stack.standin.open_home(REVIEWER, event_id="Ev0HOME0002", retry=1)
         assert lost.status == 200
         await home_after(stack, REVIEWER, 1)
-        await stack.bot.tasks.drain()
+        await stack.bot.tasks.drain(within=30)
         assert publishes(stack, REVIEWER) == 2
 
 
@@ -196,7 +196,7 @@ async def test_events_are_verified_like_every_slack_request(redis_url: str, tmp_
             signed = slack_headers(elsewhere, SECRET, content_type=json_type)
             async with session.post(url, data=elsewhere, headers=signed) as response:
                 assert response.status == 200
-        await stack.bot.tasks.drain()
+        await stack.bot.tasks.drain(within=30)
         assert publishes(stack, REVIEWER) == 0
         # None of them took the event's id: the real delivery of it is processed.
         reply = await stack.standin.open_home(REVIEWER, event_id="Ev0FORGED01")

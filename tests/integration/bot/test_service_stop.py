@@ -108,6 +108,35 @@ async def test_a_stop_takes_every_step_in_order_whichever_fails(
         assert host._stop.is_set() and not host._tasks  # stopped and gathered, not cancelled
 
 
+async def test_a_stop_s_waits_share_one_grace_from_its_start(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The workers' wait and the wait for the work started after acks come out of one
+    grace counted from the stop's start, not one grace each: a stop ends within what a
+    platform gives it before its kill."""
+    async with built_service(redis_url, tmp_path) as service:
+        await service.start(http=("127.0.0.1", 0), workers=1)
+        service.host.stop_grace = 2.0
+        given: dict[str, float] = {}
+        stop_work, close = service.host.stop_work, service.bot.close
+
+        async def slow_stop_work(within: float | None = None) -> None:
+            given["work"] = within if within is not None else -1.0
+            await asyncio.sleep(0.5)  # the workers took half a second of it
+            await stop_work(within)
+
+        async def bot_close(within: float) -> None:
+            given["bot"] = within
+            await close(within)
+
+        service.host.stop_work = slow_stop_work  # type: ignore[method-assign]
+        service.bot.close = bot_close  # type: ignore[method-assign]
+        await service.stop()
+
+        assert 0 < given["work"] <= 2.0, given
+        assert 0 <= given["bot"] <= given["work"] - 0.5, given  # what was left of it
+
+
 @pytest.mark.parametrize("how", ["work lost", "stopped"])
 async def test_a_worker_process_learns_its_work_stopped_or_that_it_was_stopped(
     redis_url: str, tmp_path: Path, how: str

@@ -376,3 +376,48 @@ async def test_a_click_being_handled_at_a_stop_is_decided_and_answered_and_a_lat
         assert waiting is not None and waiting.status == "pending", waiting
     finally:
         await again.stop()
+
+
+async def test_a_request_still_handled_when_the_stop_s_grace_runs_out_is_cancelled_and_said(
+    redis_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The stop waits for the requests being handled within its grace, not for ever: one
+    still going then is cancelled, unacknowledged, with a warning, and nothing it had not
+    done is taken as done."""
+    async with _standin(tmp_path) as standin:
+        settings = _settings(standin, redis_url, tmp_path, APP_TOKEN)
+        service = await build_service(settings)
+        quicken(service.host)
+        try:
+            await service.start(http=("127.0.0.1", 0), workers=1)
+            service.host.stop_grace = 0.5
+            stack = Stack(standin, service.host, service.bot, service.url, ExampleEffects(""))
+            run_id = await stack.start_run("refund-agent", "refund order 123")
+            [request] = await stack.pending_requests(run_id)
+            handling = asyncio.Event()
+
+            async def stuck(next_: Any) -> None:  # before the listener: nothing decided yet
+                handling.set()
+                await asyncio.sleep(60)
+                await next_()
+
+            service.bot.bolt.middleware(stuck)
+            click = asyncio.create_task(stack.click(REVIEWER, request, blocks.APPROVE))
+            await asyncio.wait_for(handling.wait(), 10)
+            await asyncio.wait_for(service.stop(), 30)
+            reply = await asyncio.wait_for(click, 10)
+        finally:
+            await service.stop()
+
+        assert reply.status != 200, reply  # not acknowledged: Slack says it failed
+        assert "still being handled when the stop's wait for them ran out" in caplog.text
+        errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+        assert not errors, errors
+        assert standin.socket_mode.acks == []
+
+    again = await build_service(settings)  # the next process
+    try:
+        waiting = await again.host.store.get_request(request.request_id)
+        assert waiting is not None and waiting.status == "pending", waiting
+    finally:
+        await again.stop()

@@ -521,11 +521,11 @@ class Hostile:
     def settle(self, within: float = 15.0) -> Snapshot:
         """Wait until background work is done and two snapshots agree; return the last."""
         deadline = time.monotonic() + within
-        self.run(self.stack.bot.tasks.drain())
+        self.run(self.stack.bot.tasks.drain(within=30))
         previous = self.snapshot()
         while True:
             time.sleep(0.1)
-            self.run(self.stack.bot.tasks.drain())
+            self.run(self.stack.bot.tasks.drain(within=30))
             current = self.snapshot()
             if current == previous:
                 return current
@@ -552,7 +552,7 @@ class Hostile:
 
     def ephemerals(self, user: str) -> list[str]:
         async def read() -> list[str]:
-            await self.stack.bot.tasks.drain()
+            await self.stack.bot.tasks.drain(within=30)
             return self.stack.ephemerals(user)
 
         return self.run(read())

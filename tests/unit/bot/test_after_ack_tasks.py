@@ -52,7 +52,7 @@ async def test_a_task_still_running_past_the_bound_is_cancelled_and_said(
     await asyncio.wait_for(tasks.drain(within=0.2), 10)
     assert ended == ["quick"] and cancelled.is_set()
     [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert "1 task(s) started after an ack were still running 0.2s into the stop" in (
+    assert "1 task(s) started after an ack were still running when the stop's grace ran out" in (
         warning.getMessage()
     )
     await asyncio.wait_for(tasks.drain(within=0.2), 10)  # nothing left: at once, nothing said
