@@ -334,7 +334,7 @@ async def test_a_click_being_handled_at_a_stop_is_decided_and_answered_and_a_lat
         quicken(service.host)
         try:
             await service.start(http=("127.0.0.1", 0), workers=1)
-            stack = Stack(standin, service.host, service.bot, service.url, ExampleEffects(""))
+            stack = Stack(standin, service.host, service.bot, service.url, ExampleEffects(settings.example_journal))
             first = await stack.start_run("refund-agent", "refund order 123")
             second = await stack.start_run("refund-agent", "refund order 124")
             [clicked] = await stack.pending_requests(first)
@@ -391,12 +391,16 @@ async def test_a_request_still_handled_when_the_stop_s_grace_runs_out_is_cancell
         try:
             await service.start(http=("127.0.0.1", 0), workers=1)
             service.host.stop_grace = 0.5
-            stack = Stack(standin, service.host, service.bot, service.url, ExampleEffects(""))
+            stack = Stack(standin, service.host, service.bot, service.url, ExampleEffects(settings.example_journal))
             run_id = await stack.start_run("refund-agent", "refund order 123")
             [request] = await stack.pending_requests(run_id)
             handling = asyncio.Event()
+            handled_in: list[asyncio.Task[Any] | None] = []
+            assert service._socket_mode is not None
+            client = service._socket_mode.handler.client
 
             async def stuck(next_: Any) -> None:  # before the listener: nothing decided yet
+                handled_in.append(asyncio.current_task())
                 handling.set()
                 await asyncio.sleep(60)
                 await next_()
@@ -414,6 +418,11 @@ async def test_a_request_still_handled_when_the_stop_s_grace_runs_out_is_cancell
         errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
         assert not errors, errors
         assert standin.socket_mode.acks == []
+        # what was cancelled was that request's own task, not the socket's loops (slack_sdk
+        # starts a task per request: what the stop relies on)
+        [task] = handled_in
+        assert task is not None and task.cancelled()
+        assert task not in (client.message_processor, client.message_receiver)
 
     again = await build_service(settings)  # the next process
     try:
