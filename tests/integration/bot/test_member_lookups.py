@@ -7,6 +7,7 @@ counted per method for the whole app, not per person."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -137,6 +138,32 @@ async def test_a_refused_lookup_is_not_asked_again_by_those_waiting_for_it(
     answers = await asyncio.gather(*(channels.outside(REVIEWER, request) for _ in range(5)))
     assert answers == [UNCHECKED] * 5
     assert sorted(lookups(slack)) == ["conversations.info", "conversations.members"]
+
+
+async def test_a_decision_on_a_copy_escalated_to_a_group_rests_on_its_members_now(
+    slack: SlackStandIn,
+) -> None:
+    """Whoever a request was escalated to through a user group may decide it while they
+    are in the group: a decision asks Slack again once what it said is DECISION_MAX_AGE
+    seconds old; a listing (the App Home tab) may still show the request from the minute's
+    copy."""
+    directory = SlackReviewerDirectory(AsyncWebClient(token=TOKEN, base_url=slack.url))
+    channels = MemberChannels(
+        AsyncWebClient(token=TOKEN, base_url=slack.url), group_members=directory.group_members
+    )
+    copy = EscalatedCopy(to=REVIEWER, channel="D0REVIEWER", ts="1.0", link="")
+    request = make_request(route=Route(escalate_to=REVIEWERS_GROUP), escalations=[copy])
+    assert await channels.escalated_to_now(REVIEWER, request) is True
+
+    group = slack.core.workspace.usergroup(REVIEWERS_GROUP)
+    assert group is not None
+    group.users.remove(REVIEWER)  # removed from the group
+    directory.clock = lambda: time.monotonic() + DECISION_MAX_AGE + 1  # within a minute
+
+    assert await channels.escalations_now(REVIEWER, [request]) == [True]  # a listing
+    assert await channels.escalated_to_now(REVIEWER, request) is False  # a decision
+    asked = [method for method, _ in slack.core.calls if method == "usergroups.users.list"]
+    assert len(asked) == 2
 
 
 async def test_requests_escalated_through_one_user_group_ask_slack_about_it_once(

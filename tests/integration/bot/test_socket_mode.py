@@ -334,7 +334,13 @@ async def test_a_click_being_handled_at_a_stop_is_decided_and_answered_and_a_lat
         quicken(service.host)
         try:
             await service.start(http=("127.0.0.1", 0), workers=1)
-            stack = Stack(standin, service.host, service.bot, service.url, ExampleEffects(settings.example_journal))
+            stack = Stack(
+                standin,
+                service.host,
+                service.bot,
+                service.url,
+                ExampleEffects(settings.example_journal),
+            )
             first = await stack.start_run("refund-agent", "refund order 123")
             second = await stack.start_run("refund-agent", "refund order 124")
             [clicked] = await stack.pending_requests(first)
@@ -391,7 +397,13 @@ async def test_a_request_still_handled_when_the_stop_s_grace_runs_out_is_cancell
         try:
             await service.start(http=("127.0.0.1", 0), workers=1)
             service.host.stop_grace = 0.5
-            stack = Stack(standin, service.host, service.bot, service.url, ExampleEffects(settings.example_journal))
+            stack = Stack(
+                standin,
+                service.host,
+                service.bot,
+                service.url,
+                ExampleEffects(settings.example_journal),
+            )
             run_id = await stack.start_run("refund-agent", "refund order 123")
             [request] = await stack.pending_requests(run_id)
             handling = asyncio.Event()
