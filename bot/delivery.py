@@ -33,6 +33,7 @@ __all__ = [
     "is_retryable",
     "permanent_failure",
     "rerouted_note",
+    "retry_after",
 ]
 
 log = logging.getLogger(__name__)
@@ -137,6 +138,15 @@ def error_code(exc: SlackApiError) -> str:
     except (AttributeError, TypeError):
         code = None
     return str(code) if code else f"http_{getattr(response, 'status_code', 0)}"
+
+
+def retry_after(exc: SlackApiError) -> float:
+    """How many seconds Slack asked to wait after a 429 (its Retry-After; 1 if unsaid)."""
+    headers = getattr(exc.response, "headers", None) or {}
+    try:
+        return max(float(headers.get("Retry-After", "1") or 1), 0.0)
+    except (TypeError, ValueError):
+        return 1.0
 
 
 def is_retryable(exc: SlackApiError) -> bool:

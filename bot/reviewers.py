@@ -20,7 +20,7 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 
 from agent_host.approvals import ApprovalRequest, Eligibility, may_decide, self_approval_refusal
-from bot.delivery import error_code
+from bot.delivery import error_code, retry_after
 from bot.member_channels import DECISION_MAX_AGE
 from bot.mrkdwn import inline_code, mention
 
@@ -48,18 +48,33 @@ class SlackReviewerDirectory:
         )
         self._groups: dict[str, tuple[float, frozenset[str]]] = {}
         self._asking: dict[str, asyncio.Future[frozenset[str] | None]] = {}  # under way
+        self._quiet_until = float("-inf")  # Slack said "ratelimited": not asked again before
 
     async def may_decide(self, user_id: str, request: ApprovalRequest) -> Eligibility:
         return await may_decide(self, user_id, request)
 
     async def is_reviewer(self, user_id: str, reviewers: tuple[str, ...]) -> Eligibility:
-        """The reviewer directory: listed, or in one of the listed user groups."""
+        """The reviewer directory: listed, or in one of the listed user groups as Slack
+        listed them at most DECISION_MAX_AGE seconds before. The group an older list puts
+        them in is asked about first, alone: a click then costs one lookup at most, not
+        one per group of the route."""
         wanted = _groups_of(reviewers)
+        if user_id in reviewers or not wanted:
+            return _membership(user_id, reviewers, {})
+        if likely := next((g for g in wanted if user_id in self._kept(g)), None):
+            members = await self.group_members(likely, max_age=DECISION_MAX_AGE)
+            if members is not None and user_id in members:
+                return Eligibility(True)
         # All groups at once, under one budget: the click must be answered within 3 s.
         found = await asyncio.gather(
             *(self.group_members(g, max_age=DECISION_MAX_AGE) for g in wanted)
         )
         return _membership(user_id, reviewers, dict(zip(wanted, found, strict=True)))
+
+    def _kept(self, group_id: str) -> frozenset[str]:
+        """The group's members as last listed, however long ago (none: nobody)."""
+        kept = self._groups.get(group_id)
+        return kept[1] if kept is not None else frozenset()
 
     async def group_members(
         self, group_id: str, max_age: float | None = None
@@ -80,12 +95,16 @@ class SlackReviewerDirectory:
 
     async def _list(self, group_id: str) -> frozenset[str] | None:
         asked = self.clock()  # (its answer is as old as the question)
+        if asked < self._quiet_until:  # asking again would only keep the limit tripped
+            return None
         try:
             reply = await asyncio.wait_for(
                 self.client.usergroups_users_list(usergroup=group_id), self.timeout
             )
             members = frozenset(reply.get("users") or [])
         except SlackApiError as exc:
+            if error_code(exc) == "ratelimited":
+                self._quiet_until = asked + retry_after(exc)
             if error_code(exc) not in GONE:
                 log.warning("usergroups.users.list %s failed: %s", group_id, exc)
                 return None  # fail closed, as below

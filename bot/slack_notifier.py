@@ -362,7 +362,7 @@ class SlackNotifier:
                 if not delivery.is_retryable(exc):
                     raise delivery.permanent_failure(exc, where or channel or "") from exc
                 if exc.response.status_code == 429:
-                    wait = float(exc.response.headers.get("Retry-After", "1") or 1)
+                    wait = delivery.retry_after(exc)
                     if channel:
                         self.pacer.push_back(channel, wait)
                     else:

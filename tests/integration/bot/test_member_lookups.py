@@ -20,7 +20,7 @@ from bot.member_channels import DECISION_MAX_AGE, LOOKUP_SECONDS, UNCHECKED, Mem
 from bot.reviewers import SlackReviewerDirectory
 from slack_sandbox import SlackStandIn, open_workspace
 from slack_sandbox.seed import BOT_USER_ID, REVIEWERS_GROUP
-from slack_sandbox.workspace import Channel, User
+from slack_sandbox.workspace import Channel, User, UserGroup
 from tests.support.stack import OUTSIDER, REVIEWER, TOKEN, running_stack
 from tests.unit.bot.test_blocks import make_request
 
@@ -164,6 +164,62 @@ async def test_a_decision_on_a_copy_escalated_to_a_group_rests_on_its_members_no
     assert await channels.escalated_to_now(REVIEWER, request) is False  # a decision
     asked = [method for method, _ in slack.core.calls if method == "usergroups.users.list"]
     assert len(asked) == 2
+
+
+def _group_lookups(slack: SlackStandIn) -> int:
+    return sum(1 for method, _ in slack.core.calls if method == "usergroups.users.list")
+
+
+async def test_a_decision_on_a_route_of_many_groups_asks_about_the_decider_s_own_first(
+    slack: SlackStandIn,
+) -> None:
+    """`usergroups.users.list` allows about 20 calls a minute: a click on a route naming
+    three groups asks Slack about the group an older list puts the clicker in, alone, not
+    about all three every time its list is 5 s old; still all of them when that one no
+    longer has them."""
+    slack.workspace.usergroups += [
+        UserGroup("S0PAYROLL", "payroll", "Payroll", [OUTSIDER]),
+        UserGroup("S0LEGAL", "legal", "Legal", [OUTSIDER]),
+    ]
+    directory = SlackReviewerDirectory(AsyncWebClient(token=TOKEN, base_url=slack.url))
+    reviewers = ("S0PAYROLL", REVIEWERS_GROUP, "S0LEGAL")
+    assert (await directory.is_reviewer(REVIEWER, reviewers)).allowed  # unknown: all three
+    assert _group_lookups(slack) == 3
+
+    directory.clock = lambda: time.monotonic() + DECISION_MAX_AGE + 1  # each list 5 s old
+    assert (await directory.is_reviewer(REVIEWER, reviewers)).allowed
+    assert _group_lookups(slack) == 4  # their own group, alone
+
+    group = slack.core.workspace.usergroup(REVIEWERS_GROUP)
+    assert group is not None
+    group.users.remove(REVIEWER)
+    directory.clock = lambda: time.monotonic() + 2 * (DECISION_MAX_AGE + 1)
+    refused = await directory.is_reviewer(REVIEWER, reviewers)
+    assert not refused.allowed and "you are not a reviewer" in refused.reason
+    assert _group_lookups(slack) == 4 + 3  # theirs said no: all of them asked
+
+
+async def test_after_slack_says_ratelimited_the_groups_are_not_asked_again_before_retry_after(
+    slack: SlackStandIn,
+) -> None:
+    """Asking again while Slack's limit holds would only keep it tripped: decisions that
+    need a group's members meanwhile are refused (fail closed) without a call, and Slack
+    is asked again once its Retry-After has passed."""
+    directory = SlackReviewerDirectory(AsyncWebClient(token=TOKEN, base_url=slack.url))
+    slack.inject("usergroups.users.list", status=429, retry_after=30)
+    reviewers = (REVIEWERS_GROUP,)
+    first = await directory.is_reviewer(REVIEWER, reviewers)
+    assert not first.allowed and "could not check the reviewer group" in first.reason
+    assert _group_lookups(slack) == 1
+
+    directory.clock = lambda: time.monotonic() + 20  # within Slack's 30 s
+    again = await directory.is_reviewer(REVIEWER, reviewers)
+    assert not again.allowed and "could not check the reviewer group" in again.reason
+    assert _group_lookups(slack) == 1  # not asked
+
+    directory.clock = lambda: time.monotonic() + 31  # past it
+    assert (await directory.is_reviewer(REVIEWER, reviewers)).allowed
+    assert _group_lookups(slack) == 2
 
 
 async def test_requests_escalated_through_one_user_group_ask_slack_about_it_once(
