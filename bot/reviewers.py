@@ -63,8 +63,8 @@ class SlackReviewerDirectory:
             return _membership(user_id, reviewers, {})
         if likely := next((g for g in wanted if user_id in self._kept(g)), None):
             members = await self.group_members(likely, max_age=DECISION_MAX_AGE)
-            if members is not None and user_id in members:
-                return Eligibility(True)
+            if members is None or user_id in members:  # (Slack could not say: refused)
+                return _membership(user_id, reviewers, {likely: members})
         # All groups at once, under one budget: the click must be answered within 3 s.
         found = await asyncio.gather(
             *(self.group_members(g, max_age=DECISION_MAX_AGE) for g in wanted)

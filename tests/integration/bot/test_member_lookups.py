@@ -175,8 +175,8 @@ async def test_a_decision_on_a_route_of_many_groups_asks_about_the_decider_s_own
 ) -> None:
     """`usergroups.users.list` allows about 20 calls a minute: a click on a route naming
     three groups asks Slack about the group an older list puts the clicker in, alone, not
-    about all three every time its list is 5 s old; still all of them when that one no
-    longer has them."""
+    about all three every time its list is 5 s old; the others too when that one no
+    longer has them; none more when Slack could not say (the click is refused)."""
     slack.workspace.usergroups += [
         UserGroup("S0PAYROLL", "payroll", "Payroll", [OUTSIDER]),
         UserGroup("S0LEGAL", "legal", "Legal", [OUTSIDER]),
@@ -190,13 +190,18 @@ async def test_a_decision_on_a_route_of_many_groups_asks_about_the_decider_s_own
     assert (await directory.is_reviewer(REVIEWER, reviewers)).allowed
     assert _group_lookups(slack) == 4  # their own group, alone
 
+    directory.clock = lambda: time.monotonic() + 2 * (DECISION_MAX_AGE + 1)
+    slack.inject("usergroups.users.list", status=500, times=1)
+    failed = await directory.is_reviewer(REVIEWER, reviewers)
+    assert not failed.allowed and "could not check the reviewer group" in failed.reason
+    assert _group_lookups(slack) == 5  # Slack could not say: refused, not asked again
+
     group = slack.core.workspace.usergroup(REVIEWERS_GROUP)
     assert group is not None
     group.users.remove(REVIEWER)
-    directory.clock = lambda: time.monotonic() + 2 * (DECISION_MAX_AGE + 1)
     refused = await directory.is_reviewer(REVIEWER, reviewers)
     assert not refused.allowed and "you are not a reviewer" in refused.reason
-    assert _group_lookups(slack) == 4 + 3  # theirs said no: all of them asked
+    assert _group_lookups(slack) == 5 + 3  # theirs said no: then the other two
 
 
 async def test_after_slack_says_ratelimited_the_groups_are_not_asked_again_before_retry_after(
