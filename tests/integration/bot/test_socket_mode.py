@@ -19,12 +19,13 @@ from typing import Any
 import aiohttp
 import pytest
 
+from agent_host.approvals import ApprovalRequest
 from agent_host.durable.redis_server import free_port
 from agent_host.errors import ConfigurationError
 from agent_host.examples import ExampleEffects
 from bot import blocks
 from bot.cli import _serve
-from bot.composition import build_service
+from bot.composition import Service, build_service
 from bot.slack_settings import ServiceSettings as Settings
 from bot.slash_commands import help_text
 from slack_sandbox import AppUnreachable, SlackStandIn, open_workspace, workspace_to_dict
@@ -321,6 +322,55 @@ async def test_standin_envelopes_acks_timeouts_and_http_fallback(tmp_path: Path)
             await standin.slash(REVIEWER, CHANNEL, "/approvals", "z")
 
 
+@asynccontextmanager
+async def service_to_stop(redis_url: str, tmp_path: Path) -> AsyncIterator[tuple[Service, Stack]]:
+    """A service taking Slack's requests over Socket Mode, for a test that stops it itself
+    (stopped at the end if it did not); the settings are the service's."""
+    async with _standin(tmp_path) as standin:
+        service = await build_service(_settings(standin, redis_url, tmp_path, APP_TOKEN))
+        quicken(service.host)
+        try:
+            await service.start(http=("127.0.0.1", 0), workers=1)
+            effects = ExampleEffects(service.settings.example_journal)
+            yield service, Stack(standin, service.host, service.bot, service.url, effects)
+        finally:
+            await service.stop()
+
+
+async def as_the_next_process_reads(service: Service, request_id: str) -> ApprovalRequest:
+    again = await build_service(service.settings)
+    try:
+        request = await again.host.store.get_request(request_id)
+        assert request is not None, request_id
+        return request
+    finally:
+        await again.stop()
+
+
+async def approve_held_in_bolt(
+    seconds: float, service: Service, stack: Stack, request: ApprovalRequest
+) -> tuple[asyncio.Task[Any], list[asyncio.Task[Any] | None]]:
+    """REVIEWER's Approve on `request`, once Bolt holds it (for `seconds`, before its
+    listener: nothing decided yet); and the task it is being handled in."""
+    held = asyncio.Event()
+    handled_in: list[asyncio.Task[Any] | None] = []
+
+    async def hold(next_: Any) -> None:
+        handled_in.append(asyncio.current_task())
+        held.set()
+        await asyncio.sleep(seconds)
+        await next_()
+
+    service.bot.bolt.middleware(hold)
+    click = asyncio.create_task(stack.click(REVIEWER, request, blocks.APPROVE))
+    await asyncio.wait_for(held.wait(), 10)
+    return click, handled_in
+
+
+def logged_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
 async def test_a_click_being_handled_at_a_stop_is_decided_and_answered_and_a_later_one_not_taken(
     redis_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -328,60 +378,31 @@ async def test_a_click_being_handled_at_a_stop_is_decided_and_answered_and_a_lat
     does: their acks go back over the socket before it closes (slack_sdk starts each as a
     task nobody kept, which went on against a closed Redis, its ack lost). A request
     arriving meanwhile is not taken: Slack tells the person it failed."""
-    async with _standin(tmp_path) as standin:
-        settings = _settings(standin, redis_url, tmp_path, APP_TOKEN)
-        service = await build_service(settings)
-        quicken(service.host)
-        try:
-            await service.start(http=("127.0.0.1", 0), workers=1)
-            stack = Stack(
-                standin,
-                service.host,
-                service.bot,
-                service.url,
-                ExampleEffects(settings.example_journal),
-            )
-            first = await stack.start_run("refund-agent", "refund order 123")
-            second = await stack.start_run("refund-agent", "refund order 124")
-            [clicked] = await stack.pending_requests(first)
-            [late] = await stack.pending_requests(second)
-            handling = asyncio.Event()
-
-            async def slow(next_: Any) -> None:  # the click is in its listener's hands
-                handling.set()
-                await asyncio.sleep(1.0)
-                await next_()
-
-            service.bot.bolt.middleware(slow)
-            click = asyncio.create_task(stack.click(REVIEWER, clicked, blocks.APPROVE))
-            await asyncio.wait_for(handling.wait(), 10)
-            stopping = asyncio.create_task(service.stop())
-            await asyncio.sleep(0.2)
-            assert not click.done() and not stopping.done()
-            late_click = asyncio.create_task(stack.click(REVIEWER, late, blocks.APPROVE))
-            reply = await asyncio.wait_for(click, 10)
-            await asyncio.wait_for(stopping, 30)
-            late_reply = await asyncio.wait_for(late_click, 10)
-        finally:
-            await service.stop()
+    async with service_to_stop(redis_url, tmp_path) as (service, stack):
+        first = await stack.start_run("refund-agent", "refund order 123")
+        second = await stack.start_run("refund-agent", "refund order 124")
+        [clicked] = await stack.pending_requests(first)
+        [late] = await stack.pending_requests(second)
+        click, _ = await approve_held_in_bolt(1.0, service, stack, clicked)
+        stopping = asyncio.create_task(service.stop())
+        await asyncio.sleep(0.2)
+        assert not click.done() and not stopping.done()
+        late_click = asyncio.create_task(stack.click(REVIEWER, late, blocks.APPROVE))
+        reply = await asyncio.wait_for(click, 10)
+        await asyncio.wait_for(stopping, 30)
+        late_reply = await asyncio.wait_for(late_click, 10)
 
         assert reply.status == 200, reply  # acknowledged over the socket
-        errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
-        assert not errors, errors
+        assert not logged_errors(caplog), logged_errors(caplog)
         assert late_reply.status != 200, late_reply
         assert "arrived while stopping: not taken" in caplog.text
-        assert len(_envelopes(standin, "interactive")) == 2
-        assert len(standin.socket_mode.acks) == 1  # the first click's only
+        assert len(_envelopes(stack.standin, "interactive")) == 2
+        assert len(stack.standin.socket_mode.acks) == 1  # the first click's only
 
-    again = await build_service(settings)  # the next process
-    try:
-        decided = await again.host.store.get_request(clicked.request_id)
-        assert decided is not None and decided.status == "approved", decided
-        assert decided.decided_by == REVIEWER
-        waiting = await again.host.store.get_request(late.request_id)
-        assert waiting is not None and waiting.status == "pending", waiting
-    finally:
-        await again.stop()
+    decided = await as_the_next_process_reads(service, clicked.request_id)
+    assert decided.status == "approved" and decided.decided_by == REVIEWER, decided
+    waiting = await as_the_next_process_reads(service, late.request_id)
+    assert waiting.status == "pending", waiting
 
 
 async def test_a_request_still_handled_when_the_stop_s_grace_runs_out_is_cancelled_and_said(
@@ -390,55 +411,25 @@ async def test_a_request_still_handled_when_the_stop_s_grace_runs_out_is_cancell
     """The stop waits for the requests being handled within its grace, not for ever: one
     still going then is cancelled, unacknowledged, with a warning, and nothing it had not
     done is taken as done."""
-    async with _standin(tmp_path) as standin:
-        settings = _settings(standin, redis_url, tmp_path, APP_TOKEN)
-        service = await build_service(settings)
-        quicken(service.host)
-        try:
-            await service.start(http=("127.0.0.1", 0), workers=1)
-            service.host.stop_grace = 0.5
-            stack = Stack(
-                standin,
-                service.host,
-                service.bot,
-                service.url,
-                ExampleEffects(settings.example_journal),
-            )
-            run_id = await stack.start_run("refund-agent", "refund order 123")
-            [request] = await stack.pending_requests(run_id)
-            handling = asyncio.Event()
-            handled_in: list[asyncio.Task[Any] | None] = []
-            assert service._socket_mode is not None
-            client = service._socket_mode.handler.client
-
-            async def stuck(next_: Any) -> None:  # before the listener: nothing decided yet
-                handled_in.append(asyncio.current_task())
-                handling.set()
-                await asyncio.sleep(60)
-                await next_()
-
-            service.bot.bolt.middleware(stuck)
-            click = asyncio.create_task(stack.click(REVIEWER, request, blocks.APPROVE))
-            await asyncio.wait_for(handling.wait(), 10)
-            await asyncio.wait_for(service.stop(), 30)
-            reply = await asyncio.wait_for(click, 10)
-        finally:
-            await service.stop()
+    async with service_to_stop(redis_url, tmp_path) as (service, stack):
+        service.host.stop_grace = 0.5
+        run_id = await stack.start_run("refund-agent", "refund order 123")
+        [request] = await stack.pending_requests(run_id)
+        assert service._socket_mode is not None
+        client = service._socket_mode.handler.client
+        click, handled_in = await approve_held_in_bolt(60, service, stack, request)
+        await asyncio.wait_for(service.stop(), 30)
+        reply = await asyncio.wait_for(click, 10)
 
         assert reply.status != 200, reply  # not acknowledged: Slack says it failed
         assert "still being handled when the stop's wait for them ran out" in caplog.text
-        errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
-        assert not errors, errors
-        assert standin.socket_mode.acks == []
+        assert not logged_errors(caplog), logged_errors(caplog)
+        assert stack.standin.socket_mode.acks == []
         # what was cancelled was that request's own task, not the socket's loops (slack_sdk
         # starts a task per request: what the stop relies on)
         [task] = handled_in
         assert task is not None and task.cancelled()
         assert task not in (client.message_processor, client.message_receiver)
 
-    again = await build_service(settings)  # the next process
-    try:
-        waiting = await again.host.store.get_request(request.request_id)
-        assert waiting is not None and waiting.status == "pending", waiting
-    finally:
-        await again.stop()
+    waiting = await as_the_next_process_reads(service, request.request_id)
+    assert waiting.status == "pending", waiting
