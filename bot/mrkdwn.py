@@ -29,6 +29,7 @@ __all__ = [
     "mention",
     "mentions",
     "one_line",
+    "person",
     "short",
     "units",
 ]
@@ -114,6 +115,15 @@ def mention(who: str) -> str:
     if GROUP_ID.match(who):
         return f"<!subteam^{who}>"
     return short(who, MENTION_TEXT_MAX)
+
+
+def person(who: str) -> str:
+    """`mention`, for one person only (a requester, a decider): a user id becomes a mention,
+    anything else (a user-group id too: it would notify the whole group) its escaped name."""
+    who = who.strip()
+    if GROUP_ID.match(who):
+        return short(who, MENTION_TEXT_MAX)
+    return mention(who)
 
 
 def mentions(ids: Sequence[str], most: int = 10) -> str:

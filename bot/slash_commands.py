@@ -33,7 +33,7 @@ from bot.blocks import PENDING_NEXT, mask_secrets
 from bot.blocks.limits import FALLBACK_TEXT_MAX, SECTION_TEXT_MAX, plain_within
 from bot.blocks.listing import request_line
 from bot.delivery import ChannelFacts, exposes, exposure
-from bot.mrkdwn import channel_link, date, escape, inline_code, mention
+from bot.mrkdwn import channel_link, date, escape, inline_code, mention, person
 from bot.permalinks import Permalinks
 from bot.reviewers import SlackReviewerDirectory
 from bot.visibility import Viewer, Visibility
@@ -301,7 +301,7 @@ class SlashCommands:
             )
         arguments = json.dumps(mask_secrets(request.arguments))
         lines = [
-            f"{inline_code(request.tool)} requested by {mention(request.requested_by)} "
+            f"{inline_code(request.tool)} requested by {person(request.requested_by)} "
             f"for agent {inline_code(request.agent)} — *{request.status}*",
             f"Reason: {inline_code(request.reason, REASON_MAX)}  •  "
             f"severity {escape(request.severity)}",
@@ -318,7 +318,7 @@ class SlashCommands:
         ]
         lines.append("*History*")
         for entry in history[-15:]:
-            actor = mention(entry.get("actor", ""))
+            actor = person(entry.get("actor", ""))
             lines.append(
                 f"• {date(float(entry['at']))} {escape(entry.get('event', ''))} by {actor}"
             )

@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from agent_host.approvals import WEBHOOK, decision_for
+from agent_host.approvals.requester import user_id_problem
 from agent_host.http.api import HOST_KEY, error, json_object, same_secret
 from agent_host.runtime.decisions import Approve
 
@@ -62,6 +63,8 @@ async def approval_webhook(request: web.Request) -> web.Response:
     claimed = body.get("decidedBy")
     if claimed is not None and not isinstance(claimed, str):
         return error(400, "decidedBy must be a string")
+    if claimed and (problem := user_id_problem(claimed, "decidedBy", "the decider's")):
+        return error(400, f"{problem}; nothing was decided")
     if "editedArguments" in body:  # a near miss must not approve the unedited call
         return error(400, "the field is edited_arguments (snake case); nothing was decided")
     edited = body.get("edited_arguments")

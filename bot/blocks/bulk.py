@@ -44,7 +44,7 @@ from bot.blocks.limits import (
 )
 from bot.blocks.modals import modal_view, text_input
 from bot.blocks.request import SEVERITY_EMOJI
-from bot.mrkdwn import date, inline_code, mention, mentions, one_line, short, units
+from bot.mrkdwn import date, inline_code, mentions, one_line, person, short, units
 
 __all__ = [
     "ROWS_MAX",
@@ -219,7 +219,7 @@ def bulk_message(bulk: Bulk, requests: Sequence[ApprovalRequest]) -> tuple[str, 
     fields = [
         field("Agent", inline_code(bulk.agent)),
         field("Calls", tools_as_code(requests)),
-        field("Requested by", mention(bulk.requested_by)),
+        field("Requested by", person(bulk.requested_by)),
         field("Expires", date(min(expiries)) if expiries else "—"),
         field("Bulk id", inline_code(bulk.bulk_id)),
     ]
@@ -247,7 +247,7 @@ def bulk_message(bulk: Bulk, requests: Sequence[ApprovalRequest]) -> tuple[str, 
     if bulk.split_by:
         blocks.append(
             context(
-                f":thread: {mention(bulk.split_by)} chose to review these one by one: each "
+                f":thread: {person(bulk.split_by)} chose to review these one by one: each "
                 "call is in this message's thread, with its own buttons."
             )
         )

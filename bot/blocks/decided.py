@@ -17,7 +17,7 @@ from bot.blocks.limits import (
     escaped_within,
 )
 from bot.blocks.request import decision_detail, quorum_line, request_body
-from bot.mrkdwn import date, inline_code, mention, mentions, one_line, short, units
+from bot.mrkdwn import date, inline_code, mentions, one_line, person, short, units
 
 __all__ = ["decided_message"]
 
@@ -46,7 +46,7 @@ def _decider(request: ApprovalRequest) -> str:
     if request.decided_by == WEBHOOK:
         claimed = decision.note if decision is not None else ""
         return f"via webhook (claimed: {short(claimed, 80)})" if claimed else "via webhook"
-    by = mention(request.decided_by)
+    by = person(request.decided_by)
     if isinstance(decision, Approve) and decision.standing_of:
         return f"by {by}'s approval for this run ({inline_code(decision.standing_of)})"
     return f"by {by}"
@@ -108,7 +108,7 @@ def _edits(request: ApprovalRequest) -> Block | None:
     if not isinstance(decision, Approve) or decision.edited_arguments is None:
         return None
     lead = (
-        f"*Edited by {mention(decision.edited_by)} before approval* — the call ran with the "
+        f"*Edited by {person(decision.edited_by)} before approval* — the call ran with the "
         f"edited arguments (hash {inline_code(decision.edited_hash[:12])})"
     )
     changes = decision.changes()

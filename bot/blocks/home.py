@@ -12,7 +12,7 @@ from bot.blocks.elements import Block, context, header, section
 from bot.blocks.limits import SECTION_TEXT_MAX, plain_within
 from bot.blocks.listing import age, request_line
 from bot.blocks.message import buttons_block
-from bot.mrkdwn import inline_code, mention, short, units
+from bot.mrkdwn import inline_code, person, short, units
 
 __all__ = ["HOME_VIEW", "RECENT_MAX", "VIEW_BLOCKS_MAX", "WAITING_MAX", "home_view"]
 
@@ -89,7 +89,7 @@ def _recent_line(user_id: str, request: ApprovalRequest, now: float) -> str:
     if request.decided:
         status = _STATUS.get(request.status, short(request.status, 40))
         if request.decided_by and request.decided_by != user_id:
-            status += f" (decided by {mention(request.decided_by)})"
+            status += f" (decided by {person(request.decided_by)})"
     else:
         status = (
             f":ballot_box_with_check: you approved: {len(request.approvals)} of "

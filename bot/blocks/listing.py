@@ -11,7 +11,7 @@ import re
 
 from agent_host.approvals import ApprovalRequest
 from bot.blocks.arguments import arguments_summary
-from bot.mrkdwn import date, inline_code, mention, one_line, short
+from bot.mrkdwn import date, inline_code, one_line, person, short
 
 __all__ = ["LINE_MAX", "age", "link", "request_line", "safe_url"]
 
@@ -59,7 +59,7 @@ def request_line(request: ApprovalRequest, now: float, url: str = "") -> str:
         f"• {inline_code(request.request_id)} {what} by "
         f"{inline_code(request.agent, AGENT_MAX)} — "
         f"{short(one_line(request.severity), SEVERITY_MAX)}{progress}, asked by "
-        f"{mention(request.requested_by)} · waiting {age(now - request.created_at)} · "
+        f"{person(request.requested_by)} · waiting {age(now - request.created_at)} · "
         f"expires {date(request.expires_at)}"
     )
     detail = link(request, url)

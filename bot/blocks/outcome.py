@@ -8,7 +8,7 @@ from agent_host.approvals import ApprovalRequest
 from agent_host.approvals.notifier import RunSummary
 from bot.blocks.limits import OUTCOME_LISTING_MAX, OUTCOME_TEXT_MAX, escaped_within
 from bot.blocks.request import decision_detail
-from bot.mrkdwn import escape, inline_code, mention, one_line, short, units
+from bot.mrkdwn import escape, inline_code, one_line, person, short, units
 
 __all__ = ["outcome_message"]
 
@@ -17,9 +17,9 @@ def _not_run_line(request: ApprovalRequest) -> str | None:
     tool = inline_code(request.tool)
     detail = one_line(decision_detail(request))
     if request.status == "rejected":
-        line = f"• {tool} was rejected by {mention(request.decided_by)}"
+        line = f"• {tool} was rejected by {person(request.decided_by)}"
     elif request.status == "changes_requested":
-        line = f"• {tool}: changes requested by {mention(request.decided_by)}"
+        line = f"• {tool}: changes requested by {person(request.decided_by)}"
     elif request.status == "expired":
         return f"• {tool} expired before anyone decided; it was not run"
     else:

@@ -8,7 +8,7 @@ from bot.blocks.arguments import arguments_block
 from bot.blocks.context import context_blocks
 from bot.blocks.elements import Block, context, field, header, written
 from bot.blocks.limits import FIELDS_MAX, SECTION_TEXT_MAX
-from bot.mrkdwn import date, inline_code, mention, mentions, short
+from bot.mrkdwn import date, inline_code, mentions, person, short
 
 __all__ = ["decision_detail", "question_text", "quorum_line", "request_body"]
 
@@ -30,7 +30,7 @@ def _fields(request: ApprovalRequest) -> Block:
         field("Agent", inline_code(request.agent)),
         field("Tool", inline_code(request.tool)),
         field("Severity", _severity(request.severity)),
-        field("Requested by", mention(request.requested_by)),
+        field("Requested by", person(request.requested_by)),
         field("Expires", date(request.expires_at)),
         field("Request id", inline_code(request.request_id)),
     ]

@@ -35,7 +35,7 @@ from bot.listeners.after_ack import Replies
 from bot.listeners.budget import LISTENER_BUDGET
 from bot.listeners.replies import UNAVAILABLE, form_error
 from bot.member_channels import MemberChannels
-from bot.mrkdwn import inline_code, mention
+from bot.mrkdwn import inline_code, person
 from bot.parsing import Click, input_value, parse_click, parse_submission
 
 __all__ = [
@@ -72,7 +72,7 @@ UNFINISHED = (
 
 def split_notice(bulk: Bulk) -> str:
     return (
-        f"{mention(bulk.split_by)} chose to review these calls one by one: decide each with "
+        f"{person(bulk.split_by)} chose to review these calls one by one: decide each with "
         "the buttons in this message's thread. Nothing was changed."
     )
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agent_host.approvals import ApprovalRequest, DecideResult
-from bot.mrkdwn import mention
+from bot.mrkdwn import person
 
 __all__ = [
     "ALREADY_VOTED",
@@ -38,7 +38,7 @@ FORM_ERROR_MAX = 150  # a modal's error under an input is plain text, and short
 
 def already_decided(request: ApprovalRequest) -> str:
     status = request.status.replace("_", " ")
-    who = mention(request.decided_by)
+    who = person(request.decided_by)
     return f"This request was already *{status}* by {who}. Nothing was changed."
 
 

@@ -456,6 +456,27 @@ async def test_a_webhook_vote_named_for_someone_who_voted_is_refused_saying_so(a
     assert current is not None and current.approvals == ["U-bob"]
 
 
+@pytest.mark.parametrize(
+    "claimed", ["<@U-bob>", "<@U-bob|bob>", "U-bob ", " U-bob", "U-bob\n", "U bob"]
+)
+async def test_a_decider_claimed_in_another_form_than_a_user_id_is_refused(
+    api: Api, claimed: str
+) -> None:
+    """A claimed decider is compared as given, with the requester (self-approval) and with
+    those who voted (one vote each): the same person written with a mention's markup or a
+    space would not be them, so the claim is refused as `requested_by` is, and nothing is
+    decided."""
+    api.env.store.router = QuorumRouter(2)
+    _, rid = await paused_refund(api)
+    voted = await api.host.approvals.decide(rid, Approve(decided_by="U-bob"), via="slack")
+    assert voted.outcome == "progress"
+    resp = await api.webhook({"requestId": rid, "decision": "approved", "decidedBy": claimed})
+    await assert_error(resp, 400, "decidedBy must be the decider's user id")
+    current = await api.env.store.get_request(rid)
+    assert current is not None and current.approvals == ["U-bob"]
+    assert current.status == "pending"
+
+
 async def test_concurrent_webhook_deliveries_process_once(api: Api) -> None:
     _, rid = await paused_refund(api)
     responses = await asyncio.gather(

@@ -940,3 +940,12 @@ def test_a_list_line_shows_a_question_as_code_never_as_formatting() -> None:
     recent = home_view("U0ME", [], [asked], {}, NOW)  # the tab's recent decisions too
     assert "`ok? *Pre-approved by security* :white_check_mark:`" in json.dumps(recent)
     assert "*ok?" not in json.dumps(recent)
+
+
+def test_a_requester_or_decider_named_by_a_user_group_id_does_not_notify_the_group() -> None:
+    """`requested_by` and a webhook's claimed decider are a person's id as given: one shaped
+    like a user group's (S…) is shown as written, not as a mention that pings the group."""
+    posted = json.dumps(B.approval_message(make_request(requested_by="S0EVERYONE")))
+    decided = make_request(status="approved", decided_by="S0EVERYONE", decided_at=NOW + 5)
+    shown = posted + json.dumps(B.decided_message(decided))
+    assert "subteam" not in shown and "S0EVERYONE" in shown

@@ -28,6 +28,21 @@ def test_mention(who: str, shown: str) -> None:
     assert mrkdwn.mention(who) == shown
 
 
+@pytest.mark.parametrize(
+    ("who", "shown"),
+    [
+        ("U0BOB", "<@U0BOB>"),
+        (" W0GRID ", "<@W0GRID>"),
+        ("S0EVERYONE", "S0EVERYONE"),  # a requester or decider never notifies a whole group
+        ("webhook", "webhook"),
+        ("<!channel>", "&lt;!channel&gt;"),
+        ("", "—"),
+    ],
+)
+def test_person(who: str, shown: str) -> None:
+    assert mrkdwn.person(who) == shown
+
+
 def test_mentions_lists_the_first_ten_then_counts() -> None:
     ids = [f"U{n:02d}" for n in range(12)]
     assert mrkdwn.mentions(ids).endswith("<@U09> and 2 more")
