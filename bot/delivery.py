@@ -30,6 +30,7 @@ __all__ = [
     "error_code",
     "exposes",
     "exposure",
+    "is_rate_limited",
     "is_retryable",
     "permanent_failure",
     "rerouted_note",
@@ -147,6 +148,12 @@ def retry_after(exc: SlackApiError) -> float:
         return max(float(headers.get("Retry-After", "1") or 1), 0.0)
     except (TypeError, ValueError):
         return 1.0
+
+
+def is_rate_limited(exc: SlackApiError) -> bool:
+    """Slack's 429: "ratelimited" in the body, or the status alone."""
+    status = getattr(exc.response, "status_code", 200)
+    return status == 429 or error_code(exc) == "ratelimited"
 
 
 def is_retryable(exc: SlackApiError) -> bool:

@@ -20,7 +20,7 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 
 from agent_host.approvals import ApprovalRequest, Eligibility, may_decide, self_approval_refusal
-from bot.delivery import error_code, retry_after
+from bot.delivery import error_code, is_rate_limited, retry_after
 from bot.member_channels import DECISION_MAX_AGE
 from bot.mrkdwn import inline_code, mention
 
@@ -29,6 +29,7 @@ __all__ = ["SlackReviewerDirectory", "judge"]
 log = logging.getLogger(__name__)
 
 GONE = frozenset({"no_such_subteam", "subteam_not_found"})  # Slack's "no such user group"
+QUIET_MAX = 60.0  # seconds: the longest a "ratelimited" answer keeps the groups unasked
 
 
 class SlackReviewerDirectory:
@@ -55,26 +56,43 @@ class SlackReviewerDirectory:
 
     async def is_reviewer(self, user_id: str, reviewers: tuple[str, ...]) -> Eligibility:
         """The reviewer directory: listed, or in one of the listed user groups as Slack
-        listed them at most DECISION_MAX_AGE seconds before. The group an older list puts
-        them in is asked about first, alone: a click then costs one lookup at most, not
-        one per group of the route."""
+        listed them at most DECISION_MAX_AGE seconds before. Such a list naming them needs
+        no call; otherwise the group the last list puts them in is asked about first,
+        alone (a click then costs one lookup, not one per group of the route), and the
+        others only if it no longer has them. All of it within one lookup's `timeout`: the
+        click must be answered within Slack's 3 s."""
         wanted = _groups_of(reviewers)
         if user_id in reviewers or not wanted:
             return _membership(user_id, reviewers, {})
-        if likely := next((g for g in wanted if user_id in self._kept(g)), None):
-            members = await self.group_members(likely, max_age=DECISION_MAX_AGE)
-            if members is None or user_id in members:  # (Slack could not say: refused)
-                return _membership(user_id, reviewers, {likely: members})
-        # All groups at once, under one budget: the click must be answered within 3 s.
-        found = await asyncio.gather(
-            *(self.group_members(g, max_age=DECISION_MAX_AGE) for g in wanted)
-        )
-        return _membership(user_id, reviewers, dict(zip(wanted, found, strict=True)))
+        if any(user_id in self._listed_since(g, DECISION_MAX_AGE) for g in wanted):
+            return Eligibility(True)
+        found: dict[str, frozenset[str] | None] = {}
+        try:
+            async with asyncio.timeout(self.timeout):
+                if likely := next((g for g in wanted if user_id in self._last_listed(g)), None):
+                    found[likely] = await self.group_members(likely, max_age=DECISION_MAX_AGE)
+                    members = found[likely]
+                    if members is None or user_id in members:  # (unknown: refused)
+                        return _membership(user_id, reviewers, found)
+                others = [g for g in wanted if g != likely]
+                answers = await asyncio.gather(
+                    *(self.group_members(g, max_age=DECISION_MAX_AGE) for g in others)
+                )
+                found.update(zip(others, answers, strict=True))
+        except TimeoutError:
+            pass  # what Slack did not say in time counts as unknown: refused
+        return _membership(user_id, reviewers, found)
 
-    def _kept(self, group_id: str) -> frozenset[str]:
+    def _last_listed(self, group_id: str) -> frozenset[str]:
         """The group's members as last listed, however long ago (none: nobody)."""
         kept = self._groups.get(group_id)
         return kept[1] if kept is not None else frozenset()
+
+    def _listed_since(self, group_id: str, max_age: float) -> frozenset[str]:
+        """The group's members as listed at most `max_age` seconds ago (none: nobody)."""
+        kept = self._groups.get(group_id)
+        fresh = kept is not None and self.clock() - kept[0] < max_age
+        return kept[1] if kept is not None and fresh else frozenset()
 
     async def group_members(
         self, group_id: str, max_age: float | None = None
@@ -95,7 +113,7 @@ class SlackReviewerDirectory:
 
     async def _list(self, group_id: str) -> frozenset[str] | None:
         asked = self.clock()  # (its answer is as old as the question)
-        if asked < self._quiet_until:  # asking again would only keep the limit tripped
+        if self.quiet():
             return None
         try:
             reply = await asyncio.wait_for(
@@ -103,8 +121,8 @@ class SlackReviewerDirectory:
             )
             members = frozenset(reply.get("users") or [])
         except SlackApiError as exc:
-            if error_code(exc) == "ratelimited":
-                self._quiet_until = asked + retry_after(exc)
+            if is_rate_limited(exc):
+                self._keep_quiet(retry_after(exc))
             if error_code(exc) not in GONE:
                 log.warning("usergroups.users.list %s failed: %s", group_id, exc)
                 return None  # fail closed, as below
@@ -118,10 +136,26 @@ class SlackReviewerDirectory:
         self._groups[group_id] = (asked, members)
         return members
 
+    def quiet(self) -> bool:
+        """Whether Slack's last "ratelimited" still holds: asking again now would only
+        keep the limit tripped."""
+        return self.clock() < self._quiet_until
+
+    def _keep_quiet(self, seconds: float) -> None:
+        seconds = min(seconds, QUIET_MAX)  # (a Retry-After far off stops no decision long)
+        self._quiet_until = self.clock() + seconds
+        log.warning(
+            "usergroups.users.list is rate limited: no user group is listed for %gs; "
+            'decisions that need one are refused meanwhile ("click again in a moment")',
+            seconds,
+        )
+
     async def group_listed(self, group_id: str) -> frozenset[str] | str:
         """Who is in the user group `group_id`, asked of Slack now (for `route add`); or why
         it cannot review (it does not exist, or has nobody in it), saying what to do."""
         group = mention(group_id)
+        if self.quiet():
+            return f"Slack asked countersign to wait before listing {group}; try again in a minute"
         try:
             reply = await asyncio.wait_for(
                 self.client.usergroups_users_list(usergroup=group_id), self.timeout

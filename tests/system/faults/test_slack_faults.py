@@ -295,7 +295,7 @@ async def reviewer_group_lookup_fails(tmp: Path) -> None:
         assert request.route.reviewers == ("S0REVIEWERS",)
         faults: list[dict[str, Any]] = [
             {"status": 500},
-            {"status": 429, "retry_after": 1},
+            {"status": 429, "retry_after": 5},  # (the quiet click's margin)
             {"status": 500, "delay": GROUP_TIMEOUT + 0.7},
         ]
         told = 0
@@ -383,7 +383,7 @@ SCENARIOS: dict[str, tuple[Any, float, Any]] = {
     "postEphemeral/429": (refused_click_reply_rate_limited, 10, ()),
     "postEphemeral/500+timeout": (refused_click_reply_500_and_timeout, 11, ()),
     "views.open/500+429+timeout": (views_open_fails_then_times_out, 10, ()),
-    "usergroups.users.list/500+429+timeout": (reviewer_group_lookup_fails, 10, ()),
+    "usergroups.users.list/500+429+timeout": (reviewer_group_lookup_fails, 15, ()),
     # regression: StreamConsumer.poll once ignored `concurrent`, so one hung post held its shard
     "outbox/one-hung-channel": (one_hung_channel_does_not_hold_up_another, 16, ()),
 }
