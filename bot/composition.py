@@ -21,7 +21,8 @@ from agent_host.durable.host import Host
 from agent_host.http.application import create_app
 from bot.server import start_site
 from bot.slack_settings import ServiceSettings
-from bot.socket_client import HANDLED_WITHIN, SocketMode, start_socket_mode
+from bot.socket_client import SocketMode, start_socket_mode
+from bot.stop_within import REQUESTS_END_WITHIN
 from bot.wiring import SlackBot, build, mount_slack
 
 __all__ = ["Service", "build_service"]
@@ -83,12 +84,13 @@ class Service:
         self.url = f"http://{host_name}:{bound}"
 
     async def stop(self) -> None:
-        """Stop taking requests; let the requests being handled, the workers and the outbox
-        (a post on its way to Slack, a tool call) and the work started after acks end what
-        is under way, all within the one grace (`host.stop_grace`) from the stop's start,
-        then cancel what is left; close every connection, Slack's after the posts that use
-        it. Safe to call more than once; whatever step fails, the later ones are still
-        taken (the workers told to stop, not just cancelled)."""
+        """Stop taking requests; let the requests being handled end (for at most
+        REQUESTS_END_WITHIN), then, side by side, what the workers and the outbox have
+        under way (a tool call, a post on its way to Slack) and the work started after
+        acks, all within the one grace (`host.stop_grace`) from the stop's start; cancel
+        what is left; close every connection, Slack's after the posts that use it. Safe to
+        call more than once; whatever step fails, the later ones are still taken (the
+        workers told to stop, not just cancelled)."""
         if self._stopped:
             return
         self._stopped = True
@@ -98,15 +100,20 @@ class Service:
         def left() -> float:
             return max(deadline - loop.time(), 0.0)
 
+        async def work_ends() -> None:  # the workers' and the bot's, side by side
+            await asyncio.gather(self.host.stop_work(left()), self.bot.tasks.drain(left()))
+
         async with contextlib.AsyncExitStack() as steps:  # (run last first)
             steps.push_async_callback(self.host.close)  # Redis, last: the bot's work uses it
-            steps.push_async_callback(lambda: self.bot.close(left()))
-            steps.push_async_callback(lambda: self.host.stop_work(left()))
+            steps.push_async_callback(lambda: self.bot.close(left()))  # (and what work began)
+            steps.push_async_callback(work_ends)
             if self._runner is not None:  # (long polls answered at once: its on_shutdown)
-                steps.push_async_callback(self._runner.cleanup)
+                steps.push_async_callback(self._runner.cleanup)  # (REQUESTS_END_WITHIN)
                 self._runner = None
             if (socket_mode := self._socket_mode) is not None:
-                steps.push_async_callback(lambda: socket_mode.stop(min(HANDLED_WITHIN, left())))
+                steps.push_async_callback(
+                    lambda: socket_mode.stop(min(REQUESTS_END_WITHIN, left()))
+                )
                 self._socket_mode = None
 
 

@@ -9,13 +9,15 @@ import signal
 from aiohttp import web
 
 from agent_host.errors import ConfigurationError
+from bot.stop_within import REQUESTS_END_WITHIN
 
 __all__ = ["start_site", "stop_on_signals"]
 
 
 async def start_site(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
     """Serve `app`; returns the runner (to clean up) and the bound port (for port 0)."""
-    runner = web.AppRunner(app, access_log=None)
+    # (a stop waits for the requests being handled as long as it waits over Socket Mode)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=REQUESTS_END_WITHIN)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     try:

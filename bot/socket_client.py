@@ -33,7 +33,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent_host.durable.foreground import Foreground
 from agent_host.errors import ConfigurationError
 from bot.parsing import well_formed
-from bot.stop_within import end_within
+from bot.stop_within import REQUESTS_END_WITHIN, end_within
 
 __all__ = ["SocketMode", "socket_mode_url", "start_socket_mode"]
 
@@ -47,18 +47,13 @@ _HINTS = {
 }
 
 
-# How long a stop waits for the requests being handled to be answered. Slack waits 3 s for
-# an ack, and a listener acks within its 2 s budget.
-HANDLED_WITHIN = 10.0
-
-
 class SocketMode:
     """A connected Socket Mode session; :meth:`stop` disconnects and frees its resources."""
 
     def __init__(self, handler: _Handler) -> None:
         self.handler = handler
 
-    async def stop(self, within: float = HANDLED_WITHIN) -> None:
+    async def stop(self, within: float = REQUESTS_END_WITHIN) -> None:
         """Take no more requests, let those being handled end and send their acks over the
         socket (for up to `within` seconds: then they are cancelled), then disconnect. As
         an HTTP server's stop does; until then a click decided here would not be answered,

@@ -6,7 +6,12 @@ import asyncio
 from collections.abc import Callable, Collection
 from typing import Any
 
-__all__ = ["end_within"]
+__all__ = ["REQUESTS_END_WITHIN", "end_within"]
+
+# How long a stop waits for the Slack and API requests being handled (over HTTP or Socket
+# Mode) to be answered, within the stop's grace. Slack waits 3 s for an ack, and a
+# listener acks within its 2 s budget; long polls are answered at once.
+REQUESTS_END_WITHIN = 10.0
 
 
 async def end_within(tasks: Callable[[], Collection[asyncio.Task[Any]]], within: float) -> int:

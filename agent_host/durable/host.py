@@ -314,7 +314,16 @@ class Host:
         self._stop.set()  # from now on no consumer begins an entry
         busy = [task for task, consumer in self._consuming.items() if not consumer.idle]
         if busy:  # each ends once its entries are handled and acknowledged
-            await asyncio.wait(busy, timeout=self.stop_grace if within is None else within)
+            grace = self.stop_grace if within is None else within
+            _, still = await asyncio.wait(busy, timeout=grace)
+            if still:
+                log.warning(
+                    "%d consumer(s) still busy when the stop's grace ran out; cancelled "
+                    "(their entries are taken up again by another process or the next "
+                    "start; a tool call cut short is reported as unknown_outcome, not run "
+                    "again unless its tool is idempotent)",
+                    len(still),
+                )
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

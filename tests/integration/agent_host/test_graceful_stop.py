@@ -51,6 +51,36 @@ async def test_a_stop_lets_a_running_tool_call_end_and_records_it(
     assert info is not None and info.status == "succeeded", info
 
 
+async def test_a_tool_call_still_running_when_the_grace_runs_out_is_cut_short_and_said(
+    redis_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The stop waits for work under way within its grace, not for ever (a platform's kill
+    would come first, before Redis is closed): a call still running then is cancelled, and
+    the log says so and what becomes of it."""
+    journal: list[str] = []
+
+    @tool(name="backup", description="back up a target")
+    async def backup(target: str, ctx: ToolContext) -> str:
+        journal.append("start")
+        await asyncio.sleep(60)
+        journal.append("end")
+        return f"backed up {target}"
+
+    model: ScriptedModel = scripted([tc("m1", "backup", target="/srv")], ModelResponse(text="done"))
+    redis = Redis.from_url(redis_url)  # the host closes it when it stops
+    host, _ = make_host(redis, tmp_path, registry=registry_of("backups", [backup], model))
+    host.stop_grace = 0.3
+    host.start_background(1, sweeper=False, outbox=False)
+    await host.store.create_run("backups", "back up /srv", "U0REQUESTER")
+    await eventually(lambda: journal == ["start"] or None, what="the tool to start")
+
+    await asyncio.wait_for(host.stop(), 10)
+
+    assert journal == ["start"]  # cut short, not waited for
+    assert "1 consumer(s) still busy when the stop's grace ran out; cancelled" in caplog.text
+    assert "reported as unknown_outcome, not run again" in caplog.text
+
+
 async def test_a_close_that_fails_on_the_way_still_closes_redis_and_stops_its_server(
     redis_url: str, tmp_path: Path
 ) -> None:

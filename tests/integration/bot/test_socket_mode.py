@@ -348,17 +348,17 @@ async def as_the_next_process_reads(service: Service, request_id: str) -> Approv
 
 
 async def approve_held_in_bolt(
-    seconds: float, service: Service, stack: Stack, request: ApprovalRequest
+    release: asyncio.Event, service: Service, stack: Stack, request: ApprovalRequest
 ) -> tuple[asyncio.Task[Any], list[asyncio.Task[Any] | None]]:
-    """REVIEWER's Approve on `request`, once Bolt holds it (for `seconds`, before its
-    listener: nothing decided yet); and the task it is being handled in."""
+    """REVIEWER's Approve on `request`, once Bolt holds it (until `release` is set, before
+    its listener: nothing decided yet); and the task it is being handled in."""
     held = asyncio.Event()
     handled_in: list[asyncio.Task[Any] | None] = []
 
     async def hold(next_: Any) -> None:
         handled_in.append(asyncio.current_task())
         held.set()
-        await asyncio.sleep(seconds)
+        await release.wait()
         await next_()
 
     service.bot.bolt.middleware(hold)
@@ -383,11 +383,16 @@ async def test_a_click_being_handled_at_a_stop_is_decided_and_answered_and_a_lat
         second = await stack.start_run("refund-agent", "refund order 124")
         [clicked] = await stack.pending_requests(first)
         [late] = await stack.pending_requests(second)
-        click, _ = await approve_held_in_bolt(1.0, service, stack, clicked)
+        assert service._socket_mode is not None
+        handler = service._socket_mode.handler
+        release = asyncio.Event()
+        click, _ = await approve_held_in_bolt(release, service, stack, clicked)
         stopping = asyncio.create_task(service.stop())
-        await asyncio.sleep(0.2)
-        assert not click.done() and not stopping.done()
+        await eventually(lambda: handler._stopping)
         late_click = asyncio.create_task(stack.click(REVIEWER, late, blocks.APPROVE))
+        await eventually(lambda: "arrived while stopping: not taken" in caplog.text)
+        assert not click.done() and not stopping.done()  # the stop waits for the click
+        release.set()
         reply = await asyncio.wait_for(click, 10)
         await asyncio.wait_for(stopping, 30)
         late_reply = await asyncio.wait_for(late_click, 10)
@@ -417,7 +422,7 @@ async def test_a_request_still_handled_when_the_stop_s_grace_runs_out_is_cancell
         [request] = await stack.pending_requests(run_id)
         assert service._socket_mode is not None
         client = service._socket_mode.handler.client
-        click, handled_in = await approve_held_in_bolt(60, service, stack, request)
+        click, handled_in = await approve_held_in_bolt(asyncio.Event(), service, stack, request)
         await asyncio.wait_for(service.stop(), 30)
         reply = await asyncio.wait_for(click, 10)
 
