@@ -943,8 +943,9 @@ def test_a_list_line_shows_a_question_as_code_never_as_formatting() -> None:
 
 
 def test_a_requester_or_decider_named_by_a_user_group_id_does_not_notify_the_group() -> None:
-    """`requested_by` and a webhook's claimed decider are a person's id as given: one shaped
-    like a user group's (S…) is shown as written, not as a mention that pings the group."""
+    """`requested_by` (given through the API) is a person's id as given: one shaped like a
+    user group's (S…) is shown as written, not as a mention that pings the group; whoever
+    decided is shown the same way."""
     posted = json.dumps(B.approval_message(make_request(requested_by="S0EVERYONE")))
     decided = make_request(status="approved", decided_by="S0EVERYONE", decided_at=NOW + 5)
     shown = posted + json.dumps(B.decided_message(decided))
