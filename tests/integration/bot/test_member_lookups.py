@@ -17,7 +17,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent_host.approvals import EscalatedCopy, Route
 from bot import blocks
 from bot.member_channels import DECISION_MAX_AGE, LOOKUP_SECONDS, UNCHECKED, MemberChannels
-from bot.reviewers import SlackReviewerDirectory
+from bot.reviewers import QUIET_MAX, SlackReviewerDirectory
 from slack_sandbox import SlackStandIn, open_workspace
 from slack_sandbox.seed import BOT_USER_ID, REVIEWERS_GROUP
 from slack_sandbox.workspace import Channel, User, UserGroup
@@ -208,21 +208,23 @@ async def test_after_slack_says_ratelimited_the_groups_are_not_asked_again_befor
     slack: SlackStandIn,
 ) -> None:
     """Asking again while Slack's limit holds would only keep it tripped: decisions that
-    need a group's members meanwhile are refused (fail closed) without a call, and Slack
-    is asked again once its Retry-After has passed."""
+    need a group's members meanwhile are refused (fail closed) without a call, `route add`
+    is told to try again, and Slack is asked again once its Retry-After has passed (at
+    most QUIET_MAX: a Retry-After far off does not stop decisions for long)."""
     directory = SlackReviewerDirectory(AsyncWebClient(token=TOKEN, base_url=slack.url))
-    slack.inject("usergroups.users.list", status=429, retry_after=30)
+    slack.inject("usergroups.users.list", status=429, retry_after=3600)
     reviewers = (REVIEWERS_GROUP,)
     first = await directory.is_reviewer(REVIEWER, reviewers)
     assert not first.allowed and "could not check the reviewer group" in first.reason
     assert _group_lookups(slack) == 1
 
-    directory.clock = lambda: time.monotonic() + 20  # within Slack's 30 s
+    directory.clock = lambda: time.monotonic() + QUIET_MAX - 10  # within the quiet
     again = await directory.is_reviewer(REVIEWER, reviewers)
     assert not again.allowed and "could not check the reviewer group" in again.reason
+    assert "try again" in str(await directory.group_listed(REVIEWERS_GROUP))
     assert _group_lookups(slack) == 1  # not asked
 
-    directory.clock = lambda: time.monotonic() + 31  # past it
+    directory.clock = lambda: time.monotonic() + QUIET_MAX + 1  # past it
     assert (await directory.is_reviewer(REVIEWER, reviewers)).allowed
     assert _group_lookups(slack) == 2
 
