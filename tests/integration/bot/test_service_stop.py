@@ -13,9 +13,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 
+from bot import server
 from bot.composition import Service, build_service
 from slack_sandbox import SlackStandIn, open_workspace, workspace_to_dict
 from tests.support.stack import SECRET, TOKEN, quicken, stack_settings
@@ -135,6 +137,32 @@ async def test_a_stop_s_waits_share_one_grace_from_its_start(
 
         assert 0 < given["work"] <= 2.0, given
         assert 0 <= given["bot"] <= given["work"] - 0.5, given  # what was left of it
+
+
+async def test_a_request_still_handled_over_http_is_waited_for_within_its_bound(
+    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As over Socket Mode, the HTTP server waits REQUESTS_END_WITHIN for the requests it is
+    handling, within the stop's grace, not aiohttp's own 60 s: one still going then is cut
+    off, and the stop goes on. (Countersign's own handlers end sooner: a Slack request
+    within its listener's budget, an API request within its store budget.)"""
+    monkeypatch.setattr(server, "REQUESTS_END_WITHIN", 0.5)
+    async with built_service(redis_url, tmp_path) as service:
+        held = asyncio.Event()
+
+        async def stuck(_: web.Request) -> web.Response:
+            held.set()
+            await asyncio.sleep(60)
+            return web.Response(text="too late")
+
+        service.app.router.add_get("/stuck", stuck)
+        await service.start(http=("127.0.0.1", 0), workers=1)
+        async with aiohttp.ClientSession() as session:
+            asking = asyncio.create_task(session.get(f"{service.url}/stuck"))
+            await asyncio.wait_for(held.wait(), 10)
+            await asyncio.wait_for(service.stop(), 15)  # (aiohttp's own bound: 60 s)
+            [answered] = await asyncio.gather(asking, return_exceptions=True)
+        assert isinstance(answered, aiohttp.ClientError), answered  # cut off, not answered
 
 
 @pytest.mark.parametrize("how", ["work lost", "stopped"])
