@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
@@ -64,12 +65,13 @@ class SlackReviewerDirectory:
         wanted = _groups_of(reviewers)
         if user_id in reviewers or not wanted:
             return _membership(user_id, reviewers, {})
-        if any(user_id in self._listed_since(g, DECISION_MAX_AGE) for g in wanted):
+        if any(user_id in (self._listed(g, DECISION_MAX_AGE) or ()) for g in wanted):
             return Eligibility(True)
         found: dict[str, frozenset[str] | None] = {}
+        likely = next((g for g in wanted if user_id in (self._listed(g) or ())), None)
         try:
             async with asyncio.timeout(self.timeout):
-                if likely := next((g for g in wanted if user_id in self._last_listed(g)), None):
+                if likely is not None:
                     found[likely] = await self.group_members(likely, max_age=DECISION_MAX_AGE)
                     members = found[likely]
                     if members is None or user_id in members:  # (unknown: refused)
@@ -83,16 +85,11 @@ class SlackReviewerDirectory:
             pass  # what Slack did not say in time counts as unknown: refused
         return _membership(user_id, reviewers, found)
 
-    def _last_listed(self, group_id: str) -> frozenset[str]:
-        """The group's members as last listed, however long ago (none: nobody)."""
+    def _listed(self, group_id: str, max_age: float = math.inf) -> frozenset[str] | None:
+        """The group's members as listed at most `max_age` seconds ago (default: as last
+        listed, however long ago); None when not listed since."""
         kept = self._groups.get(group_id)
-        return kept[1] if kept is not None else frozenset()
-
-    def _listed_since(self, group_id: str, max_age: float) -> frozenset[str]:
-        """The group's members as listed at most `max_age` seconds ago (none: nobody)."""
-        kept = self._groups.get(group_id)
-        fresh = kept is not None and self.clock() - kept[0] < max_age
-        return kept[1] if kept is not None and fresh else frozenset()
+        return kept[1] if kept is not None and self.clock() - kept[0] < max_age else None
 
     async def group_members(
         self, group_id: str, max_age: float | None = None
@@ -101,9 +98,8 @@ class SlackReviewerDirectory:
         `cache_seconds`; a decision asks for DECISION_MAX_AGE), or now; None when Slack
         could not say in time."""
         age = self.cache_seconds if max_age is None else max_age
-        cached = self._groups.get(group_id)
-        if cached and self.clock() - cached[0] < age:
-            return cached[1]
+        if (listed := self._listed(group_id, age)) is not None:
+            return listed
         asking = self._asking.get(group_id)
         if asking is None:
             asking = asyncio.ensure_future(self._list(group_id))
