@@ -314,9 +314,8 @@ async def _lookup(client: Any, channel: str, then: str) -> str | dict[str, Any]:
     """The channel as `conversations.info` describes it, or why it could not be read."""
     where = channel_link(channel)
     try:
-        reply: Any = await asyncio.wait_for(
-            client.conversations_info(channel=channel), LOOKUP_SECONDS
-        )
+        async with asyncio.timeout(LOOKUP_SECONDS):
+            reply: Any = await client.conversations_info(channel=channel)
     except SlackApiError as exc:
         code = error_code(exc)
         if code == "channel_not_found":

@@ -99,7 +99,8 @@ class MemberChannels:
         if (kept := self._kept(self._channels, user_id, age)) is not None:
             return kept
         try:
-            found = await asyncio.wait_for(self._list(user_id), max(within, 0.0))
+            async with asyncio.timeout(max(within, 0.0)):
+                found = await self._list(user_id)
         except Exception as exc:  # fail closed: unknown channels show nothing of theirs
             log.warning("users.conversations for %s failed: %s", user_id, exc)
             return None

@@ -112,9 +112,8 @@ class SlackReviewerDirectory:
         if self.quiet():
             return None
         try:
-            reply = await asyncio.wait_for(
-                self.client.usergroups_users_list(usergroup=group_id), self.timeout
-            )
+            async with asyncio.timeout(self.timeout):
+                reply = await self.client.usergroups_users_list(usergroup=group_id)
             members = frozenset(reply.get("users") or [])
         except SlackApiError as exc:
             if is_rate_limited(exc):
@@ -153,9 +152,8 @@ class SlackReviewerDirectory:
         if self.quiet():
             return f"Slack asked countersign to wait before listing {group}; try again in a minute"
         try:
-            reply = await asyncio.wait_for(
-                self.client.usergroups_users_list(usergroup=group_id), self.timeout
-            )
+            async with asyncio.timeout(self.timeout):
+                reply = await self.client.usergroups_users_list(usergroup=group_id)
         except SlackApiError as exc:
             code = error_code(exc)
             if code in GONE:

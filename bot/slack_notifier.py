@@ -357,7 +357,8 @@ class SlackNotifier:
             if channel:
                 await self.pacer.wait_turn(channel)
             try:
-                return await asyncio.wait_for(send(), self.timeout)
+                async with asyncio.timeout(self.timeout):
+                    return await send()
             except SlackApiError as exc:
                 if not delivery.is_retryable(exc):
                     raise delivery.permanent_failure(exc, where or channel or "") from exc

@@ -155,7 +155,8 @@ async def _events(request: web.Request) -> web.StreamResponse:
         await response.write(b"retry: 2000\n: connected\n\n")
         while True:
             try:
-                event = await asyncio.wait_for(queue.get(), HEARTBEAT_SECONDS)
+                async with asyncio.timeout(HEARTBEAT_SECONDS):
+                    event = await queue.get()
             except TimeoutError:
                 # a comment keeps proxies from closing the stream, and finds dead clients
                 await response.write(b": heartbeat\n\n")

@@ -143,7 +143,8 @@ class SocketHub:
         try:
             self.envelopes.append(envelope)
             await ws.send_json(envelope)
-            return await asyncio.wait_for(answer, within)
+            async with asyncio.timeout(within):
+                return await answer
         finally:
             self._pending.pop(envelope_id, None)
 

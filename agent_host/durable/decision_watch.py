@@ -50,7 +50,8 @@ class DecisionWatch:
         if self._loop_task is None or self._loop_task.done():
             self._loop_task = asyncio.create_task(self._watch())
         try:
-            await asyncio.wait_for(woken, seconds)
+            async with asyncio.timeout(seconds):
+                await woken
             return True
         except TimeoutError:
             return False

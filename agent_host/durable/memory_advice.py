@@ -28,7 +28,8 @@ async def memory_advice(redis: Any) -> str | None:
     """The advice for `redis`, or None when there is none to give."""
     reply: Any = None
     with contextlib.suppress(Exception):  # refused, unreachable, too old: no advice
-        reply = await asyncio.wait_for(redis.config_get(*REDIS_DEFAULTS), ASK_WITHIN)
+        async with asyncio.timeout(ASK_WITHIN):
+            reply = await redis.config_get(*REDIS_DEFAULTS)
     if not isinstance(reply, dict):
         return None
     values = {_text(name): _text(value) for name, value in reply.items()}

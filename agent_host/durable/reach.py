@@ -57,12 +57,13 @@ async def reach_redis(settings: Settings) -> RedisReach:
             "rediss://… or unix:///path/redis.sock"
         ) from exc
     try:
-        await asyncio.wait_for(redis.ping(), PING_SECONDS)
-        routes = await asyncio.wait_for(
-            RouteBook(redis, settings.default_channel).rules(), PING_SECONDS
-        )
+        async with asyncio.timeout(PING_SECONDS):
+            await redis.ping()
+        async with asyncio.timeout(PING_SECONDS):
+            routes = await RouteBook(redis, settings.default_channel).rules()
         waiting_under = await _waiting_under(redis)
-        aof = await asyncio.wait_for(_aof(redis), PING_SECONDS)
+        async with asyncio.timeout(PING_SECONDS):
+            aof = await _aof(redis)
     except (RedisError, OSError, TimeoutError) as exc:
         why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         raise StoreUnavailable(

@@ -729,4 +729,5 @@ async def _in_a_task_of_its_own(handling: Coroutine[Any, Any, WithAck | None]) -
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)
+        async with asyncio.timeout(seconds):
+            await stop.wait()

@@ -131,7 +131,8 @@ class Sweeper:
                 except Exception as exc:
                     log.warning("stream trim failed (%s); next try in %gs", exc, self.trim_every)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.interval)
+                async with asyncio.timeout(self.interval):
+                    await stop.wait()
 
 
 def _damaged(exc: BaseException) -> bool:

@@ -74,9 +74,8 @@ class Replies:
         self, trigger_id: str, view: dict[str, Any], channel: str, user: str
     ) -> None:
         try:
-            await asyncio.wait_for(
-                self.client.views_open(trigger_id=trigger_id, view=view), VIEWS_OPEN_TIMEOUT
-            )
+            async with asyncio.timeout(VIEWS_OPEN_TIMEOUT):
+                await self.client.views_open(trigger_id=trigger_id, view=view)
         except Exception as exc:
             log.warning("views.open failed: %s", exc)
             await self._post_ephemeral(

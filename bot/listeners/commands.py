@@ -41,7 +41,8 @@ def command_listener(
             return
         channel, text_in = _text(command.get("channel_id")), _text(command.get("text"))
         try:
-            reply = await asyncio.wait_for(commands.handle(user, channel, text_in), LISTENER_BUDGET)
+            async with asyncio.timeout(LISTENER_BUDGET):
+                reply = await commands.handle(user, channel, text_in)
         except StoreUnavailable:
             reply = UNREACHABLE
         except TimeoutError:  # not the database's doing, or not its alone

@@ -38,9 +38,8 @@ def pages_listener(
             log.warning("ignored a malformed Next page click")
             return
         try:
-            reply = await asyncio.wait_for(
-                commands.next_page(click.user, click.channel, click.request_id), LISTENER_BUDGET
-            )
+            async with asyncio.timeout(LISTENER_BUDGET):
+                reply = await commands.next_page(click.user, click.channel, click.request_id)
         except (StoreUnavailable, TimeoutError):
             reply = UNREACHABLE
         tasks.spawn(_replace(respond, reply))
@@ -51,11 +50,9 @@ def pages_listener(
 async def _replace(respond: AsyncRespond, reply: str | CommandReply) -> None:
     text, blocks = (reply.text, reply.blocks) if isinstance(reply, CommandReply) else (reply, [])
     try:
-        await asyncio.wait_for(
-            respond(
+        async with asyncio.timeout(RESPOND_TIMEOUT):
+            await respond(
                 text=text, blocks=blocks or None, replace_original=True, response_type="ephemeral"
-            ),
-            RESPOND_TIMEOUT,
-        )
+            )
     except Exception as exc:  # the person can run the command again
         log.warning("could not show the next page: %s", exc)
