@@ -262,6 +262,8 @@ class CallGuard:
     results: dict[str, str] = field(default_factory=dict)  # call id -> what the tool returned
     # call id -> why a decided call did not give a result: it raised, or was not run
     unfinished: dict[str, str] = field(default_factory=dict)
+    # calls started before and never finished (a worker died in them, or another runs them)
+    in_doubt: set[str] = field(default_factory=set)
     _used: set[str] = field(default_factory=set)
 
     def approved_by_policy(self, framework_id: str) -> bool:
@@ -295,8 +297,9 @@ class CallGuard:
         if claim.status == "finished":
             self.results[record.call_id] = claim.result or ""
             return _with_note(claim.result, record)
-        if claim.status == "in_doubt":
-            self.results[record.call_id] = UNKNOWN_OUTCOME
+        if claim.status == "in_doubt":  # not run again; no result, so recorded as unknown
+            self.in_doubt.add(record.call_id)
+            self.unfinished[record.call_id] = UNKNOWN_OUTCOME
             return UNKNOWN_OUTCOME
         try:
             value = await invoke(record.run_arguments)

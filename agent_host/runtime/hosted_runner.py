@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 NOT_RUN_BY_FRAMEWORK = "Approved, but the framework did not run this call."
 ASKED_ITSELF = "The tool asked for a person's approval itself: asked about as {call_id}."
+ASKED_A_QUESTION = "The tool asked a person a question itself: asked as {call_id}."
 NON_FINITE = (
     "Tool {tool} was not run: {where} is NaN or Infinity, which is not a JSON number. "
     "Call it again with a finite number."
@@ -135,6 +136,9 @@ class HostedRunner:
                 record.reason = "the tool itself asked for a person's approval"
                 let_through.outcome = "deferred"
                 let_through.result = ASKED_ITSELF.format(call_id=record.call_id)
+            elif record.gate == "question" and let_through is not None:
+                let_through.outcome = "deferred"  # (its answer is the call's result)
+                let_through.result = ASKED_A_QUESTION.format(call_id=record.call_id)
             state.calls.append(record)
         state.status = "running"
         return None
@@ -142,12 +146,13 @@ class HostedRunner:
 
 def _asked_itself(guard: CallGuard) -> dict[tuple[str, str], CallRecord]:
     """Calls the policy let through that did not run, by (framework id, tool): stopping
-    again on one of them means the tool asked for approval itself (e.g. Pydantic AI's
-    ApprovalRequired), so a person must decide."""
+    again on one of them means the tool asked for approval or a question itself (e.g.
+    Pydantic AI's ApprovalRequired, CallDeferred), so a person must decide or answer. (A
+    call started before and never finished did not ask anything.)"""
     return {
         (r.model_call_id, r.tool): r
         for r in guard.decided
-        if r.gate == "allow" and r.call_id not in guard.results
+        if r.gate == "allow" and r.call_id not in guard.results and r.call_id not in guard.in_doubt
     }
 
 

@@ -21,8 +21,8 @@ from agent_host.errors import AgentChangedError, ConfigurationError
 from agent_host.runtime.agents import AgentRegistry
 from agent_host.runtime.checkpoint import RunState
 from agent_host.runtime.decisions import Approve, Reject
-from agent_host.runtime.hosted import NOT_WHAT_WAS_APPROVED
-from agent_host.runtime.ledger import InMemoryLedger
+from agent_host.runtime.hosted import NOT_WHAT_WAS_APPROVED, UNKNOWN_OUTCOME
+from agent_host.runtime.ledger import InMemoryLedger, hosted_entry
 from agent_host.runtime.policy import Permission
 from agent_host.runtime.runner import Failed, Paused, Runner, Succeeded
 
@@ -329,3 +329,24 @@ async def test_an_approved_tool_that_timed_out_is_recorded_as_started_not_as_nev
     record = done.state.call(pending.call_id)
     assert record is not None and record.outcome == "unknown_outcome"
     assert record.result is not None and "failed once it was let through" in record.result
+
+
+async def test_an_approved_call_started_before_and_never_finished_is_recorded_as_unknown() -> None:
+    """A worker died inside the call, or another worker is running it now: it is not run
+    again, and the run's record says its outcome is unknown, not that it ran."""
+    shop, ledger = Shop(), InMemoryLedger()
+    runner = runner_for(shop.hosted(Scripted([REFUND])), ledger)
+    outcome = await paused(runner)
+    [pending] = outcome.pending
+    started = outcome.state.call(pending.call_id)
+    assert started is not None
+    await ledger.claim(outcome.state.run_id, hosted_entry(started))  # never finished
+
+    done = await runner.resume(
+        outcome.state, {pending.call_id: Approve(decided_by="U_LEAD", call_hash=pending.call_hash)}
+    )
+
+    assert isinstance(done, Succeeded) and shop.effects == []
+    record = done.state.call(pending.call_id)
+    assert record is not None
+    assert (record.outcome, record.result) == ("unknown_outcome", UNKNOWN_OUTCOME)

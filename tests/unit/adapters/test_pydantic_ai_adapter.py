@@ -26,8 +26,8 @@ from agent_host.errors import AgentChangedError, ConfigurationError
 from agent_host.runtime.agents import AgentRegistry
 from agent_host.runtime.checkpoint import RunState
 from agent_host.runtime.decisions import Answer, Approve, Reject
-from agent_host.runtime.hosted import NOT_WHAT_WAS_APPROVED
-from agent_host.runtime.ledger import InMemoryLedger
+from agent_host.runtime.hosted import NOT_WHAT_WAS_APPROVED, UNKNOWN_OUTCOME
+from agent_host.runtime.ledger import InMemoryLedger, hosted_entry
 from agent_host.runtime.policy import Permission
 from agent_host.runtime.runner import Failed, Paused, Runner, Succeeded
 
@@ -228,6 +228,15 @@ async def test_a_tool_that_defers_a_question_gets_a_persons_answer() -> None:
     [pending] = outcome.pending
     assert (pending.gate, pending.question) == ("question", "May I discuss the refund?")
 
+    # The call let through is recorded as what it was: a question the tool asked, not a
+    # call that failed once let through.
+    [let_through] = [c for c in outcome.state.calls if c.gate == "allow"]
+    assert let_through.outcome == "deferred"
+    assert (
+        let_through.result
+        == f"The tool asked a person a question itself: asked as {pending.call_id}."
+    )
+
     done = await runner.resume(
         outcome.state, {pending.call_id: Answer(text="Yes, go ahead.", decided_by="U_LEAD")}
     )
@@ -353,3 +362,46 @@ async def test_an_approved_tool_that_raised_is_recorded_as_started_not_as_never_
     assert record.result is not None
     assert "failed once it was let through (RuntimeError: bank timeout" in record.result
     assert "did not run" not in record.result
+
+
+async def test_an_approved_call_started_before_and_never_finished_is_recorded_as_unknown() -> None:
+    """A worker died inside the call, or another worker is running it now: it is not run
+    again, and the run's record says its outcome is unknown, not that it ran."""
+    shop, ledger = Shop(), InMemoryLedger()
+    runner = runner_for(PydanticAIAgent(shop.agent(scripted([REFUND]))), ledger)
+    outcome = await paused_run(shop, runner)
+    [pending] = outcome.pending
+    started = outcome.state.call(pending.call_id)
+    assert started is not None
+    await ledger.claim(outcome.state.run_id, hosted_entry(started))  # never finished
+
+    done = await runner.resume(
+        outcome.state, {pending.call_id: Approve(decided_by="U_LEAD", call_hash=pending.call_hash)}
+    )
+
+    assert isinstance(done, Succeeded) and shop.effects == []
+    record = done.state.call(pending.call_id)
+    assert record is not None
+    assert (record.outcome, record.result) == ("unknown_outcome", UNKNOWN_OUTCOME)
+
+
+async def test_a_call_id_repeated_after_a_call_in_doubt_is_a_new_call_not_one_that_asked() -> None:
+    """The call let through with the refund was started before and never finished; the
+    model then calls the same tool under the same id. That is a new call, run as the policy
+    says, and the first stays of unknown outcome (not taken for a tool that asked itself)."""
+    shop, ledger = Shop(), InMemoryLedger()
+    again = ToolCallPart("lookup_order", {"order_id": "125"}, tool_call_id="c1")
+    runner = runner_for(PydanticAIAgent(shop.agent(scripted([REFUND, LOOKUP], [again]))), ledger)
+    outcome = await paused_run(shop, runner)
+    [pending] = outcome.pending
+    [lookup] = [c for c in outcome.state.calls if c.gate == "allow"]
+    await ledger.claim(outcome.state.run_id, hosted_entry(lookup))  # never finished
+
+    done = await runner.resume(
+        outcome.state, {pending.call_id: Approve(decided_by="U_LEAD", call_hash=pending.call_hash)}
+    )
+
+    assert isinstance(done, Succeeded), done
+    assert shop.effects == [("refund", ("124", 12.5)), ("lookup", "125")]
+    first, second = [c for c in done.state.calls if c.tool == "lookup_order"]
+    assert (first.outcome, second.gate, second.outcome) == ("unknown_outcome", "allow", "executed")
