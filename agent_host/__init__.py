@@ -20,6 +20,7 @@ from agent_host.errors import (
 )
 from agent_host.llm import model_from_settings
 from agent_host.runtime.agents import Agent, AgentRegistry
+from agent_host.runtime.call_key import idempotency_key
 from agent_host.runtime.checkpoint import CallRecord, RunState
 from agent_host.runtime.decisions import (
     Answer,
@@ -86,6 +87,7 @@ __all__ = [
     "ask_human",
     "call",
     "confidence_gate",
+    "idempotency_key",
     "load_rules",
     "model_from_settings",
     "pause",

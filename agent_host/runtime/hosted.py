@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from agent_host.errors import InvalidArguments
+from agent_host.runtime.call_key import running
 from agent_host.runtime.checkpoint import CallRecord, call_hash
 from agent_host.runtime.decisions import Approve, Decision
 from agent_host.runtime.editing import with_reviewer_note
@@ -302,7 +303,8 @@ class CallGuard:
             self.unfinished[record.call_id] = UNKNOWN_OUTCOME
             return UNKNOWN_OUTCOME
         try:
-            value = await invoke(record.run_arguments)
+            with running(self.run_id, record.call_id):  # its key, for `idempotency_key()`
+                value = await invoke(record.run_arguments)
         except BaseException as exc:  # the framework's to report (a timeout cancels it)
             error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             self.unfinished[record.call_id] = RAISED.format(error=error)

@@ -34,6 +34,7 @@ from agent_host.errors import (
     ModelError,
 )
 from agent_host.runtime.agents import Agent, AgentRegistry
+from agent_host.runtime.call_key import running
 from agent_host.runtime.checkpoint import CallRecord, RunState, call_hash
 from agent_host.runtime.decisions import Answer, Approve, Decision, Expired, Reject, RequestChanges
 from agent_host.runtime.editing import with_reviewer_note
@@ -226,7 +227,8 @@ class Runner:
             return
         ctx = ToolContext(state.run_id, record.call_id, agent.name, state.context)
         try:
-            value = await tool.invoke(arguments, ctx)
+            with running(state.run_id, record.call_id):  # its key, for `idempotency_key()` too
+                value = await tool.invoke(arguments, ctx)
             record.outcome, record.result = "executed", as_text(value)
         except PauseRequest as request:
             if isinstance(record.decision, Approve):  # what it ran with stays on record

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from agent_host.errors import InvalidArguments, ToolDefinitionError
 from agent_host.runtime import strict_json
+from agent_host.runtime.call_key import key_of
 from agent_host.runtime.fingerprint import canonical_json
 from agent_host.runtime.policy import (
     Permission,
@@ -48,7 +49,7 @@ class ToolContext:
     @property
     def idempotency_key(self) -> str:
         """Stable for this call across retries and resumes: pass it to payment APIs etc."""
-        return f"{self.run_id}:{self.call_id}"
+        return key_of(self.run_id, self.call_id)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from agents import Agent, FunctionTool, ModelResponse, RunConfig, Usage, functio
 from agents.models.interface import Model
 from agents.testing.model import assistant_message, function_call
 
+from agent_host import idempotency_key
 from agent_host.adapters.openai_agents import OpenAIAgentsAgent
 from agent_host.errors import AgentChangedError, ConfigurationError
 from agent_host.runtime.agents import AgentRegistry
@@ -350,3 +351,27 @@ async def test_an_approved_call_started_before_and_never_finished_is_recorded_as
     record = done.state.call(pending.call_id)
     assert record is not None
     assert (record.outcome, record.result) == ("unknown_outcome", UNKNOWN_OUTCOME)
+
+
+async def test_an_approved_tool_reads_countersign_s_idempotency_key() -> None:
+    keys: list[str] = []
+
+    @function_tool(needs_approval=True)
+    def wire(amount: float) -> str:
+        """Wire money."""
+        keys.append(idempotency_key())
+        return "wired"
+
+    model = Scripted([("wire", {"amount": 5.0}, "fc_1")])
+    agent = Agent(name="support", instructions="Help.", tools=[wire], model=model)
+    runner = runner_for(OpenAIAgentsAgent(agent, run_config=NO_TRACES))
+    outcome = await runner.run("support", "wire it", run_id="run_k")
+    assert isinstance(outcome, Paused), outcome
+    [pending] = outcome.pending
+
+    done = await runner.resume(
+        outcome.state, {pending.call_id: Approve(decided_by="U_LEAD", call_hash=pending.call_hash)}
+    )
+
+    assert isinstance(done, Succeeded), done
+    assert keys == [f"run_k:{pending.call_id}"]

@@ -21,6 +21,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from agent_host import idempotency_key
 from agent_host.adapters.pydantic_ai import PydanticAIAgent
 from agent_host.errors import AgentChangedError, ConfigurationError
 from agent_host.runtime.agents import AgentRegistry
@@ -405,3 +406,32 @@ async def test_a_call_id_repeated_after_a_call_in_doubt_is_a_new_call_not_one_th
     assert shop.effects == [("refund", ("124", 12.5)), ("lookup", "125")]
     first, second = [c for c in done.state.calls if c.tool == "lookup_order"]
     assert (first.outcome, second.gate, second.outcome) == ("unknown_outcome", "allow", "executed")
+
+
+async def test_two_approved_calls_under_one_model_id_get_two_idempotency_keys() -> None:
+    """The model gives its second refund, in a later turn, the first one's id. Each call's
+    key is countersign's (the run's and the call's), so a payment API that drops a repeated
+    key would not drop the second, separately approved refund."""
+    keys: list[tuple[str, str]] = []
+    first = ToolCallPart("issue_refund", {"order_id": "124", "amount": 12.5}, tool_call_id="c2")
+    second = ToolCallPart("issue_refund", {"order_id": "999", "amount": 50.0}, tool_call_id="c2")
+    agent: Agent[None, str] = Agent(scripted([first], [second]), name="support")
+
+    @agent.tool(requires_approval=True)
+    def issue_refund(ctx: RunContext[None], order_id: str, amount: float) -> str:
+        """Refund an order."""
+        keys.append((order_id, idempotency_key()))
+        return "refunded"
+
+    runner = runner_for(PydanticAIAgent(agent))
+    outcome = await runner.run("support", "refund both", run_id="run_k")
+    for _ in range(2):
+        assert isinstance(outcome, Paused), outcome
+        [pending] = outcome.pending
+        outcome = await runner.resume(
+            outcome.state,
+            {pending.call_id: Approve(decided_by="U_LEAD", call_hash=pending.call_hash)},
+        )
+
+    assert isinstance(outcome, Succeeded), outcome
+    assert keys == [("124", "run_k:call_0_1"), ("999", "run_k:call_1_1")]

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, Field, SecretStr
 
+from agent_host import idempotency_key
 from agent_host.errors import ToolDefinitionError
 from agent_host.runtime.messages import ModelResponse, ToolCall
 from agent_host.runtime.models.scripted import call, reply
@@ -259,6 +260,34 @@ async def test_tool_receives_call_id_run_id_and_idempotency_key() -> None:
     assert ctx.idempotency_key == "run_ctx:call_0_1"
     assert dict(ctx.context) == {"tenant": "acme"}
     assert tool_messages(outcome.state)["call_0_1"] == "charged 5 with key run_ctx:call_0_1"
+
+
+async def test_a_tool_reads_the_same_key_with_idempotency_key_in_its_thread_or_on_the_loop() -> (
+    None
+):
+    keys: list[str] = []
+
+    @tool
+    def charge(amount: int) -> str:  # sync: run in a thread
+        """Charge."""
+        keys.append(idempotency_key())
+        return "charged"
+
+    @tool
+    async def notify(text: str) -> str:
+        """Notify."""
+        keys.append(idempotency_key())
+        return "sent"
+
+    model = scripted([call("charge", amount=5), call("notify", text="hi")], reply("done"))
+    outcome = await Runner(registry_of("payer", [charge, notify], model)).run(
+        "payer", "charge it", run_id="run_ctx"
+    )
+
+    assert isinstance(outcome, Succeeded)
+    assert keys == ["run_ctx:call_0_1", "run_ctx:call_0_2"]
+    with pytest.raises(RuntimeError, match="call it inside a tool's function"):
+        idempotency_key()  # no call is being run here
 
 
 async def test_sync_tools_run_off_the_event_loop_and_async_tools_on_it() -> None:
