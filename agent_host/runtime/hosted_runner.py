@@ -31,7 +31,12 @@ from agent_host.runtime.ledger import ExecutionLedger
 from agent_host.runtime.messages import Message
 from agent_host.runtime.outcomes import Failed, Paused, RunOutcome, Succeeded
 from agent_host.runtime.policy import Permission, Severity, judged
-from agent_host.runtime.strict_json import non_finite_path, too_deep_path, too_deep_text
+from agent_host.runtime.strict_json import (
+    non_finite_path,
+    not_text_path,
+    too_deep_path,
+    too_deep_text,
+)
 
 __all__ = ["HostedRunner"]
 
@@ -259,11 +264,38 @@ async def _step(
 ) -> Step | Failed:
     """The framework's step; countersign's own errors go up, the framework's fail the run."""
     try:
-        return await running
+        step = await running
     except CountersignError:
         raise
     except Exception as exc:
         return _failed(state, agent, exc)
+    if (where := not_text_path(_as_saved(step))) is not None:
+        # It could be neither saved nor shown: the run ends here, saying why, rather than
+        # failing at each save as an error of countersign's own and asking the model again.
+        log.info(
+            "run %s: the %s agent's step is not text at %s", state.run_id, agent.framework, where
+        )
+        state.status = "failed"
+        state.error = (
+            f"the {agent.framework} agent's model answered with a lone UTF-16 surrogate in "
+            f"{where}, which is not text; nothing of that answer ran"
+        )
+        return Failed(state, state.error)
+    return step
+
+
+def _as_saved(step: Step) -> dict[str, Any]:
+    """What of a step the run's state keeps, as a path names it."""
+    if isinstance(step, Finished):
+        return {"output": step.output}
+    calls = [{"id": c.framework_id, "tool": c.tool, "arguments": c.arguments} for c in step.calls]
+    questions = [c.question for c in step.calls if c.question]
+    return {
+        "calls": calls,
+        "questions": questions,
+        "last_words": step.last_words,
+        "state": step.state,
+    }
 
 
 def _failed(state: RunState, agent: HostedAgent, exc: Exception) -> Failed:

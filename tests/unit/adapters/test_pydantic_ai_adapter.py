@@ -435,3 +435,31 @@ async def test_two_approved_calls_under_one_model_id_get_two_idempotency_keys() 
 
     assert isinstance(outcome, Succeeded), outcome
     assert keys == [("124", "run_k:call_0_1"), ("999", "run_k:call_1_1")]
+
+
+@pytest.mark.parametrize(
+    ("call_id", "text", "where"),
+    [("c\ud800", "On it.", "calls[0].id"), ("c2", "On it \udc00", "last_words")],
+)
+async def test_a_model_answer_that_is_not_text_fails_the_run_saying_where(
+    call_id: str, text: str, where: str
+) -> None:
+    """A lone UTF-16 surrogate in a call id or the model's words could be neither saved nor
+    shown: the run fails at once, saying so, instead of at every save as countersign's own
+    error (each retry asking the model again)."""
+    shop = Shop()
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        part = ToolCallPart("issue_refund", {"order_id": "1", "amount": 3.0}, tool_call_id=call_id)
+        return ModelResponse(parts=[TextPart(text), part])
+
+    runner = runner_for(PydanticAIAgent(shop.agent(FunctionModel(respond))))
+    outcome = await runner.run("support", "go")
+
+    assert isinstance(outcome, Failed), outcome
+    assert outcome.error == (
+        f"the pydantic-ai agent's model answered with a lone UTF-16 surrogate in {where}, "
+        "which is not text; nothing of that answer ran"
+    )
+    assert json.loads(outcome.state.to_json())["status"] == "failed"  # it can be saved
+    assert shop.effects == []
