@@ -115,13 +115,13 @@ class Sweeper:
         while not stop.is_set():
             try:
                 await self.sweep()
-            except Exception as exc:  # keep sweeping through Redis outages
-                log.warning("sweep failed (%s); retrying", exc)
+            except Exception as exc:  # keep sweeping through Redis outages, and our bugs
+                _failed("sweep (requests past their deadline are not expired)", exc)
             # Apart from expiry, so that neither can hold the other up.
             try:
                 await self.ladder.climb()
             except Exception as exc:
-                log.warning("escalation ladder failed (%s); retrying", exc)
+                _failed("escalation ladder (no reminder or escalation is sent)", exc)
             if self.store.clock() - last_trim > self.trim_every:
                 last_trim = self.store.clock()
                 # Apart from the sweep: trimming is housekeeping, and whatever goes wrong
@@ -133,6 +133,15 @@ class Sweeper:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.interval):
                     await stop.wait()
+
+
+def _failed(what: str, exc: Exception) -> None:
+    """Redis away passes, and is said in a line; an error of countersign's own would fail
+    every round the same way, so it is logged as an error, with its traceback."""
+    if isinstance(exc, TRANSIENT):
+        log.warning("%s failed (%s); retrying", what, exc)
+    else:
+        log.error("%s failed; retrying each round until fixed", what, exc_info=exc)
 
 
 def _damaged(exc: BaseException) -> bool:

@@ -204,3 +204,39 @@ async def test_sweeper_run_loop_expires_and_stops(redis: Redis) -> None:
     stop.set()
     await asyncio.wait_for(task, 2)
     assert request.status == "expired"
+
+
+async def test_an_error_of_its_own_in_a_round_is_logged_with_its_traceback_and_it_goes_on(
+    redis: Redis, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis away is one warning line a round; a bug would fail every round the same way,
+    so it is an error, with where it happened, and the ladder still climbs meanwhile."""
+    env = make_env(redis, clock=FakeClock(), router=FixedRouter())
+    sweeper = Sweeper(env.store, interval=0.01)
+    rounds: list[str] = []
+
+    async def broken() -> int:
+        rounds.append("sweep")
+        raise KeyError("deadline_ms")
+
+    climbed_twice = asyncio.Event()
+
+    async def climbed() -> int:
+        rounds.append("climb")
+        if rounds.count("climb") >= 2:
+            climbed_twice.set()
+        return 0
+
+    monkeypatch.setattr(sweeper, "sweep", broken)
+    monkeypatch.setattr(sweeper.ladder, "climb", climbed)
+    stop = asyncio.Event()
+    with caplog.at_level("WARNING", logger="agent_host.durable.sweeper"):
+        task = asyncio.create_task(sweeper.run(stop))
+        await asyncio.wait_for(climbed_twice.wait(), 5)
+        stop.set()
+        await asyncio.wait_for(task, 2)
+
+    [first, *_] = [r for r in caplog.records if "sweep (" in r.getMessage()]
+    assert first.levelname == "ERROR" and first.exc_info is not None
+    assert "requests past their deadline are not expired" in first.getMessage()
+    assert isinstance(first.exc_info[1], KeyError)
