@@ -19,6 +19,7 @@ from aiohttp import web
 
 from agent_host.durable.host import Host
 from agent_host.http.application import create_app
+from bot import delivery
 from bot.server import start_site
 from bot.slack_settings import ServiceSettings
 from bot.socket_client import SocketMode, start_socket_mode
@@ -47,6 +48,7 @@ class Service:
         """Serve HTTP (the Slack endpoint, unless Socket Mode, and the API) when `http` is
         given, then start `workers` resume workers, the sweeper and the outbox."""
         try:
+            await delivery.refuse_a_refused_token(self.bot.client)
             if http is not None:
                 await self._serve_http(*http)
             self.host.start_background(workers)

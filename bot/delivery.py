@@ -18,7 +18,7 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 
 from agent_host.approvals import ApprovalRequest
-from agent_host.errors import DeliveryFailed
+from agent_host.errors import ConfigurationError, DeliveryFailed
 from bot.mrkdwn import channel_link, inline_code, mention
 
 __all__ = [
@@ -113,6 +113,7 @@ _FIX = {
     "not_authed": "no bot token was sent: check SLACK_BOT_TOKEN",
     "token_revoked": "the bot token was revoked: reinstall the app and update SLACK_BOT_TOKEN",
     "account_inactive": "the app was uninstalled or its workspace deleted: reinstall the app",
+    "token_expired": "the bot token expired (token rotation): update SLACK_BOT_TOKEN",
     "missing_scope": "the app lacks a scope: reinstall it from manifest.yml",
     "escalated_to_requester": (
         "it escalates to the run's requester, who may not decide their own request: "
@@ -139,6 +140,41 @@ def error_code(exc: SlackApiError) -> str:
     except (AttributeError, TypeError):
         code = None
     return str(code) if code else f"http_{getattr(response, 'status_code', 0)}"
+
+
+# Slack refused the bot token itself: every message fails alike, none for a reason of its
+# own, so none is given up for it; each waits until the token is fixed.
+TOKEN_REFUSED = frozenset(
+    {"invalid_auth", "not_authed", "token_revoked", "token_expired", "account_inactive"}
+)
+TOKEN_CHECK_SECONDS = 5.0
+
+
+def token_refused(exc: SlackApiError) -> str | None:
+    """Slack's refusal of the bot token itself, said with what to do; None for any other."""
+    code = error_code(exc)
+    if code not in TOKEN_REFUSED:
+        return None
+    return f"Slack refused SLACK_BOT_TOKEN ({code}): {how_to_fix(code)}"
+
+
+async def refuse_a_refused_token(client: Any) -> None:
+    """At start: a bot token Slack refuses is a ConfigurationError saying what to fix (not
+    a process that runs and posts nothing). Slack not answering is said, and the start goes
+    on: what is to be posted waits in the outbox until Slack answers."""
+    try:
+        async with asyncio.timeout(TOKEN_CHECK_SECONDS):
+            await client.auth_test()
+    except SlackApiError as exc:
+        if (refused := token_refused(exc)) is not None:
+            raise ConfigurationError(f"{refused}; then start countersign again") from exc
+        log.warning("Slack answered auth.test with %s at start; starting", error_code(exc))
+    except (TimeoutError, OSError, aiohttp.ClientError) as exc:
+        log.warning(
+            "Slack did not answer auth.test at start (%s); starting: messages are posted "
+            "once it answers",
+            type(exc).__name__,
+        )
 
 
 def retry_after(exc: SlackApiError) -> float:

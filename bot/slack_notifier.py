@@ -43,6 +43,8 @@ __all__ = ["ESCALATION_DMS_MAX", "ChannelPacer", "SlackNotifier"]
 
 log = logging.getLogger(__name__)
 
+TOKEN_REFUSED_SAID_EVERY = 60.0
+
 # Direct messages for an escalation to a user group: a larger group gets its first members
 # by id, and a warning in the log.
 ESCALATION_DMS_MAX = 25
@@ -102,6 +104,15 @@ class SlackNotifier:
         self.attempts, self.timeout, self.backoff = attempts, timeout, backoff
         # Told of every decision delivered here (the App Home tab refreshes its deciders).
         self.after_decision: Callable[[ApprovalRequest], Awaitable[None]] | None = None
+        self._said_at = -TOKEN_REFUSED_SAID_EVERY  # when a refused token was last logged
+
+    def _say_once_a_minute(self, refused: str) -> None:
+        """Every message fails alike while the token is refused: one error line a minute,
+        not one per message and retry."""
+        now = time.monotonic()
+        if now - self._said_at >= TOKEN_REFUSED_SAID_EVERY:
+            self._said_at = now
+            log.error("%s; nothing is posted to Slack until it is fixed", refused)
 
     async def request_posted(self, request: ApprovalRequest) -> MessageRef | None:
         channel = request.route.destination or self.default_channel
@@ -360,6 +371,9 @@ class SlackNotifier:
                 async with asyncio.timeout(self.timeout):
                     return await send()
             except SlackApiError as exc:
+                if (refused := delivery.token_refused(exc)) is not None:
+                    self._say_once_a_minute(refused)  # the app's fault, not this message's
+                    raise RetryLater(f"{refused}; posted once it is fixed") from exc
                 if not delivery.is_retryable(exc):
                     raise delivery.permanent_failure(exc, where or channel or "") from exc
                 if exc.response.status_code == 429:

@@ -1,0 +1,56 @@
+"""A bot token Slack refuses: `serve` does not start with one, saying what to fix; one
+refused while running (revoked, rotated away) gives up no request: each waits, and is
+posted once the token is good again."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from agent_host.durable.redis_server import free_port
+from agent_host.errors import ConfigurationError
+from bot.cli import _serve
+from slack_sandbox import SlackStandIn, open_workspace
+from tests.support.stack import SECRET, TOKEN, running_stack, stack_settings
+from tests.support.waiting import eventually
+
+
+async def test_serve_does_not_start_with_a_bot_token_slack_refuses(
+    redis_url: str, tmp_path: Path
+) -> None:
+    standin = SlackStandIn(open_workspace(tmp_path / "slack"), token=TOKEN, signing_secret=SECRET)
+    async with standin:
+        settings = stack_settings(standin, redis_url, tmp_path, SLACK_BOT_TOKEN="xoxb-wrong")
+        with pytest.raises(ConfigurationError) as refused:
+            await _serve(settings, "127.0.0.1", free_port(), 1)
+
+    assert str(refused.value) == (
+        "Slack refused SLACK_BOT_TOKEN (invalid_auth): the bot token is wrong: check "
+        "SLACK_BOT_TOKEN; then start countersign again"
+    )
+    assert standin.calls_to("chat.postMessage") == []
+
+
+async def test_a_token_refused_while_running_gives_up_no_request_and_it_is_posted_once_fixed(
+    redis_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with running_stack(redis_url, tmp_path) as stack:
+        stack.standin.core.config.token = "xoxb-rotated"  # the one countersign has is revoked
+        with caplog.at_level(logging.ERROR, logger="bot.slack_notifier"):
+            run_id = await stack.start_run("refund-agent", "refund order 123")
+
+            async def refused_and_said() -> bool:
+                return "Slack refused SLACK_BOT_TOKEN (invalid_auth)" in caplog.text
+
+            await eventually(refused_and_said)
+            [request] = await stack.host.store.run_requests(run_id)
+            assert (request.delivery, request.message_ts) == ("", "")  # not given up
+            assert caplog.text.count("Slack refused SLACK_BOT_TOKEN") == 1  # once a minute
+
+            stack.standin.core.config.token = TOKEN  # put right (the app reinstalled)
+            [posted] = await stack.pending_requests(run_id)
+
+        assert posted.delivery != "undeliverable" and posted.message_ts
+        assert len(stack.standin.calls_to("chat.postMessage")) >= 1
