@@ -8,6 +8,7 @@ approvals may go to, each reported as one line: ok, or what is wrong and how to 
     agents        COUNTERSIGN_AGENTS loads, and every agent builds with a model
     redis         REDIS_URL answers PING (unset: redis-server is installed)
     durability    Redis keeps an AOF (appendonly yes), and what its appendfsync can lose
+    eviction      Redis never drops keys when its memory is full (maxmemory-policy noeviction)
     keys in use   every waiting run's checkpoint is under a key the ring holds
     slack token   auth.test accepts SLACK_BOT_TOKEN
     channel …     the bot may post in the default channel and every routed one (a route
@@ -29,6 +30,7 @@ from slack_sdk.errors import SlackApiError
 
 from agent_host.approvals.routes import RouteRule, load_routes_file
 from agent_host.durable.crypto import KeyRing
+from agent_host.durable.eviction import KEEPS_EVERY_KEY, eviction_problem
 from agent_host.durable.host import KEY_FILE, load_keyring, load_registry
 from agent_host.durable.reach import RedisReach, reach_redis
 from agent_host.errors import ConfigurationError, StoreUnavailable
@@ -82,6 +84,7 @@ async def run_checks() -> list[Finding]:
     findings.append(finding)
     if reach is not None:
         findings.append(_durability(reach.aof, embedded=not settings.redis_url))
+        findings.append(_eviction(reach.eviction, embedded=not settings.redis_url))
     if reach is not None and reach.waiting_under is not None:
         findings.append(_keys_in_use(reach.waiting_under, ring))
     redis_rules = reach.routes if reach is not None else []
@@ -132,6 +135,22 @@ def _keys(settings: ServiceSettings) -> tuple[KeyRing | None, Finding]:
         return None, failed or _fail("keys", "no key ring")
     kids = f"{len(ring.kids)} key(s), new checkpoints under {ring.active_kid!r}"
     return ring, Finding("keys", kids)
+
+
+def _eviction(policy: str | None, *, embedded: bool) -> Finding:
+    """Whether Redis, its memory full, refuses writes (retried) or drops keys (lost)."""
+    if policy is None and embedded:
+        policy = KEEPS_EVERY_KEY  # the embedded server keeps Redis's default
+    if policy is None:
+        return Finding(
+            "eviction",
+            f"not read (this Redis refuses CONFIG): run it with maxmemory-policy {KEEPS_EVERY_KEY}",
+        )
+    if (problem := eviction_problem(policy)) is not None:
+        return _fail("eviction", problem)
+    return Finding(
+        "eviction", f"maxmemory-policy {policy}: with its memory full, Redis refuses writes"
+    )
 
 
 def _durability(aof: tuple[str, str] | None, *, embedded: bool) -> Finding:

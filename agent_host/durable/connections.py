@@ -25,6 +25,7 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from agent_host.durable.connection_pool import WaitingConnectionPool, WaitingSentinelConnectionPool
 from agent_host.durable.data_dir import private_dir
+from agent_host.durable.eviction import eviction_policy, eviction_problem
 from agent_host.durable.memory_advice import memory_advice
 from agent_host.durable.redis_server import RedisServer
 from agent_host.errors import ConfigurationError, StoreUnavailable
@@ -130,6 +131,8 @@ async def open_redis(
         log.info("REDIS_URL is a Redis Cluster node: using cluster mode")
     if server is None and (advice := await memory_advice(client)) is not None:
         log.info(advice)
+    if server is None and (problem := eviction_problem(await eviction_policy(client))):
+        log.warning(problem)
     return client, server
 
 

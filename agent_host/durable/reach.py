@@ -17,6 +17,7 @@ from agent_host.approvals.routes import RouteRule
 from agent_host.durable import keys as K
 from agent_host.durable.connections import as_text, embedded_dir, open_redis, redacted
 from agent_host.durable.crypto import HEADER_BYTES, kid_in_header
+from agent_host.durable.eviction import eviction_policy
 from agent_host.durable.redis_server import find_executable
 from agent_host.durable.route_book import RouteBook
 from agent_host.errors import ConfigurationError, StoreUnavailable
@@ -36,6 +37,9 @@ class RedisReach:
     # (appendonly, appendfsync) as Redis reports them; None: not read (CONFIG refused, or
     # the embedded server, which runs with ("yes", "everysec"))
     aof: tuple[str, str] | None = None
+    # Redis's maxmemory-policy; None: not read (CONFIG refused, or the embedded server,
+    # which keeps Redis's default, noeviction)
+    eviction: str | None = None
 
 
 async def reach_redis(settings: Settings) -> RedisReach:
@@ -64,6 +68,7 @@ async def reach_redis(settings: Settings) -> RedisReach:
         waiting_under = await _waiting_under(redis)
         async with asyncio.timeout(PING_SECONDS):
             aof = await _aof(redis)
+        eviction = await eviction_policy(redis)
     except (RedisError, OSError, TimeoutError) as exc:
         why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         raise StoreUnavailable(
@@ -71,7 +76,9 @@ async def reach_redis(settings: Settings) -> RedisReach:
         ) from exc
     finally:
         await redis.aclose()
-    return RedisReach(f"Redis at {redacted(url)} answered PING", routes, waiting_under, aof)
+    return RedisReach(
+        f"Redis at {redacted(url)} answered PING", routes, waiting_under, aof, eviction
+    )
 
 
 async def _aof(redis: Any) -> tuple[str, str] | None:

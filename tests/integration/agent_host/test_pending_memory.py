@@ -78,3 +78,28 @@ async def test_no_advice_for_a_tuned_redis_nor_one_that_refuses_config(
         assert await client.ping()
         await client.aclose()
     assert not [r for r in caplog.records if "redis.conf" in r.getMessage()]
+
+
+async def test_own_redis_that_drops_keys_when_full_is_warned_of_at_start(
+    redis_url: str,
+    redis_server_factory: RedisServerFactory,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    evicting = redis_server_factory(extra_args=["--maxmemory-policy", "allkeys-lru"])
+    no_config = redis_server_factory(
+        extra_args=["--maxmemory-policy", "allkeys-lru", "--rename-command", "CONFIG", ""]
+    )
+    caplog.set_level(logging.WARNING, logger="agent_host.durable.connections")
+    for url in (evicting.url, redis_url, no_config.url):
+        settings = load_settings({"REDIS_URL": url, "COUNTERSIGN_DATA_DIR": str(tmp_path)})
+        client, _ = await open_redis(settings)
+        assert await client.ping()  # a warning, not a refusal: the operator decides
+        await client.aclose()
+
+    # Said for the one that evicts; not for Redis's default, nor where it cannot be read.
+    (warning,) = [r for r in caplog.records if "maxmemory-policy" in r.getMessage()]
+    assert warning.levelname == "WARNING"
+    assert warning.getMessage().startswith(
+        "Redis's maxmemory-policy is allkeys-lru: when its memory is full it drops keys"
+    )

@@ -89,7 +89,7 @@ async def test_a_good_configuration_passes(
     assert "ok    agents: agent_host.examples:default_registry: cleanup-agent" in done.out
     assert "ok    keys in use: 0 waiting run(s), each under a key the ring holds" in done.out
     assert "ok    durability: AOF on, appendfsync everysec: a power cut of" in done.out
-    assert "countersign check: all 11 checks passed" in done.out
+    assert "countersign check: all 12 checks passed" in done.out
     assert not [name for name, _ in standin.core.calls if name.startswith("chat.")]
 
 
@@ -109,7 +109,7 @@ async def test_channels_the_bot_cannot_post_in_fail_with_the_fix(
         f"FAIL  channel {ARCHIVED} (route agent-2/*): #{ARCHIVED} is archived: unarchive it, "
         "or choose another channel.",
     ], done.out
-    assert "countersign check: 2 of 13 checks failed" in done.out
+    assert "countersign check: 2 of 14 checks failed" in done.out
 
 
 async def test_a_wrong_token_fails_and_names_the_variable(
@@ -225,6 +225,27 @@ async def test_the_durability_line_says_what_redis_can_lose_and_fails_without_an
     assert line.endswith("set appendonly yes"), line
 
 
+async def test_the_eviction_line_fails_on_a_redis_that_drops_keys_when_full(
+    standin: SlackStandIn, redis_server_factory: RedisServerFactory, tmp_path: Path
+) -> None:
+    server = redis_server_factory(appendfsync="always")
+    env = good_env(standin, server.url, tmp_path)
+
+    done = await check(env, tmp_path)
+    assert done.code == 0, done
+    assert "ok    eviction: maxmemory-policy noeviction: with its memory full, Redis refuses" in (
+        done.out
+    )
+
+    async with Redis.from_url(server.url) as redis:
+        await redis.config_set("maxmemory-policy", "allkeys-lru")
+    done = await check(env, tmp_path)
+    assert done.code == 1, done
+    [line] = failures(done)
+    assert line.startswith("FAIL  eviction: Redis's maxmemory-policy is allkeys-lru:"), line
+    assert "set maxmemory-policy noeviction" in line, line
+
+
 async def test_unset_redis_url_says_the_embedded_server_would_be_used(
     standin: SlackStandIn, redis_url: str, tmp_path: Path
 ) -> None:
@@ -236,6 +257,7 @@ async def test_unset_redis_url_says_the_embedded_server_would_be_used(
     assert done.code == 0, done
     assert "ok    redis: REDIS_URL is unset: the embedded redis-server (" in done.out
     assert "ok    durability: AOF on, appendfsync everysec" in done.out  # the embedded's
+    assert "ok    eviction: maxmemory-policy noeviction" in done.out
     assert not (tmp_path / "data" / "redis").exists()  # nothing was started
 
 
