@@ -411,7 +411,8 @@ def _with_example(message: str) -> RouteSpecError:
     return RouteSpecError(f"{message}; example: {SPEC_EXAMPLE}")
 
 
-def _suggest(word: str, known: Iterable[str]) -> str:
+def did_you_mean(word: str, known: Iterable[str]) -> str:
+    """' (did you mean …?)' naming the closest of `known` to `word`, or '' if none is close."""
     close = difflib.get_close_matches(word, list(known), n=1)
     return f" (did you mean '{close[0]}'?)" if close else ""
 
@@ -437,7 +438,7 @@ def parse_spec(text: str) -> RouteRule:
         key = _SPEC_ALIASES.get(key, key)
         if key not in _SPEC_KEYS:
             raise _with_example(
-                f"unknown key {pair.group(1)!r}{_suggest(key, _SPEC_KEYS)}; "
+                f"unknown key {pair.group(1)!r}{did_you_mean(key, _SPEC_KEYS)}; "
                 f"known keys: {', '.join(_SPEC_KEYS)}"
             )
         if key in values:
@@ -525,7 +526,7 @@ def _file_rule(item: Any, where: str) -> RouteRule:
     for name in item:
         if name not in _FILE_FIELDS:
             raise RoutesFileError(
-                f"{where}: unknown field {name!r}{_suggest(str(name), _FILE_FIELDS)}; "
+                f"{where}: unknown field {name!r}{did_you_mean(str(name), _FILE_FIELDS)}; "
                 f"known fields: {', '.join(_FILE_FIELDS)}"
             )
     if "channel" not in item:

@@ -2,7 +2,8 @@
 
 A scrape is two round trips (one pipeline over the shards, and the pending count), and
 scrapes that arrive while one is being read share it: /metrics answers without a token, so
-a flood of scrapes costs Redis no more than one at a time.
+a flood of scrapes costs Redis no more than one at a time. A Redis that cannot be read is
+`StoreUnavailable`, which the API answers 503 with Retry-After, as it does everywhere.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent_host.approvals import TERMINAL
 from agent_host.durable import keys as K
-from agent_host.durable.connections import as_text
+from agent_host.durable.connections import as_text, unavailable_on_redis_errors
 from agent_host.durable.poison import ABANDONED
 from agent_host.durable.store import DELIVERED
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["MetricsPage"]
 
 
+@unavailable_on_redis_errors
 class MetricsPage:
     """/metrics of one host: a scrape that arrives while another is read waits for it."""
 

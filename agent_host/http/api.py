@@ -11,12 +11,13 @@ import asyncio
 import hmac
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from aiohttp import web
 
 from agent_host.approvals.requester import requester_problem
+from agent_host.approvals.routes import did_you_mean
 from agent_host.durable import keys as K
 from agent_host.durable.host import Host
 from agent_host.durable.metrics import MetricsPage
@@ -42,6 +43,7 @@ __all__ = [
     "run_detail",
     "same_secret",
     "start_run",
+    "unknown_fields",
 ]
 
 log = logging.getLogger(__name__)
@@ -53,6 +55,8 @@ MAX_WAIT_SECONDS = 60  # the longest long poll (`?wait=`)
 # client does not time out on a Redis that accepts connections and answers nothing.
 STORE_BUDGET_SECONDS = 10.0
 READY_WITHIN_SECONDS = 2.0  # /readyz: Redis answers a PING within this, or it is not ready
+RUN_FIELDS = ("agent", "input", "requested_by")  # POST /api/v1/runs
+NAMED_UNKNOWN = 10  # an answer names this many unknown fields at most
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -88,6 +92,8 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         return response
     except web.HTTPRequestEntityTooLarge as exc:
         return error(413, f"request body too large: {exc.text}; send a smaller body")
+    except web.RequestPayloadError:  # aiohttp could not read the body as it was sent
+        return _unreadable_body(request)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -100,6 +106,49 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
     except Exception:
         log.exception("unexpected error on %s %s", request.method, request.path)
         return error(500, "internal error; the request may be retried")
+
+
+def _unreadable_body(request: web.Request) -> web.Response:
+    """The answer to a body aiohttp could not read: bad input, not a server error."""
+    encodings = ", ".join(request.headers.getall("Content-Encoding", []))
+    if encodings:
+        response = error(
+            400,
+            f"the body could not be decoded as its Content-Encoding ({encodings}) says; send "
+            "it uncompressed, or encoded as declared; nothing was changed",
+        )
+    else:
+        response = error(
+            400,
+            "the body could not be read as sent (it ended early, or its chunked framing is "
+            "broken); send it again, whole; nothing was changed",
+        )
+    # The connection cannot carry another request once its body failed to decode: close it
+    # after this answer, and mark the body read so that aiohttp does not drain it again
+    # (that read raises the same error, logged as an unhandled traceback).
+    response.force_close()
+    request.content.feed_eof()
+    return response
+
+
+def unknown_fields(
+    body: dict[str, Any], accepted: Iterable[str], *, near_misses_only: bool = False
+) -> str | None:
+    """What to tell a caller whose body has fields other than `accepted`, or None. A field
+    dropped unseen would be worse than a refusal: `requestedBy` for `requested_by` leaves
+    the run without its requester, whom the self-approval rule then cannot stop. With
+    `near_misses_only`, only a field close to an accepted one is refused (a sender that
+    adds fields of its own to a wire format it shares is still heard)."""
+    known = sorted(accepted)
+    unknown = sorted(set(body) - set(known))
+    if near_misses_only:
+        unknown = [name for name in unknown if did_you_mean(name, known)]
+    if not unknown:
+        return None
+    named = [f"{name!r}{did_you_mean(name, known)}" for name in unknown[:NAMED_UNKNOWN]]
+    if len(unknown) > NAMED_UNKNOWN:
+        named.append(f"and {len(unknown) - NAMED_UNKNOWN} more")
+    return f"unknown field(s) {', '.join(named)}; the accepted fields are {', '.join(known)}"
 
 
 def long_poll(request: web.Request) -> float | None:
@@ -140,6 +189,8 @@ async def start_run(request: web.Request) -> web.Response:
     body = await json_object(request)
     if isinstance(body, web.Response):
         return body
+    if problem := unknown_fields(body, RUN_FIELDS):
+        return error(400, f"{problem}; no run was started")
     host = request.app[HOST_KEY]
     agent, text, requested_by = body.get("agent"), body.get("input"), body.get("requested_by")
     if not isinstance(agent, str) or not isinstance(text, str):

@@ -4,7 +4,10 @@ HMAC-SHA256 of the raw body, decided through the one approval service as the ide
 
 `feedback` is a rejection's reason, the changes asked for, a question's answer, or an
 approval's comment; `edited_arguments`, with `approved` only, are the arguments to change
-before the call runs (checked as a Slack edit is: the tool's schema, then the policy)."""
+before the call runs (checked as a Slack edit is: the tool's schema, then the policy). A
+field close to one of these (`decided_by`, `editedArguments`) is refused (400, nothing
+decided): a misspelt one must not decide as if absent. Others, which a control plane
+sending this wire format may add of its own, are ignored."""
 
 from __future__ import annotations
 
@@ -16,12 +19,13 @@ from aiohttp import web
 
 from agent_host.approvals import WEBHOOK, decision_for
 from agent_host.approvals.requester import user_id_problem
-from agent_host.http.api import HOST_KEY, error, json_object, same_secret
+from agent_host.http.api import HOST_KEY, error, json_object, same_secret, unknown_fields
 from agent_host.runtime.decisions import Approve
 
 __all__ = ["WEBHOOK_DECISIONS", "approval_webhook"]
 
 WEBHOOK_DECISIONS = ("approved", "rejected", "request_changes")
+WEBHOOK_FIELDS = ("requestId", "decision", "feedback", "decidedBy", "edited_arguments")
 
 
 async def approval_webhook(request: web.Request) -> web.Response:
@@ -51,6 +55,8 @@ async def approval_webhook(request: web.Request) -> web.Response:
     body = await json_object(request)
     if isinstance(body, web.Response):
         return body
+    if problem := unknown_fields(body, WEBHOOK_FIELDS, near_misses_only=True):
+        return error(400, f"{problem}; nothing was decided")
     request_id, verdict = body.get("requestId"), body.get("decision")
     feedback = body.get("feedback")
     feedback = "" if feedback is None else feedback
@@ -65,8 +71,6 @@ async def approval_webhook(request: web.Request) -> web.Response:
         return error(400, "decidedBy must be a string")
     if claimed and (problem := user_id_problem(claimed, "decidedBy", "the decider's")):
         return error(400, f"{problem}; nothing was decided")
-    if "editedArguments" in body:  # a near miss must not approve the unedited call
-        return error(400, "the field is edited_arguments (snake case); nothing was decided")
     edited = body.get("edited_arguments")
     if edited is not None and (verdict != "approved" or not isinstance(edited, dict)):
         return error(

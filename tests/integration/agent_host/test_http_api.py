@@ -8,9 +8,11 @@ import gzip
 import hashlib
 import hmac
 import json
+import logging
 import os
 import signal
 import time
+import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -179,6 +181,30 @@ async def test_bad_run_bodies_are_400(api: Api, body: bytes, words: tuple[str, .
     assert await zcard_all(api.env.redis, "runs") == 0
 
 
+async def test_a_misspelt_run_field_is_refused_not_dropped(api: Api) -> None:
+    """`requestedBy` for `requested_by` used to start a run without its requester, whom the
+    self-approval rule then could not stop: every field not documented is a 400 that names
+    it, suggests the near miss and lists the accepted ones, and no run starts."""
+    body = {"agent": "refund-agent", "input": "refund order 123", "requestedBy": "U0REVIEWER"}
+    resp = await api.client.post("/api/v1/runs", json=body, headers=AUTH)
+    await assert_error(
+        resp,
+        400,
+        "unknown field(s) 'requestedBy' (did you mean 'requested_by'?)",
+        "the accepted fields are agent, input, requested_by",
+        "no run was started",
+    )
+    resp = await api.client.post("/api/v1/runs", json=body | {"colour": "red"}, headers=AUTH)
+    await assert_error(resp, 400, "'colour', 'requestedBy' (did you mean 'requested_by'?)")
+    assert await zcard_all(api.env.redis, "runs") == 0
+
+    body["requested_by"] = body.pop("requestedBy")  # every documented field is accepted
+    resp = await api.client.post("/api/v1/runs", json=body, headers=AUTH)
+    assert resp.status == 202, await resp.text()
+    detail = await api.run((await resp.json())["run_id"])
+    assert detail["requested_by"] == "U0REVIEWER"
+
+
 async def test_oversized_bodies_are_413_json(api: Api) -> None:
     big = json.dumps({"agent": "refund-agent", "input": "x" * (MAX_BODY + 100)}).encode()
     resp = await api.client.post("/api/v1/runs", data=big, headers=AUTH)
@@ -186,6 +212,40 @@ async def test_oversized_bodies_are_413_json(api: Api) -> None:
     resp = await api.webhook(b'{"requestId": "' + b"x" * (MAX_BODY + 100) + b'"}')
     await assert_error(resp, 413, "too large")
     assert await zcard_all(api.env.redis, "runs") == 0
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+async def test_a_body_not_encoded_as_its_content_encoding_says_is_a_json_400(
+    api: Api, encoding: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """It was a 500 "internal error" with a traceback logged as unexpected: it is bad
+    input, answered as such, with nothing changed; a body encoded as declared still works."""
+    caplog.set_level(logging.WARNING)
+    plain = {"agent": "refund-agent", "input": "refund order 123"}
+    external = {"agent": "bot", "tool": "deploy", "arguments": {"env": "prod"}}
+    for path, body in (("/api/v1/runs", plain), ("/api/v1/approvals", external)):
+        resp = await api.client.post(
+            path,
+            data=json.dumps(body).encode(),  # declared compressed, sent as it is
+            headers={**AUTH, "Content-Type": "application/json", "Content-Encoding": encoding},
+        )
+        await assert_error(
+            resp,
+            400,
+            f"could not be decoded as its Content-Encoding ({encoding}) says",
+            "send it uncompressed, or encoded as declared",
+        )
+    assert await zcard_all(api.env.redis, "runs") == 0
+    assert await zcard_all(api.env.redis, "pending") == 0
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+    encode = gzip.compress if encoding == "gzip" else zlib.compress
+    resp = await api.client.post(  # the same client: the failed connection was not reused
+        "/api/v1/runs",
+        data=encode(json.dumps(plain).encode()),
+        headers={**AUTH, "Content-Type": "application/json", "Content-Encoding": encoding},
+    )
+    assert resp.status == 202, await resp.text()
 
 
 async def test_deeply_nested_json_is_400_not_500(api: Api) -> None:
@@ -362,6 +422,45 @@ async def test_webhook_rejects_bad_signatures_and_ids(api: Api) -> None:
     request = await api.env.store.get_request(rid)
     assert request is not None and request.status == "pending"
     assert api.env.effects.count("refund") == 0
+
+
+async def test_a_webhook_field_it_does_not_know_decides_nothing(api: Api) -> None:
+    """`decided_by` for `decidedBy` used to approve with the claim dropped (recorded as
+    plain `webhook`): a field close to a documented one is a 400 naming it, and nothing is
+    decided. A field of the sender's own, near none, is ignored (the wire format is shared
+    with control planes that may add theirs)."""
+    _, rid = await paused_refund(api)
+    near_misses = {
+        "decided_by": ("U0REVIEWER", "decidedBy"),
+        "editedArguments": ({"amount": 21.25}, "edited_arguments"),
+        "request_id": (rid, "requestId"),
+    }
+    for field, (value, meant) in near_misses.items():
+        resp = await api.webhook({"requestId": rid, "decision": "approved", field: value})
+        await assert_error(
+            resp,
+            400,
+            f"unknown field(s) '{field}' (did you mean '{meant}'?)",
+            "the accepted fields are decidedBy, decision, edited_arguments, feedback, requestId",
+            "nothing was decided",
+        )
+    request = await api.env.store.get_request(rid)
+    assert request is not None and request.status == "pending" and request.approvals == []
+    assert api.env.effects.count("refund") == 0
+
+    every_documented_field = {
+        "requestId": rid,
+        "decision": "approved",
+        "feedback": "one item was kept",
+        "decidedBy": "U0REVIEWER",
+        "edited_arguments": {"amount": 21.25},
+    }
+    resp = await api.webhook(every_documented_field | {"executionId": "exec-42"})
+    assert resp.status == 200, await resp.text()
+    assert (await resp.json())["status"] == "processed"
+    decided = await api.env.store.get_request(rid)
+    assert decided is not None and decided.decision is not None
+    assert decided.decision.note == "U0REVIEWER"
 
 
 async def test_webhook_approves_once_and_later_calls_learn_who_decided(api: Api) -> None:
@@ -588,6 +687,32 @@ async def test_readyz_is_503_when_redis_is_down(
                 assert answer.headers["Retry-After"] == "1"
             server.start()
             assert (await c.get("/readyz")).status == 200
+    finally:
+        await client.aclose()
+
+
+async def test_metrics_is_503_with_retry_after_when_redis_is_down(
+    redis_server_factory: RedisServerFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As every endpoint that needs Redis: 503, try again, Retry-After, and one line in the
+    log, not a 500 "internal error" with a traceback logged as unexpected."""
+    server = redis_server_factory()
+    client = Redis.from_url(server.url, socket_timeout=1, socket_connect_timeout=1)
+    host, _ = make_host(client, tmp_path)
+    try:
+        async with TestClient(TestServer(create_app(host), host="127.0.0.1")) as c:
+            assert (await c.get("/metrics")).status == 200
+            server.stop()
+            caplog.clear()
+            caplog.set_level(logging.WARNING)
+            down = await c.get("/metrics")
+            await assert_error(down, 503, "Redis could not be used", "try again")
+            assert down.headers["Retry-After"] == "1"
+            assert str(server.port) not in await down.text()  # no address for callers
+            logged = [(r.levelno, r.exc_info) for r in caplog.records]
+            assert logged == [(logging.WARNING, None)], caplog.text
+            server.start()
+            assert (await c.get("/metrics")).status == 200
     finally:
         await client.aclose()
 
