@@ -9,6 +9,7 @@
     │   ├── UnsupportedCheckpointVersion   written by an unknown or newer countersign
     │   ├── AgentChangedError     the agent's tools or policy changed while the run waited
     │   └── CheckpointDecryptError         ciphertext tampered with, moved, or key missing
+    │       ├── MissingKeyError   sealed under a key this ring lacks: waits for it, not failed
     │       └── SealedFieldError  the same, for one sealed field of a run (input, arguments, ...)
     ├── DecisionError
     │   ├── MissingDecisionError  resume called without a decision for every pending call
@@ -52,6 +53,7 @@ __all__ = [
     "InvalidArguments",
     "InvalidDecisionError",
     "MissingDecisionError",
+    "MissingKeyError",
     "ModelError",
     "PauseRequest",
     "PolicyRuleError",
@@ -101,6 +103,11 @@ class AgentChangedError(CheckpointError):
 
 class CheckpointDecryptError(CheckpointError):
     pass
+
+
+class MissingKeyError(CheckpointDecryptError):
+    """Sealed under a key this process's ring does not hold: not damage. The ring with that
+    key added back reads it, so what needs it waits rather than fails."""
 
 
 class SealedFieldError(CheckpointDecryptError):

@@ -36,7 +36,12 @@ from datetime import UTC, datetime
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from agent_host.errors import CheckpointDecryptError, ConfigurationError, SealedFieldError
+from agent_host.errors import (
+    CheckpointDecryptError,
+    ConfigurationError,
+    MissingKeyError,
+    SealedFieldError,
+)
 
 __all__ = ["ENV_VAR", "HEADER_BYTES", "KeyRing", "generate_key", "kid_in_header", "kid_of"]
 
@@ -186,7 +191,7 @@ class KeyRing:
         kid, header, nonce, sealed = _split(blob)
         aead = self._aead.get(kid)
         if aead is None:
-            raise CheckpointDecryptError(
+            raise MissingKeyError(
                 f"key {kid!r} is not in {ENV_VAR}: add it back to decrypt the checkpoint of "
                 f"run {run_id!r} (keys present: {', '.join(self.kids)})."
             )

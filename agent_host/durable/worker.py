@@ -48,6 +48,8 @@ from agent_host.errors import (
     CheckpointDecryptError,
     CheckpointError,
     CountersignError,
+    MissingKeyError,
+    RetryLater,
     SealedFieldError,
     StoreError,
 )
@@ -175,6 +177,11 @@ class ResumeWorker:
             return None
         except StoreError:
             raise  # Redis-side: the entry stays pending and is retried
+        except MissingKeyError as exc:
+            # This process lacks a key another has (a deploy with a ring missing one): the
+            # run is not damaged, so it waits, pending, for a worker that holds the key.
+            log.error("run %s waits, not resumed: %s", run_id, exc)
+            raise RetryLater(f"run {run_id} waits for its key") from exc
         except CountersignError as exc:
             await self._fail(
                 run_id, pause_id, str(exc), await self._as_far_as_known(run_id, pause_id)
@@ -199,6 +206,8 @@ class ResumeWorker:
     def _progress(self, run_id: str, pause_id: str, saved: Any) -> RunState | None:
         try:
             return self.progress.open_saved(run_id, pause_id, saved)
+        except MissingKeyError:
+            raise  # not damage: it waits for the key
         except CheckpointDecryptError as exc:
             raise CheckpointDecryptError(
                 f"the run's saved progress could not be decrypted or verified, so it was not "
@@ -216,6 +225,8 @@ class ResumeWorker:
         reads = read or await self.store.resume_reads(info)  # one round trip
         try:
             state = self.store.open_checkpoint(run_id, pause_id, reads.checkpoint)
+        except MissingKeyError:
+            raise  # not damage: it waits for the key
         except CheckpointDecryptError as exc:
             reason = f"checkpoint could not be decrypted or verified, so it was not resumed: {exc}"
             await self._fail(run_id, pause_id, reason)

@@ -277,3 +277,29 @@ async def test_a_pause_during_rotation_is_not_reported_as_damage(redis: Redis) -
     assert report.damaged == {}
     assert (report.rotated, report.skipped) == (0, 1)
     assert await redis.get(k.checkpoint) == paused_again
+
+
+async def test_a_worker_without_the_run_s_key_leaves_it_waiting_for_one_that_has_it(
+    redis: Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A deploy whose ring lacks a key another process still uses: the decided run is not
+    failed (adding the key back could not undo that), it waits, said as an error, and a
+    worker holding the key resumes it, once."""
+    env = make_env(redis, keyring=KeyRing.parse(KEY_A))
+    run_id = await env.start("refund-agent", "refund order 123")
+    await approve_all(env, run_id)
+    lacking = make_env(redis, keyring=KeyRing.parse(KEY_B)).worker("without-a")
+    await lacking.consumer.ensure_groups()
+
+    with caplog.at_level("ERROR", logger="agent_host.durable.worker"):
+        assert await lacking.consumer.poll(block_ms=1) == 0  # taken, not done
+
+    assert (await env.info(run_id)).status not in ("failed", "succeeded")
+    assert env.effects.count("refund") == 0
+    [said] = [r.getMessage() for r in caplog.records if run_id in r.getMessage()]
+    assert f"run {run_id} waits, not resumed: key 'kA' is not in" in said
+    assert "add it back" in said
+
+    await env.drain(env.worker("with-a", idle_ms=1))  # reclaims the entry left pending
+    assert (await env.info(run_id)).status == "succeeded"
+    assert env.effects.count("refund") == 1
