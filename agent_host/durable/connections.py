@@ -21,7 +21,14 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import Sentinel
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import (
+    AuthenticationError,
+    AuthorizationError,
+    InvalidResponse,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+)
 
 from agent_host.durable.connection_pool import WaitingConnectionPool, WaitingSentinelConnectionPool
 from agent_host.durable.data_dir import private_dir
@@ -122,7 +129,7 @@ async def open_redis(
             f"REDIS_URL={redacted(url)!r} is not a Redis URL ({exc}): use redis://host:6379/0, "
             "rediss://…, unix:///path/redis.sock or redis+sentinel://host:26379/<master>"
         ) from None
-    if await _is_cluster(client):
+    if await _is_cluster(client, url):
         await client.aclose()
         cluster = RedisCluster.from_url(url, **options)
         # Learn the slot map now, before the workers' many first commands race to build it.
@@ -201,13 +208,30 @@ class _SentinelMaster(Redis):
             await sentinel.aclose()
 
 
-async def _is_cluster(client: Redis) -> bool:
+async def _is_cluster(client: Redis, url: str) -> bool:
     try:
         async with asyncio.timeout(PROBE_SECONDS):
             info = await client.info("cluster")
-    except Exception:
+    except Exception as exc:
+        if (refused := _refused_for_good(exc)) is not None:
+            await client.aclose()
+            raise ConfigurationError(
+                f"Redis at {redacted(url)} answered, and {refused}: fix REDIS_URL"
+            ) from exc
         return False  # unreachable now: /readyz reports it; the workers retry
     return info.get("cluster_enabled") in (1, "1")
+
+
+def _refused_for_good(exc: Exception) -> str | None:
+    """What a Redis that answered said that no retry changes (a wrong password or user, a
+    database it does not have, not Redis at all), or None: it may answer later."""
+    if isinstance(exc, AuthenticationError | AuthorizationError):
+        return f"refused the credentials ({exc}): check its password or user"
+    if isinstance(exc, ResponseError) and "DB index" in str(exc):
+        return f"has no such database ({exc}): check the database number after the port"
+    if isinstance(exc, InvalidResponse):
+        return f"what answered does not speak Redis's protocol ({exc}): check the host and port"
+    return None
 
 
 def _as_client(cluster: RedisCluster) -> Redis:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import shutil
 import socket
@@ -175,3 +176,44 @@ async def test_a_cluster_node_url_gives_a_cluster_client(tmp_path: Path) -> None
             assert [int(await client.get(f"k{n}")) for n in range(20)] == list(range(20))
         finally:
             await client.aclose()
+
+
+async def test_a_redis_that_answers_and_refuses_for_good_stops_the_start_saying_what_to_fix(
+    redis_server_factory: RedisServerFactory, tmp_path: Path
+) -> None:
+    """A wrong password, a database Redis does not have, or something other than Redis on
+    the port: no retry changes them, so the start ends saying so (it used to start and
+    retry for ever, logging many lines a second and never "fix REDIS_URL")."""
+    locked, plain = redis_server_factory(), redis_server_factory()
+    async with Redis.from_url(locked.url) as redis:
+        await redis.config_set("requirepass", "right-one")  # from now on, only with it
+
+    async def not_redis(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(100)
+        writer.write(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    other = await asyncio.start_server(not_redis, "127.0.0.1", 0)
+    other_port = other.sockets[0].getsockname()[1]
+    cases = {
+        f"redis://:wrong-one@127.0.0.1:{locked.port}/0": "refused the credentials",
+        f"{plain.url.rsplit('/', 1)[0]}/99": "has no such database",
+        f"redis://127.0.0.1:{other_port}/0": "does not speak Redis's protocol",
+    }
+    try:
+        for url, said in cases.items():
+            settings = load_settings({"REDIS_URL": url, "COUNTERSIGN_DATA_DIR": str(tmp_path)})
+            with pytest.raises(ConfigurationError) as refused:
+                await open_redis(settings)
+            assert said in str(refused.value) and str(refused.value).endswith("fix REDIS_URL")
+            assert "wrong-one" not in str(refused.value)
+    finally:
+        other.close()
+        await other.wait_closed()
+
+    right = f"redis://:right-one@127.0.0.1:{locked.port}/0"
+    client, _ = await open_redis(load_settings({"REDIS_URL": right}))
+    assert await client.ping()
+    await client.config_set("requirepass", "")  # as it was, for the server's own stop
+    await client.aclose()
