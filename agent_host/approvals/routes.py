@@ -10,7 +10,7 @@ import fnmatch
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import yaml
@@ -25,11 +25,13 @@ __all__ = [
     "RouteRule",
     "RouteSpecError",
     "RoutesFileError",
+    "did_you_mean",
     "format_duration",
     "format_rules",
     "load_routes_file",
     "parse_duration",
     "parse_spec",
+    "same_rules",
 ]
 
 MAX_QUORUM = 10
@@ -409,6 +411,11 @@ _PAIR = re.compile(r"^([A-Za-z_]+)=(.*)$", re.S)
 
 def _with_example(message: str) -> RouteSpecError:
     return RouteSpecError(f"{message}; example: {SPEC_EXAMPLE}")
+
+
+def same_rules(first: Iterable[RouteRule], second: Iterable[RouteRule]) -> bool:
+    """Whether two lists of rules route alike, in the same order (their ids aside)."""
+    return [replace(r, id="") for r in first] == [replace(r, id="") for r in second]
 
 
 def did_you_mean(word: str, known: Iterable[str]) -> str:

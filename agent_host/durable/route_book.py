@@ -30,6 +30,7 @@ from agent_host.approvals.routes import (
     load_routes_file,
     parse_duration,
     parse_spec,
+    same_rules,
 )
 from agent_host.durable import keys
 from agent_host.durable.connections import unavailable_on_redis_errors
@@ -86,6 +87,17 @@ class _Change:
     after: list[RouteRule]
     subject: RouteRule | None
     changed: bool = True
+
+
+def not_in_force(in_file: int, in_redis: int) -> str:
+    """Why the routes file's rules are not the ones in force, and how to make them so."""
+    return (
+        f"COUNTERSIGN_ROUTES_FILE's {in_file} route(s) are not in force: Redis holds "
+        f"{in_redis} route(s) of its own, which differ (a routes file fills only a Redis that "
+        "never held routes, so that admins' changes survive a restart). To put the file's "
+        f"in force, change the routes with /approvals route, or delete the key {keys.ROUTES} "
+        "and restart"
+    )
 
 
 def _decode(value: Any) -> str | None:
@@ -170,8 +182,10 @@ class RouteBook:
             return fresh, counter + len(fresh), None
 
         change = await self._change("route.seed", actor, fill, only_if_absent=True)
-        if not change.changed:
-            log.info("routes file not applied: %d rule(s) already in Redis", len(change.before))
+        if not change.changed and same_rules(wanted, change.before):
+            log.info("routes file already in Redis: %d rule(s)", len(wanted))
+        elif not change.changed:
+            log.warning(not_in_force(len(wanted), len(change.before)))
         return change.changed
 
     # -- internals ------------------------------------------------------------------------

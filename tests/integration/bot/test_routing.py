@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -281,6 +282,30 @@ async def test_seed_does_not_overwrite_existing_rules(redis: Redis) -> None:
     assert await book.seed([parse_spec("tool=from_file channel=C1")]) is False
     assert await book.rules() == [mine]
     assert len(await audit(redis)) == 1
+
+
+async def test_a_routes_file_not_applied_over_other_rules_is_a_warning_saying_what_to_do(
+    redis: Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    book = RouteBook(redis, DEFAULT)
+    from_file = [parse_spec("tool=from_file channel=C1 quorum=2")]
+    with caplog.at_level(logging.INFO, logger="agent_host.durable.route_book"):
+        assert await book.seed(from_file) is True
+        assert await book.seed(from_file) is False  # a restart, the file unchanged
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+        await book.add(parse_spec("tool=admin_made channel=C9"), "U0ADMIN")
+        stricter = [*from_file, parse_spec("tool=issue_refund channel=C1 quorum=3")]
+        assert await book.seed(stricter) is False  # a restart with an edited file
+
+    warning = caplog.records[-1]
+    assert warning.levelname == "WARNING"
+    assert warning.getMessage() == (
+        "COUNTERSIGN_ROUTES_FILE's 2 route(s) are not in force: Redis holds 2 route(s) of its "
+        "own, which differ (a routes file fills only a Redis that never held routes, so that "
+        "admins' changes survive a restart). To put the file's in force, change the routes "
+        f"with /approvals route, or delete the key {keys.ROUTES} and restart"
+    )
 
 
 async def test_seed_respects_an_admin_who_removed_every_rule(redis: Redis) -> None:

@@ -12,9 +12,12 @@ import pytest
 from redis.asyncio import Redis
 
 from agent_host.approvals.external import ExternalRequestSpec
+from agent_host.approvals.routes import parse_spec
 from agent_host.durable.crypto import KeyRing, generate_key
 from agent_host.durable.external_store import ExternalRequests
+from agent_host.durable.keys import ROUTES
 from agent_host.durable.redis_server import free_port
+from agent_host.durable.route_book import RouteBook
 from slack_sandbox import SlackStandIn, seed_workspace
 from slack_sandbox.workspace import Channel
 from tests.support.host_env import make_env
@@ -223,6 +226,25 @@ async def test_the_durability_line_says_what_redis_can_lose_and_fails_without_an
     [line] = failures(done)
     assert line.startswith("FAIL  durability: appendonly is off: a restart of Redis loses"), line
     assert line.endswith("set appendonly yes"), line
+
+
+async def test_a_routes_file_redis_already_holds_other_routes_for_is_said_not_in_force(
+    standin: SlackStandIn, redis_url: str, tmp_path: Path
+) -> None:
+    env = good_env(standin, redis_url, tmp_path)
+    async with Redis.from_url(redis_url) as redis:
+        await RouteBook(redis, APPROVALS).add(parse_spec(f"tool=other channel={OPS}"), "U0ADMIN")
+
+    done = await check(env, tmp_path)
+
+    assert done.code == 0, done  # the usual course once admins change routes in Slack
+    [line] = [x for x in done.out.splitlines() if x.startswith("ok    routes file:")]
+    assert line.endswith(
+        "1 route(s); COUNTERSIGN_ROUTES_FILE's 1 route(s) are not in force: Redis holds 1 "
+        "route(s) of its own, which differ (a routes file fills only a Redis that never held "
+        "routes, so that admins' changes survive a restart). To put the file's in force, "
+        f"change the routes with /approvals route, or delete the key {ROUTES} and restart"
+    ), line
 
 
 async def test_the_eviction_line_fails_on_a_redis_that_drops_keys_when_full(
