@@ -225,8 +225,8 @@ def button_listener(
                 text = await _on_click(click, approvals, replies, progress, home, context)
         except TimeoutError:
             text = UNCONFIRMED if progress.deciding else UNAVAILABLE
-        except StoreUnavailable:
-            log.warning("click by %s could not reach Redis", click.user)
+        except StoreUnavailable as exc:  # (it names the error's type: unreachable, or full)
+            log.warning("click by %s could not use Redis: %s", click.user, exc)
             text = UNAVAILABLE
         if text is None:  # a copy of a click taken already: nobody is answered
             return

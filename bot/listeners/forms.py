@@ -15,6 +15,7 @@ arguments with the tool and judges them again, and its problems are shown under 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,8 @@ from bot.member_channels import MemberChannels
 from bot.parsing import Submission, input_value, parse_submission
 
 __all__ = ["FORMS", "form_listener"]
+
+log = logging.getLogger(__name__)
 
 STALE = "This form does not match a request any more; close it and click again."
 EMPTY_ANSWER = "Write an answer to send."
@@ -178,7 +181,8 @@ def form_listener(approvals: ApprovalService, channels: MemberChannels) -> Liste
                 errors = await _submitted(form, approvals, channels, submission)
         except TimeoutError:
             errors = {form.block: form_error(result_text(DecideResult("unknown")))}
-        except StoreUnavailable:
+        except StoreUnavailable as exc:
+            log.warning("a form submitted by %s could not use Redis: %s", submission.user, exc)
             errors = {form.block: form_error(UNAVAILABLE)}
         if errors:
             await ack(response_action="errors", errors=errors)

@@ -17,8 +17,8 @@ __all__ = [
 ]
 
 UNAVAILABLE = (
-    ":hourglass: countersign could not record your decision right now (its database is not "
-    "reachable). Nothing was changed; please click again in a moment."
+    ":hourglass: countersign could not record your decision: its database could not be "
+    "used. Nothing was changed; click again in a moment."
 )
 ALREADY_VOTED = (
     "You have already approved this request (or the approval webhook did, in your name); "
@@ -76,5 +76,13 @@ def result_text(result: DecideResult) -> str:
 
 
 def form_error(text: str) -> str:
-    """`text` as a modal's error under an input: plain text (no bold marks), short."""
-    return text.replace("*", "")[:FORM_ERROR_MAX]
+    """`text` as a modal's error under an input: plain text (no bold marks), short. A text
+    too long ends at its last whole sentence that fits (else its last whole word, then
+    "…"), never in the middle of one."""
+    plain = text.replace("*", "")
+    if len(plain) <= FORM_ERROR_MAX:
+        return plain
+    head = plain[:FORM_ERROR_MAX]
+    if (end := max(head.rfind(". "), head.rfind("; "))) > 0:
+        return head[: end + 1] if head[end] == "." else head[:end] + "."
+    return head[: FORM_ERROR_MAX - 1].rsplit(" ", 1)[0] + "…"

@@ -57,8 +57,10 @@ def taken_once(awaited_by_listener: Callable[[dict[str, Any]], bool]) -> Middlew
     ) -> BoltResponse | None:
         try:
             new = awaited_by_listener(body) or await first_time(context)
-        except StoreUnavailable:
-            log.warning("a signed Slack request could not be checked against replays; refused")
+        except StoreUnavailable as exc:
+            log.warning(
+                "a signed Slack request could not be checked against replays (%s); refused", exc
+            )
             if body.get("command"):  # the reply is the command's ephemeral answer
                 return BoltResponse(
                     status=200, body={"response_type": "ephemeral", "text": UNREACHABLE}
