@@ -22,6 +22,7 @@ from typing import TypeVar
 from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from agent_host.approvals.routes import CHANNEL_ID  # the rule `route add` checks channels by
 from agent_host.errors import ConfigurationError
 
 __all__ = [
@@ -76,6 +77,19 @@ class CoreSettings(_Base):
     @property
     def admin_ids(self) -> frozenset[str]:
         return frozenset(a.strip() for a in self.admins.split(",") if a.strip())
+
+    @field_validator("default_channel")
+    @classmethod
+    def _channel_id(cls, value: str) -> str:
+        """A channel id, as routes need: a name (`general`, `#general`) reached Slack as an
+        unknown channel, and `countersign check` then said to invite the bot there."""
+        channel = value.strip()
+        if channel and not CHANNEL_ID.fullmatch(channel):
+            raise ValueError(
+                f"{value!r} is not a Slack channel id: in Slack, open the channel, click its "
+                "name at the top and copy the Channel ID (C… or G…) at the bottom of About"
+            )
+        return channel
 
     @field_validator("admins")
     @classmethod

@@ -36,11 +36,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="HTTP server (Slack + API) plus resume workers")
     serve.add_argument("--host", default="0.0.0.0")
-    serve.add_argument("--port", type=int, default=None, help="default: PORT or 3000")
+    serve.add_argument(
+        "--port", type=_port, default=None, help="default: PORT or 3000; 0: any free port"
+    )
     serve.add_argument("--workers", type=int, default=1)
     commands.add_parser("worker", help="resume workers, sweeper and outbox only")
     demo = commands.add_parser("demo", help="the local sandbox: Redis, Slack stand-in, bot")
-    demo.add_argument("--port", type=int, default=3000)
+    demo.add_argument(
+        "--port", type=_port, default=3000, help="the sandbox page's; 0: any free port"
+    )
     demo.add_argument("--terminal", action="store_true", help="in the terminal, no Redis/Slack")
     commands.add_parser(
         "check", help="check the configuration, Redis, the Slack token and the channels"
@@ -83,6 +87,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def _port(text: str) -> int:
+    """A `--port`: 1 to 65535, or 0 for any free port (the one bound is shown). Checked
+    here because the socket layer does not: 70000 was served on 4464 (70000 - 65536)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a port: give a number from 1 to 65535, or 0 for any free port"
+        )
+    return port
 
 
 def _run_server(main: Coroutine[Any, Any, T]) -> T:

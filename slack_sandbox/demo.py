@@ -8,6 +8,7 @@ a restarted demo still holds its pending approvals and their buttons still work.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -18,6 +19,7 @@ from typing import Any
 from agent_host.approvals.routes import RouteRule
 from agent_host.durable.crypto import generate_key
 from agent_host.durable.data_dir import private_dir
+from agent_host.errors import ConfigurationError
 from bot.composition import build_service
 from bot.server import stop_on_signals
 from bot.slack_settings import ServiceSettings
@@ -72,6 +74,21 @@ def demo_secrets(data_dir: Path) -> dict[str, str]:
     return made
 
 
+def _cannot_listen(host: str, port: int, exc: OSError) -> str:
+    """One line for whoever starts the demo: what is in the way, and how to move it."""
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"port {port} on {host} is in use: stop the other process or give the demo "
+            "another port with --port (0: any free port)"
+        )
+    if exc.errno == errno.EACCES:
+        return (
+            f"may not listen on port {port} on {host} (permission denied): give the demo a "
+            "port above 1023 with --port"
+        )
+    return f"cannot listen on {host}:{port} ({exc.strerror or exc}): give the demo another --port"
+
+
 def demo_dir(settings: ServiceSettings) -> Path:
     """Where the demo keeps everything: its own folder of the data dir, never the data a
     `countersign serve` on the same data dir keeps (its embedded Redis, its keys)."""
@@ -97,7 +114,10 @@ async def run_demo(settings: ServiceSettings, port: int, *, host_name: str = "12
         host=host_name,
         port=port,
     )
-    await standin.start()
+    try:
+        await standin.start()
+    except OSError as exc:  # as `serve` says it (bot.server), but the demo's port is --port alone
+        raise ConfigurationError(_cannot_listen(host_name, port, exc)) from exc
     update: dict[str, Any] = {
         "data_dir": data_dir,
         "redis_url": None,  # its own embedded Redis, in data_dir

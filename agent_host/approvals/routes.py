@@ -20,6 +20,7 @@ from agent_host.errors import ConfigurationError, CountersignError
 from agent_host.runtime.policy import Severity
 
 __all__ = [
+    "CHANNEL_ID",
     "MAX_EXPIRY_SECONDS",
     "MAX_QUORUM",
     "RouteRule",
@@ -51,7 +52,7 @@ FILE_EXAMPLE = """routes:
     escalate_to: C0OPS
     allow_self_approval: false"""
 
-_CHANNEL = re.compile(r"^[CG][A-Z0-9]+$")
+CHANNEL_ID = re.compile(r"^[CG][A-Z0-9]+$")  # a public (C…) or private (G…) channel
 _REVIEWER = re.compile(r"^[UWS][A-Z0-9]+$")
 _CHANNEL_MENTION = re.compile(r"^<#([A-Z0-9]+)(?:\|[^>]*)?>$")
 _USER_MENTION = re.compile(r"^<@([A-Z0-9]+)(?:\|[^>]*)?>$")
@@ -152,7 +153,7 @@ def _channel_id(value: str) -> str:
     text = value.strip()
     mention = _CHANNEL_MENTION.match(text)
     channel = mention.group(1) if mention else text
-    if not _CHANNEL.match(channel):
+    if not CHANNEL_ID.match(channel):
         raise RouteSpecError(
             f"channel {value!r} is not a Slack channel id: type #channel-name so Slack sends "
             "<#C…|name>, or give the id (C… or G…) from the channel's details",
@@ -181,7 +182,7 @@ def _escalation_target(value: str) -> str:
         _CHANNEL_MENTION.match(text) or _USER_MENTION.match(text) or _GROUP_MENTION.match(text)
     )
     target = mention.group(1) if mention else text
-    if not (_CHANNEL.match(target) or _REVIEWER.match(target)):
+    if not (CHANNEL_ID.match(target) or _REVIEWER.match(target)):
         raise RouteSpecError(
             f"escalate_to {value!r} is not a Slack channel, user group or user: type "
             "#channel, @group or @someone so Slack sends the id, or give the id (C…, S…, U…)",
@@ -579,7 +580,7 @@ def _mention(reviewer: str) -> str:
 
 
 def _target(target: str) -> str:
-    return f"<#{target}>" if _CHANNEL.match(target) else _mention(target)
+    return f"<#{target}>" if CHANNEL_ID.match(target) else _mention(target)
 
 
 def _ladder(rule: RouteRule) -> str:

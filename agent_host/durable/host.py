@@ -146,7 +146,19 @@ def load_keyring(settings: Settings, *, create: bool = True) -> KeyRing:
         log.warning("COUNTERSIGN_ENCRYPTION_KEYS unset: generated a key into %s", path)
     private_dir(settings.data_dir)
     check_private_file(path, "encryption key file")
-    return KeyRing.parse(path.read_text().strip())
+    text = path.read_bytes().decode("ascii", errors="replace").strip()
+    try:
+        return KeyRing.parse(text)
+    except ConfigurationError:
+        # KeyRing's own message names COUNTERSIGN_ENCRYPTION_KEYS, which the operator never
+        # set, and says to generate a key: one that opens none of the checkpoints written
+        # under the keys this file held. The file is left as it is, for whoever restores it.
+        state = "is empty" if not text else "is damaged (not comma-separated kid:base64 keys)"
+        raise ConfigurationError(
+            f"the encryption key file {path} {state}: restore it from a backup, or set "
+            f"{ENV_VAR} to the keys it held; do not generate a new key, or the checkpoints "
+            "written under the old ones can no longer be read"
+        ) from None
 
 
 # In-process resume workers one process may run. Each reads every shard's resume stream,

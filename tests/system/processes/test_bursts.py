@@ -30,7 +30,7 @@ def server(redis_server_factory: RedisServerFactory, tmp_path: Path) -> Iterator
         "COUNTERSIGN_API_TOKEN": TOKEN,
         "COUNTERSIGN_ENCRYPTION_KEYS": generate_key(),
         "COUNTERSIGN_DATA_DIR": str(tmp_path / "data"),
-        "COUNTERSIGN_DEFAULT_CHANNEL": "C-approvals",
+        "COUNTERSIGN_DEFAULT_CHANNEL": "C0APPROVALS",
         # Slack is a closed local port: posts stay in the outbox, retried
         "SLACK_BOT_TOKEN": "xoxb-test",
         "SLACK_SIGNING_SECRET": "signing-secret",

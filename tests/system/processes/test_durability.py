@@ -79,7 +79,7 @@ async def test_pending_approval_survives_killed_server_and_killed_redis(
         "COUNTERSIGN_DATA_DIR": str(tmp_path / "data"),
         "COUNTERSIGN_AGENTS": "agent_host.examples:default_registry",
         "COUNTERSIGN_EXAMPLE_JOURNAL": str(journal),
-        "COUNTERSIGN_DEFAULT_CHANNEL": "C-approvals",
+        "COUNTERSIGN_DEFAULT_CHANNEL": "C0APPROVALS",
         # serve requires Slack credentials; Slack itself is unreachable here (a closed local
         # port), so chat notifications just stay in the outbox: approvals go via the webhook
         "SLACK_BOT_TOKEN": "xoxb-test",
