@@ -291,7 +291,7 @@ def editable_names(
 
 def _arguments_model(fn: Callable[..., Any | Awaitable[Any]]) -> tuple[type[BaseModel], str | None]:
     try:
-        hints = get_type_hints(fn)
+        hints = get_type_hints(fn, include_extras=True)  # (Annotated constraints kept)
     except Exception as exc:
         raise ToolDefinitionError(f"cannot read the type hints of {fn!r}: {exc}") from exc
     fields: dict[str, Any] = {}

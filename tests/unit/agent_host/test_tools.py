@@ -10,7 +10,7 @@ import sys
 import threading
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from pydantic import BaseModel, Field, SecretStr
@@ -69,6 +69,23 @@ def test_decorator_options_override_name_and_description() -> None:
         "high",
         True,
     )
+
+
+def refund(amount: Annotated[float, Field(gt=0, le=500)], note: Annotated[str, "free"] = "") -> str:
+    """Refund."""
+    return f"refunded {amount}"
+
+
+def test_constraints_declared_with_annotated_are_in_the_schema_and_enforced() -> None:
+    """`Annotated[float, Field(gt=0, le=500)]` was read without its constraints: the model
+    was not told them, and a call (or a reviewer's edit) of -5 or 900 was let through."""
+    t = tool(refund)
+    amount = t.schema()["properties"]["amount"]
+    assert (amount["exclusiveMinimum"], amount["maximum"]) == (0, 500)
+    for wrong, said in ((-5, "greater than 0"), (900, "less than or equal to 500")):
+        with pytest.raises(InvalidArguments, match=said):
+            t.validate({"amount": wrong})
+    assert t.validate({"amount": 12.5}) == {"amount": 12.5, "note": ""}
 
 
 def test_function_without_docstring_is_described_by_its_name() -> None:
