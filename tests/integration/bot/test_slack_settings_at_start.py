@@ -1,6 +1,7 @@
-"""A bot token Slack refuses: `serve` does not start with one, saying what to fix; one
-refused while running (revoked, rotated away) gives up no request: each waits, and is
-posted once the token is good again."""
+"""The Slack settings as `serve` meets them. A bot token Slack refuses: `serve` does not
+start with one, saying what to fix; one refused while running (revoked, rotated away) gives
+up no request: each waits, and is posted once the token is good again. No default channel:
+said at start."""
 
 from __future__ import annotations
 
@@ -54,3 +55,17 @@ async def test_a_token_refused_while_running_gives_up_no_request_and_it_is_poste
 
         assert posted.delivery != "undeliverable" and posted.message_ts
         assert len(stack.standin.calls_to("chat.postMessage")) >= 1
+
+
+async def test_serve_without_a_default_channel_says_so_at_start(
+    redis_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="bot.composition"):
+        async with running_stack(redis_url, tmp_path, COUNTERSIGN_DEFAULT_CHANNEL=""):
+            pass
+        said = [r.getMessage() for r in caplog.records]
+    assert said == [
+        "COUNTERSIGN_DEFAULT_CHANNEL is unset: a request no route sends to a channel waits "
+        "unposted until it is set, and one its channel refuses has no fallback; set it to a "
+        "channel id (C…) the bot is in"
+    ]
