@@ -71,6 +71,33 @@ def help_text() -> str:
     )
 
 
+# How each command is typed, for one typed another way (said instead of "Unknown command").
+USAGE = {
+    "pending": "`/approvals pending`, or `/approvals pending all`",
+    "show": "`/approvals show <request-id>` (each request's id is in `/approvals pending`)",
+    "routes": "`/approvals routes`, with nothing after it",
+    "route": "`/approvals route add <spec>` or `/approvals route remove <id>` (admins only)",
+}
+
+
+def _misused(command: str, rest: list[str]) -> str | None:
+    """What to type instead, for a known command given what it does not take; else None."""
+    if command == "pending":
+        fits = all(word == "all" or word.startswith("next:") for word in rest)
+    elif command == "show":
+        fits = len(rest) == 1
+    elif command == "routes":
+        fits = not rest
+    elif command == "route":
+        fits = bool(rest) and rest[0] in ("add", "remove")
+    else:
+        return None
+    if fits:
+        return None
+    given = inline_code(" ".join([command, *rest]))
+    return f"{given} is not how `/approvals {command}` is typed: {USAGE[command]}."
+
+
 # Whether the bot can post in a channel, and whether it is private: bot.delivery.channel_facts.
 ChannelCheck = Callable[[str], Awaitable[ChannelFacts]]
 
@@ -185,6 +212,8 @@ class SlashCommands:
         command, rest = (words[0].lower(), words[1:]) if words else ("help", [])
         if command in ("pending", "route"):  # keywords, not ids or specs: any case
             rest = [w.lower() if w.lower() in ("all", "add", "remove") else w for w in rest]
+        if (misused := _misused(command, rest)) is not None:
+            return misused
         viewer = self.visibility.viewer(user_id, channel_id)
         if command == "pending":
             return await self.pending(viewer, rest)

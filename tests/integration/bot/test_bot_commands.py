@@ -601,6 +601,30 @@ async def test_help_and_unknown_subcommands_answer_with_help(
             assert f"/approvals {word}" in help_text()
 
 
+async def test_a_known_command_typed_another_way_is_told_how_it_is_typed(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """`show` without an id was "Unknown command `show`", and `pending bogus` listed the
+    channel's requests as if `bogus` were not there."""
+    async with running_stack(redis_url, tmp_path) as stack:
+        said = {
+            typed: await approvals(stack, REVIEWER, typed)
+            for typed in ("show", "show req_1 req_2", "pending bogus", "routes extra", "route")
+        }
+    assert said == {
+        "show": "`show` is not how `/approvals show` is typed: `/approvals show <request-id>` "
+        "(each request's id is in `/approvals pending`).",
+        "show req_1 req_2": "`show req_1 req_2` is not how `/approvals show` is typed: "
+        "`/approvals show <request-id>` (each request's id is in `/approvals pending`).",
+        "pending bogus": "`pending bogus` is not how `/approvals pending` is typed: "
+        "`/approvals pending`, or `/approvals pending all`.",
+        "routes extra": "`routes extra` is not how `/approvals routes` is typed: "
+        "`/approvals routes`, with nothing after it.",
+        "route": "`route` is not how `/approvals route` is typed: `/approvals route add "
+        "<spec>` or `/approvals route remove <id>` (admins only).",
+    }
+
+
 async def test_show_masks_secret_arguments_like_the_message_does(
     redis_url: str, tmp_path: Path
 ) -> None:
