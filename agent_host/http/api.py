@@ -131,18 +131,12 @@ def _unreadable_body(request: web.Request) -> web.Response:
     return response
 
 
-def unknown_fields(
-    body: dict[str, Any], accepted: Iterable[str], *, near_misses_only: bool = False
-) -> str | None:
+def unknown_fields(body: dict[str, Any], accepted: Iterable[str]) -> str | None:
     """What to tell a caller whose body has fields other than `accepted`, or None. A field
     dropped unseen would be worse than a refusal: `requestedBy` for `requested_by` leaves
-    the run without its requester, whom the self-approval rule then cannot stop. With
-    `near_misses_only`, only a field close to an accepted one is refused (a sender that
-    adds fields of its own to a wire format it shares is still heard)."""
+    the run without its requester, whom the self-approval rule then cannot stop."""
     known = sorted(accepted)
     unknown = sorted(set(body) - set(known))
-    if near_misses_only:
-        unknown = [name for name in unknown if did_you_mean(name, known)]
     if not unknown:
         return None
     named = [f"{name!r}{did_you_mean(name, known)}" for name in unknown[:NAMED_UNKNOWN]]

@@ -5,9 +5,10 @@ HMAC-SHA256 of the raw body, decided through the one approval service as the ide
 `feedback` is a rejection's reason, the changes asked for, a question's answer, or an
 approval's comment; `edited_arguments`, with `approved` only, are the arguments to change
 before the call runs (checked as a Slack edit is: the tool's schema, then the policy). A
-field close to one of these (`decided_by`, `editedArguments`) is refused (400, nothing
-decided): a misspelt one must not decide as if absent. Others, which a control plane
-sending this wire format may add of its own, are ignored."""
+field spelt as one of these but for case and separators (`decided_by`, `EDITED_ARGUMENTS`),
+or any other naming edits, is refused (400, nothing decided): it must not decide as if
+absent (an approval without its edit, a claim of who decided dropped). Other fields, which
+a control plane sending this wire format may add of its own (`decidedAt`), are ignored."""
 
 from __future__ import annotations
 
@@ -19,13 +20,34 @@ from aiohttp import web
 
 from agent_host.approvals import WEBHOOK, decision_for
 from agent_host.approvals.requester import user_id_problem
-from agent_host.http.api import HOST_KEY, error, json_object, same_secret, unknown_fields
+from agent_host.http.api import HOST_KEY, error, json_object, same_secret
 from agent_host.runtime.decisions import Approve
 
 __all__ = ["WEBHOOK_DECISIONS", "approval_webhook"]
 
 WEBHOOK_DECISIONS = ("approved", "rejected", "request_changes")
 WEBHOOK_FIELDS = ("requestId", "decision", "feedback", "decidedBy", "edited_arguments")
+
+
+def _spelling(name: str) -> str:
+    return "".join(c for c in name.casefold() if c not in "_-. ")
+
+
+_SPELT = {_spelling(field): field for field in WEBHOOK_FIELDS}
+
+
+def misspelt_fields(body: dict[str, Any]) -> str | None:
+    """What to tell a caller who wrote a field of this wire format another way, or None."""
+    named = []
+    for name in sorted(set(body) - set(WEBHOOK_FIELDS)):
+        meant = _SPELT.get(_spelling(name))
+        if meant is None and _spelling(name).startswith("edit"):
+            meant = "edited_arguments"
+        if meant is not None:
+            named.append(f"{name!r} (the field is {meant!r})")
+    if not named:
+        return None
+    return f"misspelt field(s) {', '.join(named)}"
 
 
 async def approval_webhook(request: web.Request) -> web.Response:
@@ -55,8 +77,8 @@ async def approval_webhook(request: web.Request) -> web.Response:
     body = await json_object(request)
     if isinstance(body, web.Response):
         return body
-    if problem := unknown_fields(body, WEBHOOK_FIELDS, near_misses_only=True):
-        return error(400, f"{problem}; nothing was decided")
+    if misspelt := misspelt_fields(body):
+        return error(400, f"{misspelt}; nothing was decided")
     request_id, verdict = body.get("requestId"), body.get("decision")
     feedback = body.get("feedback")
     feedback = "" if feedback is None else feedback
