@@ -18,7 +18,7 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 
 from agent_host.approvals import ApprovalRequest
-from agent_host.errors import ConfigurationError, DeliveryFailed
+from agent_host.errors import ConfigurationError, DeliveryFailed, RetryLater
 from bot.mrkdwn import channel_link, inline_code, mention
 
 __all__ = [
@@ -318,7 +318,7 @@ def exposure(channel: str, escalation: str) -> str:
 async def is_public(client: Any, channel: str) -> bool:
     """Whether `channel` is a public channel, as `conversations.info` says (a private
     channel the bot is not in answers `channel_not_found`); False when Slack cannot say."""
-    info = await _lookup(client, channel, "")
+    info = await _lookup(client, channel, "", token_refused_raises=True)
     if isinstance(info, str):  # why it could not be described
         return False
     return info.get("is_private") is False and not info.get("is_im") and not info.get("is_mpim")
@@ -346,13 +346,19 @@ async def channel_facts(
     return ChannelFacts(None, private if isinstance(private, bool) else None)
 
 
-async def _lookup(client: Any, channel: str, then: str) -> str | dict[str, Any]:
-    """The channel as `conversations.info` describes it, or why it could not be read."""
+async def _lookup(
+    client: Any, channel: str, then: str, *, token_refused_raises: bool = False
+) -> str | dict[str, Any]:
+    """The channel as `conversations.info` describes it, or why it could not be read (with
+    `token_refused_raises`, a refused bot token is RetryLater: it says nothing of the
+    channel)."""
     where = channel_link(channel)
     try:
         async with asyncio.timeout(LOOKUP_SECONDS):
             reply: Any = await client.conversations_info(channel=channel)
     except SlackApiError as exc:
+        if token_refused_raises and (refused := token_refused(exc)) is not None:
+            raise RetryLater(refused) from exc
         code = error_code(exc)
         if code == "channel_not_found":
             return (

@@ -342,16 +342,23 @@ class SlackNotifier:
 
     async def _tell_admins(self, text: str, what: str) -> None:
         """`text` in a direct message to every admin; logged when there is nobody to tell
-        or an admin cannot be told (never raises: it is the last resort)."""
+        or an admin cannot be told. One admin who cannot be told stops none of the others;
+        once all were tried, a "not now" (Slack away, the token refused) is raised, so that
+        the entry is delivered again and they are told then, rather than never."""
         if not self.admins:
             log.error("%s, and no COUNTERSIGN_ADMINS to tell", what)
+        later: RetryLater | None = None
         for admin in self.admins:
             try:
                 await self._call(
                     admin, functools.partial(self.client.chat_postMessage, channel=admin, text=text)
                 )
-            except Exception as exc:  # the last resort must not stop the others
+            except RetryLater as exc:
+                later = later or exc
+            except Exception as exc:  # this admin cannot be told (e.g. not a user any more)
                 log.error("could not tell admin %s that %s: %s", admin, what, exc)
+        if later is not None:
+            raise later
 
     async def post_ephemeral(self, channel: str, user: str, text: str) -> None:
         """An answer only `user` sees; retried like every other call (they must learn why)."""

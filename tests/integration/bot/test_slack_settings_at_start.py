@@ -9,12 +9,15 @@ import logging
 from pathlib import Path
 
 import pytest
+from slack_sdk.web.async_client import AsyncWebClient
 
 from agent_host.durable.redis_server import free_port
-from agent_host.errors import ConfigurationError
+from agent_host.errors import ConfigurationError, RetryLater
+from bot import delivery
 from bot.cli import _serve
-from slack_sandbox import SlackStandIn, open_workspace
-from tests.support.stack import SECRET, TOKEN, running_stack, stack_settings
+from bot.slack_notifier import SlackNotifier
+from slack_sandbox import SlackStandIn, open_workspace, workspace_to_dict
+from tests.support.stack import ADMIN, CHANNEL, SECRET, TOKEN, running_stack, stack_settings
 from tests.support.waiting import eventually
 
 
@@ -69,3 +72,28 @@ async def test_serve_without_a_default_channel_says_so_at_start(
         "unposted until it is set, and one its channel refuses has no fallback; set it to a "
         "channel id (C…) the bot is in"
     ]
+
+
+async def test_while_the_token_is_refused_the_admins_alert_and_the_fallback_wait_too(
+    tmp_path: Path,
+) -> None:
+    """The last resorts of a request Slack refused for good (telling the admins, the
+    fallback channel's check) say "not now" while the token is refused, so the entry is
+    delivered again; they used to swallow it (the admins never told) or take the channel
+    for a private one (no fallback)."""
+    standin = SlackStandIn(open_workspace(tmp_path / "slack"), token=TOKEN, signing_secret=SECRET)
+    async with standin:
+        revoked = AsyncWebClient(token="xoxb-revoked", base_url=standin.url)
+        good = AsyncWebClient(token=TOKEN, base_url=standin.url)
+        for client, waits in ((revoked, True), (good, False)):
+            notifier = SlackNotifier(client, CHANNEL, admins=[ADMIN], attempts=1)
+            if waits:
+                with pytest.raises(RetryLater, match=r"Slack refused SLACK_BOT_TOKEN"):
+                    await notifier._tell_admins("request r1 is undeliverable", "r1")
+                with pytest.raises(RetryLater, match=r"Slack refused SLACK_BOT_TOKEN"):
+                    await delivery.is_public(client, CHANNEL)
+            else:
+                await notifier._tell_admins("request r1 is undeliverable", "r1")
+                assert await delivery.is_public(client, CHANNEL) is True
+        posted = workspace_to_dict(standin.workspace)["messages"]
+    assert [m["text"] for m in posted] == ["request r1 is undeliverable"]  # told once, when good
