@@ -205,7 +205,8 @@ def _keys_in_use(waiting_under: Counter[str], ring: KeyRing | None) -> Finding:
         return _fail(
             "keys in use",
             f"{which} of {waiting} waiting run(s): COUNTERSIGN_ENCRYPTION_KEYS no longer holds "
-            "that key, so they fail when decided. Put it back after the active key, run "
+            "that key, so once decided they wait unresumed for a worker that has it. Put it "
+            "back after the active key, run "
             "`countersign keys rotate`, then remove it",
         )
     if unreadable:

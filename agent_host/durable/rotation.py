@@ -11,9 +11,12 @@ that moved on meanwhile was written under the new key anyway.
 A damaged checkpoint (truncated or garbage envelope, a key that is not in the ring, failed
 authentication, not even a string in Redis) is left as it is and reported with its run id,
 and the rotation goes on with the others: one bad blob must not keep all the rest under the
-old key. Such a run fails with the reason when a worker tries to resume it, as any run with
-an unreadable checkpoint does; rotation itself changes no run's state, since a missing key
-can still be added back and the rotation run again. Sealed fields are treated alike.
+old key. A worker that tries to resume such a run fails it with the reason when the
+checkpoint is damaged, and leaves it waiting, decided, when only its key is missing (a
+worker with the key resumes it); rotation itself changes no run's state, since a missing
+key can still be added back and the rotation run again. Sealed fields are treated alike
+by rotation (a worker still fails a run whose input or decision is sealed under a key it
+lacks).
 
 When anything was rewritten, Redis is asked to rewrite its append-only file (BGREWRITEAOF),
 which otherwise keeps every old value — ciphertexts under the old key, and the plaintext of
