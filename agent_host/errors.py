@@ -11,6 +11,7 @@
     │   └── CheckpointDecryptError         ciphertext tampered with, moved, or key missing
     │       ├── MissingKeyError   sealed under a key this ring lacks: waits for it, not failed
     │       └── SealedFieldError  the same, for one sealed field of a run (input, arguments, ...)
+    │           └── MissingFieldKeyError   (and a MissingKeyError) one field's key is missing
     ├── DecisionError
     │   ├── MissingDecisionError  resume called without a decision for every pending call
     │   ├── InvalidDecisionError  a decision that does not fit its pending call
@@ -53,6 +54,7 @@ __all__ = [
     "InvalidArguments",
     "InvalidDecisionError",
     "MissingDecisionError",
+    "MissingFieldKeyError",
     "MissingKeyError",
     "ModelError",
     "PauseRequest",
@@ -113,6 +115,11 @@ class MissingKeyError(CheckpointDecryptError):
 class SealedFieldError(CheckpointDecryptError):
     """A sealed field (`agent_host.durable.sealed_fields`) cannot be opened. Readers show it
     as "[unreadable: <message>]"; a worker that needs it to go on fails the run with it."""
+
+
+class MissingFieldKeyError(SealedFieldError, MissingKeyError):
+    """A sealed field under a key this ring lacks: shown as unreadable, as any, but a
+    worker that needs it waits for a ring with the key rather than failing the run."""
 
 
 class DecisionError(CountersignError):

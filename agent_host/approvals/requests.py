@@ -151,6 +151,8 @@ class ApprovalRequest:
     # Fields whose sealed value could not be decrypted, and why (set by the store, never
     # stored); each such field reads "[unreadable: <why>]".
     unreadable: dict[str, str] = field(default_factory=dict)
+    # Of those, the ones sealed under a key this process's ring lacks (not damaged).
+    keys_missing: frozenset[str] = frozenset()
 
     @property
     def decided(self) -> bool:
@@ -297,9 +299,11 @@ class ApprovalRequest:
 
 
 # What `to_hash` stores: every field but the context (only its sealed form is stored) and
-# what the store notes on reading (`unreadable`).
+# what the store notes on reading (`unreadable`, `keys_missing`).
 _STORED_FIELDS = tuple(
-    f.name for f in fields(ApprovalRequest) if f.name not in ("context", "unreadable")
+    f.name
+    for f in fields(ApprovalRequest)
+    if f.name not in ("context", "unreadable", "keys_missing")
 )
 
 

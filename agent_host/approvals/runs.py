@@ -46,6 +46,8 @@ class RunRecord:
     # Fields whose sealed value could not be decrypted, and why (set by the store); each
     # such field reads "[unreadable: <why>]".
     unreadable: Mapping[str, str] = field(default_factory=dict)
+    # Of those, the ones sealed under a key this process's ring lacks (not damaged).
+    keys_missing: frozenset[str] = frozenset()
 
     @classmethod
     def from_hash(cls, raw: dict[str, str]) -> RunRecord:

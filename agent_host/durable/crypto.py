@@ -39,6 +39,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from agent_host.errors import (
     CheckpointDecryptError,
     ConfigurationError,
+    MissingFieldKeyError,
     MissingKeyError,
     SealedFieldError,
 )
@@ -165,7 +166,7 @@ class KeyRing:
             raise SealedFieldError(f"sealed with envelope version {header[0]}, not {VERSION}")
         aead = self._aead.get(kid)
         if aead is None:
-            raise SealedFieldError(f"sealed under key {kid!r}, which is not in {ENV_VAR}")
+            raise MissingFieldKeyError(f"sealed under key {kid!r}, which is not in {ENV_VAR}")
         try:
             return aead.decrypt(
                 nonce, sealed, _aad(_FIELD_AAD_PREFIX, header, run_id, record_id, field)

@@ -14,9 +14,7 @@ and the rotation goes on with the others: one bad blob must not keep all the res
 old key. A worker that tries to resume such a run fails it with the reason when the
 checkpoint is damaged, and leaves it waiting, decided, when only its key is missing (a
 worker with the key resumes it); rotation itself changes no run's state, since a missing
-key can still be added back and the rotation run again. Sealed fields are treated alike
-by rotation (a worker still fails a run whose input or decision is sealed under a key it
-lacks).
+key can still be added back and the rotation run again. Sealed fields are treated alike.
 
 When anything was rewritten, Redis is asked to rewrite its append-only file (BGREWRITEAOF),
 which otherwise keeps every old value — ciphertexts under the old key, and the plaintext of

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 
 from agent_host.durable.sealed_fields import FieldSealer, is_sealed, unreadable
-from agent_host.errors import SealedFieldError
+from agent_host.errors import MissingKeyError, SealedFieldError
 
 __all__ = ["REQUEST_CLEAR", "RUN_CLEAR", "SealedRecords"]
 
@@ -91,6 +91,11 @@ _DECISION_WORDS = {
 }
 
 
+# A record's fields opened, why each that could not be opened could not be, and which of
+# those only for want of their key.
+Opened = tuple[dict[str, str], dict[str, str], frozenset[str]]
+
+
 class SealedRecords:
     """The sealed fields of runs, requests and audit entries, sealed and opened whole."""
 
@@ -108,11 +113,11 @@ class SealedRecords:
     def seal_run_value(self, run_id: str, field: str, value: str) -> str:
         return self.sealer.seal(value, run_id=run_id, record_id=run_id, field=field)
 
-    def open_run(self, raw: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
-        """(the fields opened, why each field that could not be opened could not be);
-        such a field reads "[unreadable: <why>]"."""
+    def open_run(self, raw: dict[str, str]) -> Opened:
+        """The fields opened; why each field that could not be opened could not be (such a
+        field reads "[unreadable: <why>]"); and which of those only for want of their key."""
         run_id = raw.get("run_id", "")
-        opened, problems = dict(raw), {}
+        opened, problems, keys_missing = dict(raw), {}, set()
         for name, value in raw.items():
             if name in RUN_CLEAR or not is_sealed(value):
                 continue
@@ -121,7 +126,9 @@ class SealedRecords:
             except SealedFieldError as exc:
                 problems[name] = str(exc)
                 opened[name] = unreadable(str(exc))
-        return opened, problems
+                if isinstance(exc, MissingKeyError):
+                    keys_missing.add(name)
+        return opened, problems, frozenset(keys_missing)
 
     # -- requests ----------------------------------------------------------------------
     def seal_request(self, fields: dict[str, str]) -> dict[str, str]:
@@ -138,11 +145,11 @@ class SealedRecords:
             decision_json, run_id=run_id, record_id=request_id, field="decision"
         )
 
-    def open_request(self, raw: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    def open_request(self, raw: dict[str, str]) -> Opened:
         """As `open_run`; an unreadable `arguments` reads as the JSON string of the mark,
         an unreadable `decision` as a decision of the recorded kind whose words are the mark."""
         run_id, request_id = raw.get("run_id", ""), raw.get("request_id", "")
-        opened, problems = dict(raw), {}
+        opened, problems, keys_missing = dict(raw), {}, set()
         for name, value in raw.items():
             if name in REQUEST_CLEAR or not is_sealed(value):
                 continue
@@ -153,7 +160,9 @@ class SealedRecords:
             except SealedFieldError as exc:
                 problems[name] = str(exc)
                 opened[name] = _stand_in(name, raw, unreadable(str(exc)))
-        return opened, problems
+                if isinstance(exc, MissingKeyError):
+                    keys_missing.add(name)
+        return opened, problems, frozenset(keys_missing)
 
     # -- audit entries -----------------------------------------------------------------
     def open_audit_entry(self, run_id: str, entry: dict[str, str]) -> dict[str, str]:

@@ -42,7 +42,12 @@ from agent_host.durable.scripts import CREATE, DECIDE, FINISH, PAUSE
 from agent_host.durable.sealed_fields import FieldSealer
 from agent_host.durable.sealed_records import SealedRecords
 from agent_host.durable.streams import WithAck
-from agent_host.errors import CheckpointError, DeliveryFailed, SealedFieldError
+from agent_host.errors import (
+    CheckpointError,
+    DeliveryFailed,
+    MissingFieldKeyError,
+    SealedFieldError,
+)
 from agent_host.runtime.checkpoint import CallRecord, RunState
 from agent_host.runtime.decisions import Approve, Decision, decision_adapter
 from agent_host.runtime.policy import Severity
@@ -523,14 +528,16 @@ class RunStore:
         ]
 
     def _run_from(self, raw: dict[str, str]) -> RunRecord:
-        opened, unreadable = self.sealed.open_run(raw)
+        opened, unreadable, keys_missing = self.sealed.open_run(raw)
         record = RunRecord.from_hash(opened)
-        return replace(record, unreadable=unreadable) if unreadable else record
+        if not unreadable:
+            return record
+        return replace(record, unreadable=unreadable, keys_missing=keys_missing)
 
     def _request_from(self, raw: dict[str, str]) -> ApprovalRequest:
-        opened, unreadable = self.sealed.open_request(raw)
+        opened, unreadable, keys_missing = self.sealed.open_request(raw)
         request = ApprovalRequest.from_hash(opened)
-        request.unreadable = unreadable
+        request.unreadable, request.keys_missing = unreadable, keys_missing
         return request
 
     @staticmethod
@@ -663,13 +670,15 @@ class ResumeReads:
 def pause_decisions(pause_id: str, requests: list[ApprovalRequest]) -> dict[str, Decision]:
     """The recorded decision of each of `requests` that belongs to the pause, by call id;
     SealedFieldError if one cannot be decrypted (a run never resumes on a decision nobody
-    can read)."""
+    can read), MissingFieldKeyError when only its key is missing here."""
     decisions: dict[str, Decision] = {}
     for request in requests:
         if request.pause_id != pause_id:
             continue
         if reason := request.unreadable.get("decision"):
-            raise SealedFieldError(
+            # Only its key missing: the run waits for a worker that has it.
+            error = MissingFieldKeyError if "decision" in request.keys_missing else SealedFieldError
+            raise error(
                 f"the decision on request {request.request_id} could not be decrypted "
                 f"({reason}), so the run was not resumed on it"
             )

@@ -48,6 +48,7 @@ from agent_host.errors import (
     CheckpointDecryptError,
     CheckpointError,
     CountersignError,
+    MissingFieldKeyError,
     MissingKeyError,
     RetryLater,
     SealedFieldError,
@@ -145,7 +146,8 @@ class ResumeWorker:
                 outcome = await self.runner.replay(progress, journal=journal)
             elif start:
                 if reason := info.unreadable.get("input"):
-                    raise SealedFieldError(
+                    missing = "input" in info.keys_missing  # then it waits for the key
+                    raise (MissingFieldKeyError if missing else SealedFieldError)(
                         f"the run's input could not be decrypted ({reason}), so it was not started"
                     )
                 outcome = await self.runner.run(

@@ -303,3 +303,34 @@ async def test_a_worker_without_the_run_s_key_leaves_it_waiting_for_one_that_has
     await env.drain(env.worker("with-a", idle_ms=1))  # reclaims the entry left pending
     assert (await env.info(run_id)).status == "succeeded"
     assert env.effects.count("refund") == 1
+
+
+async def test_a_worker_without_the_key_of_a_decision_or_an_input_leaves_the_run_waiting(
+    redis: Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A rolling restart that puts a new key first: `serve` already seals decisions and
+    new runs' inputs under it, a worker not yet restarted lacks it. The worker leaves
+    those runs waiting (it used to fail them for good); once restarted, it goes on."""
+    old_ring, new_ring = KeyRing.parse(KEY_A), KeyRing.parse(f"{KEY_B},{KEY_A}")
+    before = make_env(redis, keyring=old_ring)
+    decided = await before.start("refund-agent", "refund order 123")  # paused under kA
+    after = make_env(redis, keyring=new_ring)  # serve, restarted
+    await approve_all(after, decided)  # the decision sealed under kB
+    started = await after.store.create_run("refund-agent", "refund order 124", "alice")
+
+    not_restarted = before.worker("not-restarted")
+    await not_restarted.consumer.ensure_groups()
+    with caplog.at_level("ERROR", logger="agent_host.durable.worker"):
+        for _ in range(2):
+            await not_restarted.consumer.poll(block_ms=1)
+
+    for run_id in (decided, started):
+        assert (await after.info(run_id)).status not in ("failed", "succeeded"), run_id
+        [said] = [r.getMessage() for r in caplog.records if run_id in r.getMessage()]
+        assert f"run {run_id} waits, not resumed:" in said and "'kB'" in said
+    assert after.effects.count("refund") == 0
+
+    await after.drain(after.worker("restarted", idle_ms=1))
+    assert (await after.info(decided)).status == "succeeded"
+    assert after.effects.count("refund") == 1
+    assert (await after.info(started)).status == "waiting"  # paused at its own refund

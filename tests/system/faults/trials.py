@@ -287,12 +287,12 @@ async def _check(
         rows = iter(await pipe.execute())
     for run in runs:
         events = [{as_text(k): as_text(v) for k, v in f.items()} for _, f in next(rows)]
-        info, _ = records.open_run({as_text(k): as_text(v) for k, v in next(rows).items()})
+        info, _, _ = records.open_run({as_text(k): as_text(v) for k, v in next(rows).items()})
         resumes = stats.resumes.pop(run.run_id, 0)
         statuses = []
         for trial in run.trials:
             raw = next(rows)
-            opened, _ = records.open_request({as_text(k): as_text(v) for k, v in raw.items()})
+            opened, _, _ = records.open_request({as_text(k): as_text(v) for k, v in raw.items()})
             request = ApprovalRequest.from_hash(opened)
             statuses.append(request.status)
             _check_request(trial, request, events, stats)

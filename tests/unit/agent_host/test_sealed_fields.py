@@ -162,7 +162,7 @@ def test_exactly_the_content_of_a_request_is_sealed_and_anything_new_is_sealed_t
     assert is_sealed(records.seal_request(fields | {"summary": "earlier calls"})["summary"])
     assert "moves money" not in json.dumps(sealed) and "looks wrong" not in json.dumps(sealed)
 
-    opened, unreadable = records.open_request(sealed)
+    opened, unreadable, _ = records.open_request(sealed)
     assert unreadable == {}
     assert ApprovalRequest.from_hash(opened) == a_request()
 
@@ -182,7 +182,7 @@ def test_exactly_the_content_of_a_run_is_sealed() -> None:
     sealed = records.seal_run(fields)
     assert [n for n, v in sealed.items() if v != fields[n]] == ["input"]
     assert set(fields) - RUN_CLEAR == {"input"}
-    assert records.open_run(sealed) == (fields, {})
+    assert records.open_run(sealed) == (fields, {}, frozenset())
 
 
 def test_an_unreadable_field_of_a_request_stands_in_as_a_mark_the_request_still_parses() -> None:
@@ -191,7 +191,7 @@ def test_an_unreadable_field_of_a_request_stands_in_as_a_mark_the_request_still_
     other = records.seal_request(a_request(request_id="req_0a_0002").to_hash())
     moved = sealed | {"arguments": other["arguments"], "decision": other["decision"]}
 
-    opened, unreadable = records.open_request(moved)
+    opened, unreadable, _ = records.open_request(moved)
     request = ApprovalRequest.from_hash(opened)
 
     assert set(unreadable) == {"arguments", "decision"}
@@ -215,7 +215,7 @@ def test_an_unreadable_decision_keeps_the_recorded_kind(status: str, kind: str, 
     records = SealedRecords(sealer())
     raw = a_request().to_hash() | {"status": status}
     raw = records.seal_request(raw) | {"decision": PREFIX + "garbage"}
-    opened, unreadable = records.open_request(raw)
+    opened, unreadable, _ = records.open_request(raw)
     decision = decision_adapter.validate_json(opened["decision"])
     assert decision.kind == kind
     assert getattr(decision, words) == "[unreadable: the sealed value is not valid base64]"
