@@ -150,6 +150,10 @@ TOKEN_REFUSED = frozenset(
 TOKEN_CHECK_SECONDS = 5.0
 
 
+class TokenRefused(RetryLater):
+    """Slack refused the bot token itself: nothing can be posted until it is fixed."""
+
+
 def token_refused(exc: SlackApiError) -> str | None:
     """Slack's refusal of the bot token itself, said with what to do; None for any other."""
     code = error_code(exc)
@@ -350,7 +354,7 @@ async def _lookup(
     client: Any, channel: str, then: str, *, token_refused_raises: bool = False
 ) -> str | dict[str, Any]:
     """The channel as `conversations.info` describes it, or why it could not be read (with
-    `token_refused_raises`, a refused bot token is RetryLater: it says nothing of the
+    `token_refused_raises`, a refused bot token is TokenRefused: it says nothing of the
     channel)."""
     where = channel_link(channel)
     try:
@@ -358,7 +362,7 @@ async def _lookup(
             reply: Any = await client.conversations_info(channel=channel)
     except SlackApiError as exc:
         if token_refused_raises and (refused := token_refused(exc)) is not None:
-            raise RetryLater(refused) from exc
+            raise TokenRefused(refused) from exc
         code = error_code(exc)
         if code == "channel_not_found":
             return (

@@ -342,23 +342,20 @@ class SlackNotifier:
 
     async def _tell_admins(self, text: str, what: str) -> None:
         """`text` in a direct message to every admin; logged when there is nobody to tell
-        or an admin cannot be told. One admin who cannot be told stops none of the others;
-        once all were tried, a "not now" (Slack away, the token refused) is raised, so that
-        the entry is delivered again and they are told then, rather than never."""
+        or an admin cannot be told (one who cannot stops none of the others). While Slack
+        refuses the token itself, nobody at all can be told: that is raised (TokenRefused),
+        so the entry is delivered again once it is fixed, rather than told to nobody."""
         if not self.admins:
             log.error("%s, and no COUNTERSIGN_ADMINS to tell", what)
-        later: RetryLater | None = None
         for admin in self.admins:
             try:
                 await self._call(
                     admin, functools.partial(self.client.chat_postMessage, channel=admin, text=text)
                 )
-            except RetryLater as exc:
-                later = later or exc
-            except Exception as exc:  # this admin cannot be told (e.g. not a user any more)
+            except delivery.TokenRefused:
+                raise
+            except Exception as exc:  # the last resort must not stop the others
                 log.error("could not tell admin %s that %s: %s", admin, what, exc)
-        if later is not None:
-            raise later
 
     async def post_ephemeral(self, channel: str, user: str, text: str) -> None:
         """An answer only `user` sees; retried like every other call (they must learn why)."""
@@ -380,7 +377,7 @@ class SlackNotifier:
             except SlackApiError as exc:
                 if (refused := delivery.token_refused(exc)) is not None:
                     self._say_once_a_minute(refused)  # the app's fault, not this message's
-                    raise RetryLater(f"{refused}; posted once it is fixed") from exc
+                    raise delivery.TokenRefused(f"{refused}; posted once it is fixed") from exc
                 if not delivery.is_retryable(exc):
                     raise delivery.permanent_failure(exc, where or channel or "") from exc
                 if exc.response.status_code == 429:

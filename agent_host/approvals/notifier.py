@@ -98,15 +98,16 @@ class Notifier(Protocol):
         fallback_failure: DeliveryFailed | None = None,
     ) -> None:
         """Tell the administrators where it went instead (or that the fallback refused it
-        too); never raises (it is the last resort)."""
+        too); it is the last resort, so it raises nothing but RetryLater while the chat
+        side refuses the app itself (its token): then nobody at all could be told."""
         ...
 
     async def ladder_step_failed(
         self, request: ApprovalRequest, step: str, failures: list[DeliveryFailed]
     ) -> None:
         """Tell the administrators a step of the request's ladder ("remind" or "escalate")
-        was refused for good at these destinations (the request still waits); never
-        raises."""
+        was refused for good at these destinations (the request still waits); raises
+        nothing but RetryLater while the chat side refuses the app itself."""
         ...
 
 

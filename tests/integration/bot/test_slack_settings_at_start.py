@@ -49,6 +49,11 @@ async def test_a_token_refused_while_running_gives_up_no_request_and_it_is_poste
                 return "Slack refused SLACK_BOT_TOKEN (invalid_auth)" in caplog.text
 
             await eventually(refused_and_said)
+
+            async def tried_again() -> bool:  # the entry delivered again, refused again
+                return len(stack.standin.calls_to("chat.postMessage")) >= 2
+
+            await eventually(tried_again)
             [request] = await stack.host.store.run_requests(run_id)
             assert (request.delivery, request.message_ts) == ("", "")  # not given up
             assert caplog.text.count("Slack refused SLACK_BOT_TOKEN") == 1  # once a minute
