@@ -6,7 +6,8 @@ HMAC-SHA256 of the raw body, decided through the one approval service as the ide
 approval's comment; `edited_arguments`, with `approved` only, are the arguments to change
 before the call runs (checked as a Slack edit is: the tool's schema, then the policy). A
 field spelt as one of these but for case and separators (`decided_by`, `EDITED_ARGUMENTS`),
-or any other naming edits, is refused (400, nothing decided): it must not decide as if
+or another name for the edits (`edited_args`, `edits`), is refused (400, nothing decided):
+it must not decide as if
 absent (an approval without its edit, a claim of who decided dropped). Other fields, which
 a control plane sending this wire format may add of its own (`decidedAt`), are ignored."""
 
@@ -36,12 +37,18 @@ def _spelling(name: str) -> str:
 _SPELT = {_spelling(field): field for field in WEBHOOK_FIELDS}
 
 
+def _names_edits(spelling: str) -> bool:
+    """`edited_args`, `editArguments`, `edits`: an edit, which dropped would approve the call
+    unedited (not `editedAt` or `editor`, a control plane's own)."""
+    return spelling in ("edit", "edits") or spelling.startswith(("editedarg", "editarg"))
+
+
 def misspelt_fields(body: dict[str, Any]) -> str | None:
     """What to tell a caller who wrote a field of this wire format another way, or None."""
     named = []
     for name in sorted(set(body) - set(WEBHOOK_FIELDS)):
         meant = _SPELT.get(_spelling(name))
-        if meant is None and _spelling(name).startswith("edit"):
+        if meant is None and _names_edits(_spelling(name)):
             meant = "edited_arguments"
         if meant is not None:
             named.append(f"{name!r} (the field is {meant!r})")

@@ -437,6 +437,7 @@ async def test_a_webhook_field_it_does_not_know_decides_nothing(api: Api) -> Non
         "editedArguments": ({"amount": 21.25}, "edited_arguments"),
         "EDITED_ARGUMENTS": ({"amount": 21.25}, "edited_arguments"),
         "edited_args": ({"amount": 21.25}, "edited_arguments"),
+        "edits": ({"amount": 21.25}, "edited_arguments"),
         "request_id": (rid, "requestId"),
     }
     for field, (value, meant) in near_misses.items():
@@ -458,7 +459,13 @@ async def test_a_webhook_field_it_does_not_know_decides_nothing(api: Api) -> Non
         "decidedBy": "U0REVIEWER",
         "edited_arguments": {"amount": 21.25},
     }
-    theirs = {"decidedAt": "2026-12-02T10:00:00Z", "executionId": "exec-42", "version": 2}
+    theirs = {
+        "decidedAt": "2026-12-02T10:00:00Z",
+        "editedAt": "2026-12-02T09:59:00Z",
+        "editor": "U0LEAD",
+        "executionId": "exec-42",
+        "version": 2,
+    }
     resp = await api.webhook(every_documented_field | theirs)
     assert resp.status == 200, await resp.text()
     assert (await resp.json())["status"] == "processed"
