@@ -30,7 +30,7 @@ from slack_sdk.errors import SlackApiError
 
 from agent_host.approvals.routes import RouteRule, load_routes_file, same_rules
 from agent_host.durable.crypto import KeyRing
-from agent_host.durable.eviction import KEEPS_EVERY_KEY, eviction_problem
+from agent_host.durable.eviction import KEEPS_EVERY_KEY, Eviction, eviction_problem
 from agent_host.durable.host import KEY_FILE, load_keyring, load_registry
 from agent_host.durable.reach import RedisReach, reach_redis
 from agent_host.durable.route_book import not_in_force
@@ -140,20 +140,28 @@ def _keys(settings: ServiceSettings) -> tuple[KeyRing | None, Finding]:
     return ring, Finding("keys", kids)
 
 
-def _eviction(policy: str | None, *, embedded: bool) -> Finding:
+def _eviction(eviction: Eviction | None, *, embedded: bool) -> Finding:
     """Whether Redis, its memory full, refuses writes (retried) or drops keys (lost)."""
-    if policy is None and embedded:
-        policy = KEEPS_EVERY_KEY  # the embedded server keeps Redis's default
-    if policy is None:
+    if eviction is None and embedded:
+        eviction = Eviction(KEEPS_EVERY_KEY, 0)  # the embedded server keeps Redis's default
+    if eviction is None:
         return Finding(
             "eviction",
             f"not read (this Redis refuses CONFIG): run it with maxmemory-policy {KEEPS_EVERY_KEY}",
         )
-    if (problem := eviction_problem(policy)) is not None:
+    if (problem := eviction_problem(eviction)) is not None:
         return _fail("eviction", problem)
-    return Finding(
-        "eviction", f"maxmemory-policy {policy}: with its memory full, Redis refuses writes"
-    )
+    if eviction.limit == 0:
+        return Finding("eviction", "no maxmemory: Redis never drops keys to make room")
+    if eviction.policy.startswith("volatile-"):
+        return Finding(
+            "eviction",
+            f"maxmemory-policy {eviction.policy}: with its memory full, Redis drops only keys "
+            "with an expiry (countersign's replay guard, error counts and App Home notes; no "
+            "run) and refuses other writes",
+        )
+    refuses = f"maxmemory-policy {eviction.policy}: with its memory full, Redis refuses writes"
+    return Finding("eviction", refuses)
 
 
 def _durability(aof: tuple[str, str] | None, *, embedded: bool) -> Finding:

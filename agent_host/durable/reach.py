@@ -17,7 +17,7 @@ from agent_host.approvals.routes import RouteRule
 from agent_host.durable import keys as K
 from agent_host.durable.connections import as_text, embedded_dir, open_redis, redacted
 from agent_host.durable.crypto import HEADER_BYTES, kid_in_header
-from agent_host.durable.eviction import eviction_policy
+from agent_host.durable.eviction import Eviction, eviction_policy
 from agent_host.durable.redis_server import find_executable
 from agent_host.durable.route_book import RouteBook
 from agent_host.errors import ConfigurationError, StoreUnavailable
@@ -37,9 +37,9 @@ class RedisReach:
     # (appendonly, appendfsync) as Redis reports them; None: not read (CONFIG refused, or
     # the embedded server, which runs with ("yes", "everysec"))
     aof: tuple[str, str] | None = None
-    # Redis's maxmemory-policy; None: not read (CONFIG refused, or the embedded server,
-    # which keeps Redis's default, noeviction)
-    eviction: str | None = None
+    # Redis's maxmemory policy and limit; None: not read (CONFIG refused, or the embedded
+    # server, which keeps Redis's default, noeviction)
+    eviction: Eviction | None = None
 
 
 async def reach_redis(settings: Settings) -> RedisReach:

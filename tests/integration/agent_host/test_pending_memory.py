@@ -86,20 +86,25 @@ async def test_own_redis_that_drops_keys_when_full_is_warned_of_at_start(
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    evicting = redis_server_factory(extra_args=["--maxmemory-policy", "allkeys-lru"])
+    limit = ["--maxmemory", "1gb"]
+    evicting = redis_server_factory(extra_args=[*limit, "--maxmemory-policy", "allkeys-lru"])
+    no_limit = redis_server_factory(extra_args=["--maxmemory-policy", "allkeys-lru"])
+    only_expiring = redis_server_factory(extra_args=[*limit, "--maxmemory-policy", "volatile-lru"])
     no_config = redis_server_factory(
-        extra_args=["--maxmemory-policy", "allkeys-lru", "--rename-command", "CONFIG", ""]
+        extra_args=[*limit, "--maxmemory-policy", "allkeys-lru", "--rename-command", "CONFIG", ""]
     )
     caplog.set_level(logging.WARNING, logger="agent_host.durable.connections")
-    for url in (evicting.url, redis_url, no_config.url):
+    for url in (evicting.url, redis_url, no_limit.url, only_expiring.url, no_config.url):
         settings = load_settings({"REDIS_URL": url, "COUNTERSIGN_DATA_DIR": str(tmp_path)})
         client, _ = await open_redis(settings)
         assert await client.ping()  # a warning, not a refusal: the operator decides
         await client.aclose()
 
-    # Said for the one that evicts; not for Redis's default, nor where it cannot be read.
+    # Said for the one that drops any key when full; not for Redis's default, one with no
+    # limit, one that drops only keys with an expiry, nor where it cannot be read.
     (warning,) = [r for r in caplog.records if "maxmemory-policy" in r.getMessage()]
     assert warning.levelname == "WARNING"
     assert warning.getMessage().startswith(
-        "Redis's maxmemory-policy is allkeys-lru: when its memory is full it drops keys"
+        "Redis's maxmemory-policy is allkeys-lru under a maxmemory of 1073741824 bytes: when "
+        "its memory is full it drops keys"
     )

@@ -255,17 +255,28 @@ async def test_the_eviction_line_fails_on_a_redis_that_drops_keys_when_full(
 
     done = await check(env, tmp_path)
     assert done.code == 0, done
-    assert "ok    eviction: maxmemory-policy noeviction: with its memory full, Redis refuses" in (
-        done.out
-    )
+    assert "ok    eviction: no maxmemory: Redis never drops keys to make room" in done.out
 
     async with Redis.from_url(server.url) as redis:
-        await redis.config_set("maxmemory-policy", "allkeys-lru")
-    done = await check(env, tmp_path)
-    assert done.code == 1, done
-    [line] = failures(done)
-    assert line.startswith("FAIL  eviction: Redis's maxmemory-policy is allkeys-lru:"), line
-    assert "set maxmemory-policy noeviction" in line, line
+        await redis.config_set("maxmemory-policy", "allkeys-lru")  # no limit: never used
+        assert (await check(env, tmp_path)).code == 0
+        await redis.config_set("maxmemory", "1gb")
+        done = await check(env, tmp_path)
+        assert done.code == 1, done
+        [line] = failures(done)
+        assert line.startswith("FAIL  eviction: Redis's maxmemory-policy is allkeys-lru under"), (
+            line
+        )
+        assert "set maxmemory-policy noeviction" in line, line
+
+        await redis.config_set("maxmemory-policy", "volatile-lru")  # only keys with an expiry
+        done = await check(env, tmp_path)
+        assert done.code == 0, done
+        assert (
+            "ok    eviction: maxmemory-policy volatile-lru: with its memory full, Redis drops"
+            in (done.out)
+        )
+        await redis.config_set("maxmemory", "0")
 
 
 async def test_unset_redis_url_says_the_embedded_server_would_be_used(
@@ -279,7 +290,7 @@ async def test_unset_redis_url_says_the_embedded_server_would_be_used(
     assert done.code == 0, done
     assert "ok    redis: REDIS_URL is unset: the embedded redis-server (" in done.out
     assert "ok    durability: AOF on, appendfsync everysec" in done.out  # the embedded's
-    assert "ok    eviction: maxmemory-policy noeviction" in done.out
+    assert "ok    eviction: no maxmemory: Redis never drops keys to make room" in done.out
     assert not (tmp_path / "data" / "redis").exists()  # nothing was started
 
 
