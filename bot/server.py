@@ -24,23 +24,23 @@ async def start_site(app: web.Application, host: str, port: int) -> tuple[web.Ap
         await site.start()
     except OSError as exc:
         await runner.cleanup()
-        raise ConfigurationError(_cannot_listen(host, port, exc)) from exc
+        raise ConfigurationError(cannot_listen(host, port, exc)) from exc
     server = site._server
     sockets = getattr(server, "sockets", None) or []
     bound = sockets[0].getsockname()[1] if sockets else port
     return runner, int(bound)
 
 
-def _cannot_listen(host: str, port: int, exc: OSError) -> str:
-    """One line for an operator: what is in the way, and which setting moves the server."""
+def cannot_listen(host: str, port: int, exc: OSError, setting: str = "PORT / --port") -> str:
+    """One line for an operator: what is in the way, and which `setting` moves the server."""
     if exc.errno == errno.EADDRINUSE:
-        return f"port {port} on {host} is in use: stop the other process or set PORT / --port"
+        return f"port {port} on {host} is in use: stop the other process or set {setting}"
     if exc.errno == errno.EACCES:
         return (
             f"may not listen on port {port} on {host} (permission denied): choose a port "
-            "above 1023 with PORT / --port"
+            f"above 1023 with {setting}"
         )
-    return f"cannot listen on {host}:{port} ({exc.strerror or exc}): check --host and PORT / --port"
+    return f"cannot listen on {host}:{port} ({exc.strerror or exc}): check --host and {setting}"
 
 
 def stop_on_signals() -> asyncio.Event:

@@ -8,7 +8,6 @@ a restarted demo still holds its pending approvals and their buttons still work.
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
@@ -21,7 +20,7 @@ from agent_host.durable.crypto import generate_key
 from agent_host.durable.data_dir import private_dir
 from agent_host.errors import ConfigurationError
 from bot.composition import build_service
-from bot.server import stop_on_signals
+from bot.server import cannot_listen, stop_on_signals
 from bot.slack_settings import ServiceSettings
 from slack_sandbox import SlackStandIn
 from slack_sandbox.persistence import open_workspace
@@ -74,21 +73,6 @@ def demo_secrets(data_dir: Path) -> dict[str, str]:
     return made
 
 
-def _cannot_listen(host: str, port: int, exc: OSError) -> str:
-    """One line for whoever starts the demo: what is in the way, and how to move it."""
-    if exc.errno == errno.EADDRINUSE:
-        return (
-            f"port {port} on {host} is in use: stop the other process or give the demo "
-            "another port with --port (0: any free port)"
-        )
-    if exc.errno == errno.EACCES:
-        return (
-            f"may not listen on port {port} on {host} (permission denied): give the demo a "
-            "port above 1023 with --port"
-        )
-    return f"cannot listen on {host}:{port} ({exc.strerror or exc}): give the demo another --port"
-
-
 def demo_dir(settings: ServiceSettings) -> Path:
     """Where the demo keeps everything: its own folder of the data dir, never the data a
     `countersign serve` on the same data dir keeps (its embedded Redis, its keys)."""
@@ -116,8 +100,9 @@ async def run_demo(settings: ServiceSettings, port: int, *, host_name: str = "12
     )
     try:
         await standin.start()
-    except OSError as exc:  # as `serve` says it (bot.server), but the demo's port is --port alone
-        raise ConfigurationError(_cannot_listen(host_name, port, exc)) from exc
+    except OSError as exc:  # as `serve` says it, but the demo's port is --port alone
+        setting = "--port (0: any free port)"
+        raise ConfigurationError(cannot_listen(host_name, port, exc, setting)) from exc
     update: dict[str, Any] = {
         "data_dir": data_dir,
         "redis_url": None,  # its own embedded Redis, in data_dir

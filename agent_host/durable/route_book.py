@@ -94,7 +94,7 @@ def not_in_force(in_file: int, in_redis: int) -> str:
     return (
         f"COUNTERSIGN_ROUTES_FILE's {in_file} route(s) are not in force: Redis holds "
         f"{in_redis} route(s) of its own, which differ (a routes file fills only a Redis that "
-        "never held routes, so that admins' changes survive a restart). To put the file's "
+        "never held routes, so that admins' changes survive a restart). To put the file's rules "
         f"in force, change the routes with /approvals route, or delete the key {keys.ROUTES} "
         "and restart"
     )

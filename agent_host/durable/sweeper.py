@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 
 from redis.exceptions import ResponseError
 
@@ -30,6 +31,7 @@ __all__ = ["EXPIRED_BY", "Sweeper"]
 log = logging.getLogger(__name__)
 
 EXPIRED_BY = "countersign (expired)"
+OWN_ERROR_SAID_EVERY = 60.0  # seconds between logs of one recurring error of its own
 TRIM_EVERY_SECONDS = 60.0
 RETRY_SECONDS = 60  # before a request that could not be read is tried again
 
@@ -49,6 +51,7 @@ class Sweeper:
         self.trim_every = trim_every  # seconds between trims of acknowledged stream entries
         self.approvals = approvals or ApprovalService(store)
         self.ladder = Ladder(store.redis, batch=batch)
+        self._said_at: dict[str, float] = {}  # when each half's own error was last logged
 
     async def sweep(self) -> int:
         """Expire every request whose deadline passed; returns how many this sweeper decided.
@@ -110,18 +113,30 @@ class Sweeper:
             trimmed += await trim_acknowledged(self.store.redis, shard.callbacks, K.CALLBACK_GROUP)
         return trimmed
 
+    def _failed(self, what: str, exc: Exception) -> None:
+        """Redis away passes, and is said in a line; an error of countersign's own would fail
+        every round the same way, so it is logged as an error, with its traceback, once a
+        minute (not every round)."""
+        if isinstance(exc, TRANSIENT):
+            log.warning("%s failed (%s); retrying", what, exc)
+            return
+        now = time.monotonic()
+        if now - self._said_at.get(what, -OWN_ERROR_SAID_EVERY) >= OWN_ERROR_SAID_EVERY:
+            self._said_at[what] = now
+            log.error("%s failed; retrying each round until fixed", what, exc_info=exc)
+
     async def run(self, stop: asyncio.Event) -> None:
         last_trim = 0.0
         while not stop.is_set():
             try:
                 await self.sweep()
             except Exception as exc:  # keep sweeping through Redis outages, and our bugs
-                _failed("sweep (requests past their deadline are not expired)", exc)
+                self._failed("sweep (requests past their deadline are not expired)", exc)
             # Apart from expiry, so that neither can hold the other up.
             try:
                 await self.ladder.climb()
             except Exception as exc:
-                _failed("escalation ladder (no reminder or escalation is sent)", exc)
+                self._failed("escalation ladder (no reminder or escalation is sent)", exc)
             if self.store.clock() - last_trim > self.trim_every:
                 last_trim = self.store.clock()
                 # Apart from the sweep: trimming is housekeeping, and whatever goes wrong
@@ -133,15 +148,6 @@ class Sweeper:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.interval):
                     await stop.wait()
-
-
-def _failed(what: str, exc: Exception) -> None:
-    """Redis away passes, and is said in a line; an error of countersign's own would fail
-    every round the same way, so it is logged as an error, with its traceback."""
-    if isinstance(exc, TRANSIENT):
-        log.warning("%s failed (%s); retrying", what, exc)
-    else:
-        log.error("%s failed; retrying each round until fixed", what, exc_info=exc)
 
 
 def _damaged(exc: BaseException) -> bool:

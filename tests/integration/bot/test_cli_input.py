@@ -62,8 +62,8 @@ async def test_the_demo_on_a_port_in_use_is_one_clear_line(tmp_path: Path) -> No
 
     assert done.code == 2, done  # as `serve` on a port in use
     assert last_line(done) == (
-        f"countersign: port {port} on 127.0.0.1 is in use: stop the other process or give "
-        "the demo another port with --port (0: any free port)"
+        f"countersign: port {port} on 127.0.0.1 is in use: stop the other process or set "
+        "--port (0: any free port)"
     )
 
 

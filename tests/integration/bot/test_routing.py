@@ -303,7 +303,7 @@ async def test_a_routes_file_not_applied_over_other_rules_is_a_warning_saying_wh
     assert warning.getMessage() == (
         "COUNTERSIGN_ROUTES_FILE's 2 route(s) are not in force: Redis holds 2 route(s) of its "
         "own, which differ (a routes file fills only a Redis that never held routes, so that "
-        "admins' changes survive a restart). To put the file's in force, change the routes "
+        "admins' changes survive a restart). To put the file's rules in force, change the routes "
         f"with /approvals route, or delete the key {keys.ROUTES} and restart"
     )
 

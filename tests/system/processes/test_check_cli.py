@@ -242,7 +242,7 @@ async def test_a_routes_file_redis_already_holds_other_routes_for_is_said_not_in
     assert line.endswith(
         "1 route(s); COUNTERSIGN_ROUTES_FILE's 1 route(s) are not in force: Redis holds 1 "
         "route(s) of its own, which differ (a routes file fills only a Redis that never held "
-        "routes, so that admins' changes survive a restart). To put the file's in force, "
+        "routes, so that admins' changes survive a restart). To put the file's rules in force, "
         f"change the routes with /approvals route, or delete the key {ROUTES} and restart"
     ), line
 
