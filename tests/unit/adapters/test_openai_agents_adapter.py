@@ -23,9 +23,10 @@ from agent_host.runtime.agents import AgentRegistry
 from agent_host.runtime.checkpoint import RunState
 from agent_host.runtime.decisions import Approve, Reject
 from agent_host.runtime.hosted import NOT_WHAT_WAS_APPROVED, UNKNOWN_OUTCOME
-from agent_host.runtime.ledger import InMemoryLedger, hosted_entry
+from agent_host.runtime.ledger import InMemoryLedger
 from agent_host.runtime.policy import Permission
 from agent_host.runtime.runner import Failed, Paused, Runner, Succeeded
+from tests.unit.adapters.in_doubt import resumed_with_its_call_in_doubt
 
 NO_TRACES = RunConfig(tracing_disabled=True)
 
@@ -338,18 +339,10 @@ async def test_an_approved_call_started_before_and_never_finished_is_recorded_as
     shop, ledger = Shop(), InMemoryLedger()
     runner = runner_for(shop.hosted(Scripted([REFUND])), ledger)
     outcome = await paused(runner)
-    [pending] = outcome.pending
-    started = outcome.state.call(pending.call_id)
-    assert started is not None
-    await ledger.claim(outcome.state.run_id, hosted_entry(started))  # never finished
 
-    done = await runner.resume(
-        outcome.state, {pending.call_id: Approve(decided_by="U_LEAD", call_hash=pending.call_hash)}
-    )
+    record = await resumed_with_its_call_in_doubt(runner, ledger, outcome)
 
-    assert isinstance(done, Succeeded) and shop.effects == []
-    record = done.state.call(pending.call_id)
-    assert record is not None
+    assert shop.effects == []
     assert (record.outcome, record.result) == ("unknown_outcome", UNKNOWN_OUTCOME)
 
 
