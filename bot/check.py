@@ -32,7 +32,7 @@ from agent_host.approvals.routes import RouteRule, load_routes_file, same_rules
 from agent_host.durable.crypto import KeyRing
 from agent_host.durable.eviction import KEEPS_EVERY_KEY, Eviction, eviction_problem
 from agent_host.durable.host import KEY_FILE, load_keyring, load_registry
-from agent_host.durable.reach import RedisReach, reach_redis
+from agent_host.durable.reach import RedisReach, keys_gone, reach_redis
 from agent_host.durable.route_book import not_in_force
 from agent_host.errors import ConfigurationError, StoreUnavailable
 from bot.delivery import (
@@ -204,19 +204,11 @@ def _keys_in_use(waiting_under: Counter[str], ring: KeyRing | None) -> Finding:
     """Whether every waiting run can be resumed with the ring's keys."""
     waiting = sum(waiting_under.values())
     known = set(ring.kids) if ring is not None else set()
-    gone = {kid: n for kid, n in sorted(waiting_under.items()) if kid and kid not in known}
     unreadable = waiting_under.get("", 0)
     if ring is None and waiting:
         return _fail("keys in use", f"{waiting} waiting run(s), but no key ring to open them")
-    if gone:
-        which = ", ".join(f"{n} under {kid!r}" for kid, n in gone.items())
-        return _fail(
-            "keys in use",
-            f"{which} of {waiting} waiting run(s): COUNTERSIGN_ENCRYPTION_KEYS no longer holds "
-            "that key, so once decided they wait unresumed for a worker that has it. Put it "
-            "back after the active key, run "
-            "`countersign keys rotate`, then remove it",
-        )
+    if (gone := keys_gone(waiting_under, known)) is not None:
+        return _fail("keys in use", gone)
     if unreadable:
         return _fail(
             "keys in use",

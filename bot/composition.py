@@ -55,6 +55,7 @@ class Service:
             )
         try:
             await delivery.refuse_a_refused_token(self.bot.client)
+            await self.host.say_keys_gone()
             if http is not None:
                 await self._serve_http(*http)
             self.host.start_background(workers)

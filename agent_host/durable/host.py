@@ -31,6 +31,8 @@ from agent_host.durable.data_dir import check_private_file, private_dir
 from agent_host.durable.external_store import ExternalRequests
 from agent_host.durable.foreground import Foreground
 from agent_host.durable.outbox import Outbox
+from agent_host.durable.poison import TRANSIENT
+from agent_host.durable.reach import keys_gone, waiting_runs_keys
 from agent_host.durable.redis_ledger import RedisLedger
 from agent_host.durable.redis_server import RedisServer
 from agent_host.durable.store import RunStore
@@ -54,6 +56,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+KEYS_LOOK_WITHIN = 5.0  # seconds the start may spend looking at the waiting runs' keys
 
 KEY_FILE = "encryption.keys"  # in the data dir, when COUNTERSIGN_ENCRYPTION_KEYS is unset
 
@@ -229,6 +233,19 @@ class Host:
         self.foreground = Foreground()
         # Entries suspected of stopping the process are handled alone in it (`suspects`).
         self.suspect_gate = SuspectGate()
+
+    async def say_keys_gone(self, within: float = KEYS_LOOK_WITHIN) -> None:
+        """Log, at start, waiting runs whose checkpoint is under a key this ring lacks (they
+        would wait unresumed once decided), as `countersign check` says; a look that takes
+        longer than `within` (a very long pending list) or fails is left to `check`."""
+        try:
+            async with asyncio.timeout(within):
+                waiting = await waiting_runs_keys(self.redis)
+        except (TimeoutError, *TRANSIENT):
+            log.info("the waiting runs' keys were not looked at (see `countersign check`)")
+            return
+        if (gone := keys_gone(waiting, self.keyring.kids)) is not None:
+            log.warning(gone)
 
     def start_background(
         self, workers: int = 1, *, sweeper: bool = True, outbox: bool = True

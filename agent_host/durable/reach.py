@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,14 +17,14 @@ from agent_host.approvals.external import EXTERNAL
 from agent_host.approvals.routes import RouteRule
 from agent_host.durable import keys as K
 from agent_host.durable.connections import as_text, embedded_dir, open_redis, redacted
-from agent_host.durable.crypto import HEADER_BYTES, kid_in_header
+from agent_host.durable.crypto import ENV_VAR, HEADER_BYTES, kid_in_header
 from agent_host.durable.eviction import Eviction, eviction_policy
 from agent_host.durable.redis_server import find_executable
 from agent_host.durable.route_book import RouteBook
 from agent_host.errors import ConfigurationError, StoreUnavailable
 from agent_host.settings import Settings
 
-__all__ = ["RedisReach", "reach_redis", "redacted"]
+__all__ = ["RedisReach", "keys_gone", "reach_redis", "redacted", "waiting_runs_keys"]
 
 PING_SECONDS = 5.0
 
@@ -65,7 +66,7 @@ async def reach_redis(settings: Settings) -> RedisReach:
             await redis.ping()
         async with asyncio.timeout(PING_SECONDS):
             routes = await RouteBook(redis, settings.default_channel).rules()
-        waiting_under = await _waiting_under(redis)
+        waiting_under = await waiting_runs_keys(redis)
         async with asyncio.timeout(PING_SECONDS):
             aof = await _aof(redis)
         eviction = await eviction_policy(redis)
@@ -91,7 +92,7 @@ async def _aof(redis: Any) -> tuple[str, str] | None:
     return as_text(config.get("appendonly", "")), as_text(config.get("appendfsync", ""))
 
 
-async def _waiting_under(redis: Any) -> Counter[str]:
+async def waiting_runs_keys(redis: Any) -> Counter[str]:
     """The key ids of the waiting runs' checkpoints, counted: from each shard's pending
     index, the first bytes of each run's checkpoint (never SCAN, never a whole blob). A
     request from an agent that runs elsewhere (origin "external") has no checkpoint here;
@@ -113,6 +114,21 @@ async def _waiting_under(redis: Any) -> Counter[str]:
                 if as_text(origin or "") != EXTERNAL:
                     kids[checkpoint] = kid_in_header(head) or ""
     return Counter(kids.values())
+
+
+def keys_gone(waiting_under: Counter[str], kids: Collection[str]) -> str | None:
+    """What a ring (of `kids`) without the key of some waiting runs' checkpoints means, and
+    what to do; None when it holds them all."""
+    waiting = sum(waiting_under.values())
+    gone = {kid: n for kid, n in sorted(waiting_under.items()) if kid and kid not in kids}
+    if not gone:
+        return None
+    which = ", ".join(f"{n} under {kid!r}" for kid, n in gone.items())
+    return (
+        f"{which} of {waiting} waiting run(s): {ENV_VAR} no longer holds that key, so once "
+        "decided they wait unresumed for a worker that has it. Put it back after the active "
+        "key, run `countersign keys rotate`, then remove it"
+    )
 
 
 def _checkpoint_of(request_id: str) -> str:

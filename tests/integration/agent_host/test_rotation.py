@@ -4,6 +4,8 @@ resumably, without clobbering a run that moves on meanwhile; rotated checkpoints
 from __future__ import annotations
 
 import base64
+import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +18,7 @@ from agent_host.durable.rotation import rotate_checkpoints
 from agent_host.examples import ExampleEffects, refund_agent
 from agent_host.runtime.agents import Agent, AgentRegistry
 from agent_host.runtime.decisions import Approve
-from tests.support.host_env import Env, make_env
+from tests.support.host_env import Env, make_env, make_host
 
 KEY_A = generate_key("kA")
 KEY_B = generate_key("kB")
@@ -334,3 +336,26 @@ async def test_a_worker_without_the_key_of_a_decision_or_an_input_leaves_the_run
     assert (await after.info(decided)).status == "succeeded"
     assert after.effects.count("refund") == 1
     assert (await after.info(started)).status == "waiting"  # paused at its own refund
+
+
+async def test_a_start_with_a_ring_lacking_waiting_runs_keys_says_so(
+    redis: Redis, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before any is decided: a worker would leave them waiting, so the start says it (as
+    `countersign check` does), naming the key and what to do."""
+    env = make_env(redis, keyring=KeyRing.parse(KEY_A))
+    for order in (123, 124):
+        await env.start("refund-agent", f"refund order {order}")
+    host, _ = make_host(redis, tmp_path)
+    with caplog.at_level(logging.INFO, logger="agent_host.durable.host"):
+        host.keyring = KeyRing.parse(KEY_B)  # the key the runs are under left out
+        await host.say_keys_gone()
+        host.keyring = KeyRing.parse(f"{KEY_B},{KEY_A}")  # put back
+        await host.say_keys_gone()
+
+    [said] = [r for r in caplog.records if r.name == "agent_host.durable.host"]
+    assert said.levelname == "WARNING"
+    assert said.getMessage().startswith(
+        "2 under 'kA' of 2 waiting run(s): COUNTERSIGN_ENCRYPTION_KEYS no longer holds that "
+        "key, so once decided they wait unresumed for a worker that has it."
+    )
