@@ -36,6 +36,7 @@ from agent_host.durable.reach import RedisReach, keys_gone, reach_redis
 from agent_host.durable.route_book import not_in_force
 from agent_host.errors import ConfigurationError, StoreUnavailable
 from bot.delivery import (
+    NO_DEFAULT_CHANNEL,
     ChannelFacts,
     channel_facts,
     error_code,
@@ -294,13 +295,7 @@ async def _channels(
 ) -> list[Finding]:
     findings = []
     if not settings.default_channel:
-        findings.append(
-            _fail(
-                "default channel",
-                "COUNTERSIGN_DEFAULT_CHANNEL is unset: approvals that no route matches have "
-                "nowhere to go; set it to a channel id (C…) the bot is in",
-            )
-        )
+        findings.append(_fail("default channel", NO_DEFAULT_CHANNEL))
     wanted: dict[str, str] = {}
     if settings.default_channel:
         wanted[settings.default_channel] = "COUNTERSIGN_DEFAULT_CHANNEL"

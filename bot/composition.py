@@ -48,11 +48,7 @@ class Service:
         """Serve HTTP (the Slack endpoint, unless Socket Mode, and the API) when `http` is
         given, then start `workers` resume workers, the sweeper and the outbox."""
         if not self.settings.default_channel:
-            log.warning(
-                "COUNTERSIGN_DEFAULT_CHANNEL is unset: a request no route sends to a channel "
-                "waits unposted until it is set, and one its channel refuses has no fallback; "
-                "set it to a channel id (C…) the bot is in"
-            )
+            log.warning(delivery.NO_DEFAULT_CHANNEL)
         try:
             await delivery.refuse_a_refused_token(self.bot.client)
             await self.host.say_keys_gone()

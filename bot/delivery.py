@@ -131,6 +131,11 @@ _FIX = {
     ),
 }
 _FIX_OTHERWISE = "see `/approvals routes` and the countersign logs"
+NO_DEFAULT_CHANNEL = (
+    "COUNTERSIGN_DEFAULT_CHANNEL is unset: a request no route sends to a channel waits "
+    "unposted until it is set, and one its channel refuses has no fallback; set it to a "
+    "channel id (C…) the bot is in"
+)
 
 
 def error_code(exc: SlackApiError) -> str:

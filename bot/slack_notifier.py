@@ -33,6 +33,7 @@ from agent_host.approvals import ApprovalRequest, EscalatedCopy
 from agent_host.approvals.bulk import Bulk
 from agent_host.approvals.notifier import MessageRef, RunSummary
 from agent_host.approvals.requester import same_person
+from agent_host.durable.every import Every
 from agent_host.durable.outbox import RetryLater
 from agent_host.durable.slots import set_aside
 from agent_host.errors import DeliveryFailed
@@ -104,14 +105,12 @@ class SlackNotifier:
         self.attempts, self.timeout, self.backoff = attempts, timeout, backoff
         # Told of every decision delivered here (the App Home tab refreshes its deciders).
         self.after_decision: Callable[[ApprovalRequest], Awaitable[None]] | None = None
-        self._said_at = -TOKEN_REFUSED_SAID_EVERY  # when a refused token was last logged
+        self._token_refused = Every(TOKEN_REFUSED_SAID_EVERY)  # logged once a minute
 
     def _say_once_a_minute(self, refused: str) -> None:
         """Every message fails alike while the token is refused: one error line a minute,
         not one per message and retry."""
-        now = time.monotonic()
-        if now - self._said_at >= TOKEN_REFUSED_SAID_EVERY:
-            self._said_at = now
+        if self._token_refused.due():
             log.error("%s; nothing is posted to Slack until it is fixed", refused)
 
     async def request_posted(self, request: ApprovalRequest) -> MessageRef | None:

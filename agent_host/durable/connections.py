@@ -13,7 +13,7 @@ import functools
 import inspect
 import logging
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar, cast
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -32,8 +32,8 @@ from redis.exceptions import (
 
 from agent_host.durable.connection_pool import WaitingConnectionPool, WaitingSentinelConnectionPool
 from agent_host.durable.data_dir import private_dir
-from agent_host.durable.eviction import eviction_policy, eviction_problem
-from agent_host.durable.memory_advice import memory_advice
+from agent_host.durable.eviction import EVICTION_SETTINGS, Eviction, eviction_problem
+from agent_host.durable.memory_advice import REDIS_DEFAULTS, memory_advice
 from agent_host.durable.redis_server import RedisServer
 from agent_host.errors import ConfigurationError, StoreUnavailable
 from agent_host.settings import Settings
@@ -65,6 +65,7 @@ _CLIENT_OPTIONS: dict[str, Any] = {
 }
 ONE_SHOT_TIMEOUT = 5.0  # seconds: `check`, `keys rotate` give up rather than wait for ever
 PROBE_SECONDS = 5.0  # what kind of Redis it is, asked once at the start
+CONFIG_WITHIN = 2.0  # its memory settings, read once at the start for advice
 # A TCP connection whose host went away (powered off, partitioned) is dropped within about
 # ten seconds: probes after 5 s idle, 1 s apart, 5 unanswered; data unacknowledged for 10 s.
 KEEPALIVE = {"TCP_KEEPIDLE": 5, "TCP_KEEPINTVL": 1, "TCP_KEEPCNT": 5, "TCP_USER_TIMEOUT": 10_000}
@@ -136,11 +137,25 @@ async def open_redis(
         await cluster.initialize()
         client = _as_client(cluster)
         log.info("REDIS_URL is a Redis Cluster node: using cluster mode")
-    if server is None and (advice := await memory_advice(client)) is not None:
-        log.info(advice)
-    if server is None and (problem := eviction_problem(await eviction_policy(client))):
-        log.warning(problem)
+    if server is None:  # the embedded one is configured by countersign itself
+        config = await server_config(client, (*REDIS_DEFAULTS, *EVICTION_SETTINGS))
+        if (advice := memory_advice(config)) is not None:
+            log.info(advice)
+        if (problem := eviction_problem(Eviction.of(config))) is not None:
+            log.warning(problem)
     return client, server
+
+
+async def server_config(redis: Any, names: Iterable[str]) -> dict[str, str]:
+    """The server's CONFIG GET of `names`, as text; empty when it would not say (CONFIG
+    refused, as managed services may, or no answer within CONFIG_WITHIN). Never raises:
+    what it is read for is advice, which must not stop a start."""
+    try:
+        async with asyncio.timeout(CONFIG_WITHIN):
+            reply = await redis.config_get(*names)
+    except Exception:
+        return {}
+    return {as_text(name): as_text(value) for name, value in reply.items()}
 
 
 def _client_options(url: str, *, one_shot: bool) -> dict[str, Any]:

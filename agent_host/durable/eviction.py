@@ -11,15 +11,13 @@ Redis Cluster, the node the client asks is the one read.)
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from agent_host.durable.memory_advice import ASK_WITHIN
-
-__all__ = ["KEEPS_EVERY_KEY", "Eviction", "eviction_policy", "eviction_problem"]
+__all__ = ["EVICTION_SETTINGS", "KEEPS_EVERY_KEY", "Eviction", "eviction_problem"]
 
 KEEPS_EVERY_KEY = "noeviction"
+EVICTION_SETTINGS = ("maxmemory", "maxmemory-policy")
 
 
 @dataclass(frozen=True)
@@ -27,20 +25,16 @@ class Eviction:
     policy: str  # maxmemory-policy
     limit: int  # maxmemory, in bytes; 0: none (Redis then never evicts)
 
+    @classmethod
+    def of(cls, config: Mapping[str, str]) -> Eviction | None:
+        """As a server's CONFIG GET answered (`config`); None when it did not say."""
+        try:
+            return cls(config["maxmemory-policy"], int(config["maxmemory"]))
+        except (KeyError, ValueError):
+            return None
+
     def drops_any_key(self) -> bool:
         return self.limit > 0 and self.policy.startswith("allkeys-")
-
-
-async def eviction_policy(redis: Any) -> Eviction | None:
-    """Redis's `maxmemory-policy` and `maxmemory`, or None when they could not be read
-    (CONFIG refused, as managed services may; or no answer). Never raises."""
-    try:
-        async with asyncio.timeout(ASK_WITHIN):
-            config = await redis.config_get("maxmemory*")
-        values = {_text(k): _text(v) for k, v in config.items()}
-        return Eviction(values["maxmemory-policy"], int(values["maxmemory"]))
-    except Exception:
-        return None
 
 
 def eviction_problem(eviction: Eviction | None) -> str | None:
@@ -55,7 +49,3 @@ def eviction_problem(eviction: Eviction | None) -> str | None:
         f"maxmemory-policy {KEEPS_EVERY_KEY}, so that Redis refuses writes instead "
         "(countersign retries them)"
     )
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

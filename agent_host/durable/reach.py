@@ -16,9 +16,15 @@ from redis.exceptions import RedisError, ResponseError
 from agent_host.approvals.external import EXTERNAL
 from agent_host.approvals.routes import RouteRule
 from agent_host.durable import keys as K
-from agent_host.durable.connections import as_text, embedded_dir, open_redis, redacted
+from agent_host.durable.connections import (
+    as_text,
+    embedded_dir,
+    open_redis,
+    redacted,
+    server_config,
+)
 from agent_host.durable.crypto import ENV_VAR, HEADER_BYTES, kid_in_header
-from agent_host.durable.eviction import Eviction, eviction_policy
+from agent_host.durable.eviction import EVICTION_SETTINGS, Eviction
 from agent_host.durable.redis_server import find_executable
 from agent_host.durable.route_book import RouteBook
 from agent_host.errors import ConfigurationError, StoreUnavailable
@@ -69,7 +75,7 @@ async def reach_redis(settings: Settings) -> RedisReach:
         waiting_under = await waiting_runs_keys(redis)
         async with asyncio.timeout(PING_SECONDS):
             aof = await _aof(redis)
-        eviction = await eviction_policy(redis)
+        eviction = Eviction.of(await server_config(redis, EVICTION_SETTINGS))
     except (RedisError, OSError, TimeoutError) as exc:
         why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         raise StoreUnavailable(

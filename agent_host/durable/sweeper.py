@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 
 from redis.exceptions import ResponseError
 
@@ -20,6 +19,7 @@ from agent_host.durable import keys as K
 from agent_host.durable.connections import as_text
 from agent_host.durable.crashpoints import NEVER, CrashPoints
 from agent_host.durable.due import due_now
+from agent_host.durable.every import Every
 from agent_host.durable.ladder import Ladder
 from agent_host.durable.poison import TRANSIENT
 from agent_host.durable.store import RunStore
@@ -51,7 +51,7 @@ class Sweeper:
         self.trim_every = trim_every  # seconds between trims of acknowledged stream entries
         self.approvals = approvals or ApprovalService(store)
         self.ladder = Ladder(store.redis, batch=batch)
-        self._said_at: dict[str, float] = {}  # when each half's own error was last logged
+        self._own_error = Every(OWN_ERROR_SAID_EVERY)  # each half's, logged once a minute
 
     async def sweep(self) -> int:
         """Expire every request whose deadline passed; returns how many this sweeper decided.
@@ -120,9 +120,7 @@ class Sweeper:
         if isinstance(exc, TRANSIENT):
             log.warning("%s failed (%s); retrying", what, exc)
             return
-        now = time.monotonic()
-        if now - self._said_at.get(what, -OWN_ERROR_SAID_EVERY) >= OWN_ERROR_SAID_EVERY:
-            self._said_at[what] = now
+        if self._own_error.due(what):
             log.error("%s failed; retrying each round until fixed", what, exc_info=exc)
 
     async def run(self, stop: asyncio.Event) -> None:
