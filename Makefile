@@ -20,7 +20,7 @@ system-deps:
 
 test: install
 	$(BIN)/ruff check .
-	$(BIN)/mypy agent_host bot slack_sandbox
+	$(BIN)/mypy agent_host bot slack_sandbox bench
 	$(BIN)/lint-imports
 	$(BIN)/pytest -q -p no:cacheprovider --durations=15
 
@@ -38,7 +38,7 @@ format: install
 	$(BIN)/ruff check --fix .
 
 mypy: install
-	$(BIN)/mypy agent_host bot slack_sandbox
+	$(BIN)/mypy agent_host bot slack_sandbox bench
 
 imports: install
 	$(BIN)/lint-imports

@@ -3,14 +3,15 @@ and the `Figure` row each module returns."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import os
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 
@@ -172,3 +173,15 @@ class CpuMeter:
             "steal_cores": round(steal / wall, 2) if wall else None,
             "loadavg_1m_end": round(os.getloadavg()[0], 2),
         }
+
+
+T = TypeVar("T")
+
+
+def run_as_serve_runs(main: Coroutine[Any, Any, T]) -> T:
+    """`main` on the event loop `serve` runs on: uvloop when the `fast` extra is installed."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)

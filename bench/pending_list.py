@@ -52,7 +52,7 @@ async def _populate(
     redis: Redis, records: SealedRecords, template: dict[Any, Any], base_ms: int
 ) -> None:
     sealed = {k.decode(): v.decode() for k, v in template.items()}
-    fields, _ = records.open_request(sealed)
+    fields, _, _ = records.open_request(sealed)
     for start in range(0, PENDING, PIPELINE):
         async with redis.pipeline(transaction=False) as pipe:
             for n in range(start, min(start + PIPELINE, PENDING)):

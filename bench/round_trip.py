@@ -27,6 +27,8 @@ from agent_host.durable.connection_pool import WaitingConnectionPool
 from agent_host.durable.connections import _client_options
 from agent_host.durable.redis_server import RedisServer
 
+from .common import run_as_serve_runs
+
 GETS = 20_000
 RUNS = 3
 
@@ -50,7 +52,7 @@ class BareProtocol(asyncio.Protocol):
     def call(self, *args: str) -> asyncio.Future[Any]:
         reply = asyncio.get_running_loop().create_future()
         self.waiting.append(reply)
-        self.transport.write(hiredis.pack_command(args))
+        self.transport.write(hiredis.pack_command(args))  # type: ignore[arg-type]  # (stub: a 1-tuple)
         return reply
 
 
@@ -102,15 +104,10 @@ async def measure(url: str) -> list[dict[str, float]]:
 
 
 def main() -> int:
-    try:
-        import uvloop  # the `fast` extra: what `serve` runs on
-    except ImportError:
-        uvloop = None
     with tempfile.TemporaryDirectory(prefix="countersign-rt-") as tmp:
         server = RedisServer(Path(tmp) / "redis", appendfsync="everysec").start()
         try:
-            run = uvloop.run if uvloop is not None else asyncio.run
-            for figures in run(measure(server.url)):
+            for figures in run_as_serve_runs(measure(server.url)):
                 print(figures)
         finally:
             server.stop()

@@ -49,7 +49,7 @@ async def eventually(
         except ignoring:
             value = None
         if value:
-            return value  # type: ignore[return-value]  # truthy, so not None
+            return value
         if time.monotonic() > deadline:
             extra = f"\n{details()}" if details is not None else ""
             raise AssertionError(f"timed out after {within:g}s waiting for {what}{extra}")
