@@ -19,7 +19,9 @@ Baseline: `bench.bare_server`: aiohttp, HMAC check, one DECIDE Lua call, 200, un
 same load on its own copies of the same kind of requests.
 
 For context (no goal): the 200/s load against `serve --workers 0` with the resume worker in
-a separate `countersign worker` process.
+a separate `countersign worker` process; and at 100/s the components' floor of a cycle
+(`bench.floor_server`): a cycle's Redis round trips and Web API calls through Bolt,
+redis-py and slack_sdk, with none of countersign's own work, beside `serve`'s cycle.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ RATES = (25, 50, 100, 150, 200, 300, 400, 600, 800, 1200)
 ALWAYS_UP_TO = 200  # every rate up to this one is measured, pass or fail
 CPU_RATE = 100  # the rate cpu_ms_per_approval_cycle is read at
 LABEL = "bare aiohttp: HMAC + 1 DECIDE EVALSHA, same load"
+FLOOR_ROUND_TRIPS = 14  # a cycle's Redis round trips in `serve`, counted per call
 
 
 def seconds_at(rate: float) -> float:
@@ -140,10 +143,14 @@ async def run(tmp: Path, profile_to: Path | None = None) -> list[Figure]:
     bare = await ladder(tmp, "bare")
     serve = await ladder(tmp, "serve")
     split = await run_step(tmp / "split", "serve-workers0", 200, seconds_at(200))
-    return figures(bare, serve, split)
+    kind = f"floor:{FLOOR_ROUND_TRIPS}"
+    floor = await run_step(tmp / "floor", kind, CPU_RATE, seconds_at(CPU_RATE))
+    return figures(bare, serve, split, floor)
 
 
-def figures(bare: list[Step], serve: list[Step], split: Step | None) -> list[Figure]:
+def figures(
+    bare: list[Step], serve: list[Step], split: Step | None, floor: Step | None = None
+) -> list[Figure]:
     ladders = {
         "rates": list(RATES),
         "p99_limit_ms": P99_LIMIT_MS,
@@ -252,6 +259,21 @@ def figures(bare: list[Step], serve: list[Step], split: Step | None) -> list[Fig
                     "worker_gc": gc_summary(split.probe, "worker_gc"),
                 },
                 _note(split),
+            )
+        )
+    if floor is not None:
+        out.append(
+            Figure(
+                "cpu_ms_per_cycle_components_floor",
+                floor.cpu_ms_per_cycle,
+                "ms",
+                scpu.cpu_ms_per_cycle,
+                f"countersign's approval cycle at {CPU_RATE}/s, same run (context: the floor"
+                f" is {FLOOR_ROUND_TRIPS} Redis round trips and 2 Web API calls through Bolt,"
+                " redis-py and slack_sdk, with none of countersign's own work)",
+                "",
+                floor.summary(),
+                _note(floor),
             )
         )
     return out

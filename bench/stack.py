@@ -248,6 +248,23 @@ async def bare_server(tmp: Path, redis_url: str) -> AsyncIterator[ServerProcess]
         await server.stop()
 
 
+@contextlib.asynccontextmanager
+async def floor_server(
+    tmp: Path, redis_url: str, slack: SlackStandIn, round_trips: int
+) -> AsyncIterator[ServerProcess]:
+    """The components' floor of a cycle (`bench.floor_server`): `round_trips` Redis round
+    trips and a cycle's two Web API calls, through Bolt, redis-py and slack_sdk."""
+    port = _prepare(tmp)
+    args = [sys.executable, "-m", "bench.floor_server", str(port), redis_url, SECRET]
+    args += [slack.url, str(round_trips)]
+    server = await _spawn(args, {}, port, tmp / "floor.log")
+    try:
+        await server.wait_ready()
+        yield server
+    finally:
+        await server.stop()
+
+
 # -- pending requests ---------------------------------------------------------------------
 def bench_channels(count: int) -> list[str]:
     """Channel ids for `spread_router` (add them to the stand-in with `extra_channels`)."""

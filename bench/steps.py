@@ -51,6 +51,7 @@ from .stack import (
     bare_server,
     bench_channels,
     decided_count,
+    floor_server,
     group_backlog,
     outbox_streams,
     prepare_clicks,
@@ -188,6 +189,21 @@ async def run_step(
                 conditions = machine.report(cpu_s)
             decided = await decided_count(redis, measured)
             return Step(kind, rate, seconds, result, decided, None, cpu_s, window, True, conditions)
+        if kind.startswith("floor:"):
+            round_trips = int(kind.removeprefix("floor:"))
+            async with floor_server(tmp / "floor", redis_server.url, slack, round_trips) as floor:
+                await _load(tmp / "warm", floor.events_url, rate, bodies[:warm])
+                await _replies_done(slack, requests[:warm], CATCH_UP)
+                machine, cpu = CpuMeter(), ProcessCpu(floor.pids).start()
+                started = time.monotonic()
+                result = await _load(tmp / "load", floor.events_url, rate, bodies[warm:])
+                decided = await decided_count(redis, measured)
+                cycles, caught_up = await _replies_done(slack, measured, CATCH_UP, decided)
+                cpu_s, window = cpu.elapsed(), time.monotonic() - started
+                conditions = machine.report(cpu_s)
+            return Step(
+                kind, rate, seconds, result, decided, cycles, cpu_s, window, caught_up, conditions
+            )
         workers = 0 if kind == "serve-workers0" else 1
         async with serve_process(
             tmp / "serve", redis_server.url, slack, workers=workers, profile_to=profile_to
@@ -232,6 +248,35 @@ async def _cycles_done(
         await asyncio.sleep(POLL)
 
 
+async def _replies_done(
+    slack: SlackStandIn,
+    requests: list[ApprovalRequest],
+    within: float,
+    decided: int | None = None,
+) -> tuple[int, bool]:
+    """The floor's cycles: wait until every decided request's thread has its reply."""
+    wanted = decided if decided is not None else len(requests)
+    deadline = time.monotonic() + within
+    while True:
+        replies = _replied(slack, requests)
+        if replies >= wanted or time.monotonic() > deadline:
+            return replies, replies >= wanted
+        await asyncio.sleep(POLL)
+
+
+def _replied(slack: SlackStandIn, requests: list[ApprovalRequest]) -> int:
+    threads = _threads_replied_in(slack)
+    return sum(1 for r in requests if (r.message_channel, r.message_ts) in threads)
+
+
+def _threads_replied_in(slack: SlackStandIn) -> set[tuple[str, str | None]]:
+    return {
+        (m.channel, m.thread_ts)
+        for m in slack.core.workspace.messages
+        if m.thread_ts is not None and m.ts != m.thread_ts
+    }
+
+
 async def completed_cycles(
     redis: Redis, slack: SlackStandIn, requests: list[ApprovalRequest]
 ) -> int:
@@ -240,11 +285,7 @@ async def completed_cycles(
         for request in requests:
             pipe.hget(K.Keys(request.run_id).run, "status")
         statuses = await pipe.execute()
-    replied = {
-        (m.channel, m.thread_ts)
-        for m in slack.core.workspace.messages
-        if m.thread_ts is not None and m.ts != m.thread_ts
-    }
+    replied = _threads_replied_in(slack)
     return sum(
         1
         for request, status in zip(requests, statuses, strict=True)
