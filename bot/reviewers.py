@@ -21,7 +21,7 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 
 from agent_host.approvals import ApprovalRequest, Eligibility, may_decide, self_approval_refusal
-from bot.delivery import error_code, is_rate_limited, retry_after
+from bot.delivery import TOKEN_REFUSED, error_code, how_to_fix, is_rate_limited, retry_after
 from bot.member_channels import DECISION_MAX_AGE
 from bot.mrkdwn import inline_code, mention
 
@@ -30,6 +30,11 @@ __all__ = ["SlackReviewerDirectory", "judge"]
 log = logging.getLogger(__name__)
 
 GONE = frozenset({"no_such_subteam", "subteam_not_found"})  # Slack's "no such user group"
+# Slack's refusals of the app itself, not of this one call: asking again changes nothing
+# until an admin changes the app (its scopes, its token).
+APP_REFUSED = frozenset({"missing_scope", "not_allowed_token_type", "access_denied"}) | (
+    TOKEN_REFUSED
+)
 QUIET_MAX = 60.0  # seconds: the longest a "ratelimited" answer keeps the groups unasked
 
 
@@ -51,6 +56,10 @@ class SlackReviewerDirectory:
         self._groups: dict[str, tuple[float, frozenset[str]]] = {}
         self._asking: dict[str, asyncio.Future[frozenset[str] | None]] = {}  # under way
         self._quiet_until = float("-inf")  # Slack said "ratelimited": not asked again before
+        # Slack's last refusal of the app itself (APP_REFUSED) when asked about a group,
+        # kept until it lists that group again: a click is told what an admin must fix.
+        self._app_refused: dict[str, str] = {}
+        self._said_at = float("-inf")  # when such a refusal was last logged
 
     async def may_decide(self, user_id: str, request: ApprovalRequest) -> Eligibility:
         return await may_decide(self, user_id, request)
@@ -83,7 +92,19 @@ class SlackReviewerDirectory:
                 found.update(zip(others, answers, strict=True))
         except TimeoutError:
             pass  # what Slack did not say in time counts as unknown: refused
-        return _membership(user_id, reviewers, found)
+        return _membership(user_id, reviewers, found, self._why_unknown(wanted))
+
+    def _why_unknown(self, groups: Iterable[str]) -> str:
+        """What a click refused for want of a group's members is told: what an admin must
+        fix when Slack refuses the app itself, otherwise to click again."""
+        code = next((self._app_refused[g] for g in groups if g in self._app_refused), None)
+        if code is None:
+            return UNCHECKED
+        return (
+            f"countersign may not list who is in the reviewer group: Slack said"
+            f" {inline_code(code)} ({how_to_fix(code)}). Ask a countersign admin to fix it;"
+            " until then only the reviewers the route names one by one can decide."
+        )
 
     def _listed(self, group_id: str, max_age: float = math.inf) -> frozenset[str] | None:
         """The group's members as listed at most `max_age` seconds ago (default: as last
@@ -118,7 +139,11 @@ class SlackReviewerDirectory:
         except SlackApiError as exc:
             if is_rate_limited(exc):
                 self._keep_quiet(retry_after(exc))
-            if error_code(exc) not in GONE:
+            if (code := error_code(exc)) in APP_REFUSED:
+                self._app_refused[group_id] = code
+                self._say_app_refused(group_id, code, exc.response.get("needed"))
+                return None  # fail closed, as below
+            if code not in GONE:
                 log.warning("usergroups.users.list %s failed: %s", group_id, exc)
                 return None  # fail closed, as below
             # A group that does not exist has nobody in it: said at once, not "try again".
@@ -129,7 +154,23 @@ class SlackReviewerDirectory:
             # Fail closed: an older list may name someone since removed.
             return None
         self._groups[group_id] = (asked, members)
+        self._app_refused.pop(group_id, None)
         return members
+
+    def _say_app_refused(self, group_id: str, code: str, needed: object) -> None:
+        """An error an operator must act on, logged once a minute (every click asks).
+        `needed`: the scope Slack names with `missing_scope`."""
+        if self.clock() - self._said_at < 60:
+            return
+        self._said_at = self.clock()
+        log.error(
+            "Slack refused to list the members of user group %s (%s%s): %s. Until then no "
+            "member of a user group may decide a request.",
+            group_id,
+            code,
+            f", needs {needed}" if needed else "",
+            how_to_fix(code),
+        )
 
     def quiet(self) -> bool:
         """Whether Slack's last "ratelimited" still holds: asking again now would only
@@ -198,8 +239,14 @@ def judge(
     return _membership(user_id, route.reviewers, groups)
 
 
+UNCHECKED = "countersign could not check the reviewer group right now; click again in a moment"
+
+
 def _membership(
-    user_id: str, reviewers: tuple[str, ...], groups: Mapping[str, frozenset[str] | None]
+    user_id: str,
+    reviewers: tuple[str, ...],
+    groups: Mapping[str, frozenset[str] | None],
+    unknown: str = UNCHECKED,
 ) -> Eligibility:
     if user_id in reviewers:
         return Eligibility(True)
@@ -207,10 +254,7 @@ def _membership(
     if any(members is not None and user_id in members for members in results):
         return Eligibility(True)
     if any(members is None for members in results):
-        return Eligibility(
-            False,
-            "countersign could not check the reviewer group right now; click again in a moment",
-        )
+        return Eligibility(False, unknown)
     listed = ", ".join(mention(r) for r in reviewers)
     return Eligibility(
         False, f"you are not a reviewer for this request; it can be decided by {listed}"

@@ -31,3 +31,7 @@ METHODS: dict[str, Handler] = {
 }
 
 NO_AUTH_METHODS = frozenset({"api.test"})
+
+# The scope a method needs, where the stand-in checks it: without it Slack answers
+# `missing_scope`, naming the scope needed and those the token has.
+NEEDED_SCOPE = {"usergroups.users.list": "usergroups:read"}

@@ -34,7 +34,7 @@ from slack_sandbox.app_client import AppReply
 from slack_sandbox.core import CORE_KEY, SandboxConfig, SandboxCore
 from slack_sandbox.events import ChangeEvent
 from slack_sandbox.faults import Fault
-from slack_sandbox.methods import METHODS, NO_AUTH_METHODS
+from slack_sandbox.methods import METHODS, NEEDED_SCOPE, NO_AUTH_METHODS
 from slack_sandbox.page import add_page_routes
 from slack_sandbox.params import ParamsError, as_str, read_params
 from slack_sandbox.persistence import workspace_to_dict
@@ -89,6 +89,11 @@ async def _web_api(request: web.Request) -> web.Response:
             return _answer(api_error("not_authed"))
         if not hmac.compare_digest(token.encode(), core.config.token.encode()):
             return _answer(api_error("invalid_auth"))
+    scopes = {"X-OAuth-Scopes": ",".join(core.config.scopes)}
+    if (needed := NEEDED_SCOPE.get(method)) is not None and needed not in core.config.scopes:
+        provided = scopes["X-OAuth-Scopes"]
+        refusal = api_error("missing_scope") | {"needed": needed, "provided": provided}
+        return _answer(refusal, headers=scopes)
     now = core.clock()
     if (wait := core.method_limiter.retry_after(method, now)) is not None:
         logger.info("sandbox rate limit: %s refused for %ds", method, wait)
@@ -103,7 +108,7 @@ async def _web_api(request: web.Request) -> web.Response:
     result = handler(core, params)
     if method == "chat.postMessage" and result.get("ok"):
         core.limiter.record(str(result["channel"]), now)
-    return _answer(result, headers={"X-OAuth-Scopes": ",".join(core.config.scopes)})
+    return _answer(result, headers=scopes)
 
 
 async def _response_url(request: web.Request) -> web.Response:

@@ -248,3 +248,32 @@ async def test_requests_escalated_through_one_user_group_ask_slack_about_it_once
     assert await channels.escalations_now(OUTSIDER, requests) == [False] * 20  # no copy
     asked = [method for method, _ in slack.core.calls if method == "usergroups.users.list"]
     assert asked == ["usergroups.users.list"]
+
+
+async def test_a_click_refused_because_slack_refuses_the_app_says_what_an_admin_must_fix(
+    slack: SlackStandIn, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without `usergroups:read` Slack answers `missing_scope` to every lookup: clicking
+    again changes nothing. The member of a reviewer group is refused (fail closed) and told
+    that an admin must fix the app, and the operator's log says it as an error, once a
+    minute however many clicks; once the scope is granted, the next click decides."""
+    scopes = slack.core.config.scopes
+    slack.grant(*(s for s in scopes if s != "usergroups:read"))
+    directory = SlackReviewerDirectory(AsyncWebClient(token=TOKEN, base_url=slack.url))
+    reviewers = (REVIEWERS_GROUP,)
+    with caplog.at_level("ERROR", logger="bot.reviewers"):
+        for _ in range(3):
+            refused = await directory.is_reviewer(REVIEWER, reviewers)
+            assert not refused.allowed
+            assert "`missing_scope`" in refused.reason and "admin" in refused.reason
+            assert "click again" not in refused.reason
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "(missing_scope, needs usergroups:read)" in errors[0].getMessage()
+    assert "reinstall it from manifest.yml" in errors[0].getMessage()
+
+    slack.grant(*scopes)
+    assert (await directory.is_reviewer(REVIEWER, reviewers)).allowed
+    slack.inject("usergroups.users.list", status=500)  # a passing failure now: click again
+    directory.clock = lambda: time.monotonic() + DECISION_MAX_AGE + 1
+    failed = await directory.is_reviewer(REVIEWER, reviewers)
+    assert not failed.allowed and "could not check the reviewer group" in failed.reason

@@ -317,9 +317,19 @@ async def reviewer_group_lookup_fails(tmp: Path) -> None:
                 await refused_closed({"quiet after": fault})
                 assert len(w.standin.calls_to("usergroups.users.list")) == asked
                 await asyncio.sleep(fault["retry_after"])
+        # The app without the scope: every lookup is refused, so the reviewer is told
+        # what an admin must fix, not to click again.
+        scopes = w.standin.core.config.scopes
+        w.standin.grant(*(s for s in scopes if s != "usergroups:read"))
+        await click_ok(w, REVIEWER, request)
+        told += 1
+        (*_, text) = await ephemeral(w, REVIEWER, told)
+        assert "`missing_scope`" in text and "admin" in text, text
+        assert (await w.request(request.request_id)).status == "pending"
+        w.standin.grant(*scopes)
         await click_ok(w, REVIEWER, request)
         await finished(w, serve, request)
-        assert len(w.standin.calls_to("usergroups.users.list")) == len(faults) + 1
+        assert len(w.standin.calls_to("usergroups.users.list")) == len(faults) + 2
 
 
 async def one_hung_channel_does_not_hold_up_another(tmp: Path) -> None:
@@ -383,7 +393,7 @@ SCENARIOS: dict[str, tuple[Any, float, Any]] = {
     "postEphemeral/429": (refused_click_reply_rate_limited, 10, ()),
     "postEphemeral/500+timeout": (refused_click_reply_500_and_timeout, 11, ()),
     "views.open/500+429+timeout": (views_open_fails_then_times_out, 10, ()),
-    "usergroups.users.list/500+429+timeout": (reviewer_group_lookup_fails, 15, ()),
+    "usergroups.users.list/500+429+timeout+missing_scope": (reviewer_group_lookup_fails, 17, ()),
     # regression: StreamConsumer.poll once ignored `concurrent`, so one hung post held its shard
     "outbox/one-hung-channel": (one_hung_channel_does_not_hold_up_another, 16, ()),
 }
