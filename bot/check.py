@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import aiohttp
 from slack_sdk.errors import SlackApiError
 
-from agent_host.approvals.routes import RouteRule, load_routes_file, same_rules
+from agent_host.approvals.routes import RouteRule, load_routes_file, no_agent_called, same_rules
 from agent_host.durable.crypto import KeyRing
 from agent_host.durable.eviction import KEEPS_EVERY_KEY, Eviction, eviction_problem
 from agent_host.durable.host import KEY_FILE, load_keyring, load_registry
@@ -81,7 +81,8 @@ async def run_checks() -> list[Finding]:
     findings.append(finding)
     file_rules, finding = _routes_file(settings)
     findings.append(finding)
-    findings.append(_agents(settings))
+    agents, finding = _agents(settings)
+    findings.append(finding)
     reach, finding = await _redis(settings)
     findings.append(finding)
     if reach is not None:
@@ -90,6 +91,7 @@ async def run_checks() -> list[Finding]:
     if reach is not None and reach.waiting_under is not None:
         findings.append(_keys_in_use(reach.waiting_under, ring))
     redis_rules = reach.routes if reach is not None else []
+    findings += _agentless([*file_rules, *redis_rules], agents)
     if file_rules and redis_rules and not same_rules(file_rules, redis_rules):
         findings = [_noted(f, not_in_force(len(file_rules), len(redis_rules))) for f in findings]
     session, client = web_client(settings)
@@ -237,12 +239,36 @@ def _routes_file(settings: ServiceSettings) -> tuple[list[RouteRule], Finding]:
     return rules, Finding("routes file", f"{path}: {len(rules)} route(s)")
 
 
-def _agents(settings: ServiceSettings) -> Finding:
+def _agents(settings: ServiceSettings) -> tuple[list[str], Finding]:
     registry, failed = _guarded("agents", lambda: load_registry(settings))
     if registry is None:
-        return failed or _fail("agents", "no registry")
-    names = ", ".join(registry.names()) or "none"
-    return Finding("agents", f"{settings.agents}: {names}")
+        return [], failed or _fail("agents", "no registry")
+    names = list(registry.names())
+    return names, Finding("agents", f"{settings.agents}: {', '.join(names) or 'none'}")
+
+
+def _agentless(rules: list[RouteRule], agents: list[str]) -> list[Finding]:
+    """Not failures (an agent asking over the HTTP API sends a name of its own), but said:
+    a route naming no agent countersign runs may be a typo that leaves the agent's calls
+    to another route."""
+    named: dict[str, list[str]] = {}  # (the routes file's rules are in Redis too, seeded)
+    for rule in rules:
+        if rule.agent not in named and no_agent_called(rule.agent, agents):
+            named[rule.agent] = []
+        if rule.agent in named and rule.id not in named[rule.agent]:
+            named[rule.agent].append(rule.id)
+    return [
+        Finding(
+            f"routes for agent {glob}",
+            f"note: {no_agent_called(glob, agents)} ({_route_ids(ids)}); such a route applies "
+            "only to agents that ask over the HTTP API under that name",
+        )
+        for glob, ids in named.items()
+    ]
+
+
+def _route_ids(ids: list[str]) -> str:
+    return ", ".join(i for i in ids if i) or "in the routes file"
 
 
 async def _redis(settings: ServiceSettings) -> tuple[RedisReach | None, Finding]:

@@ -25,7 +25,13 @@ from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_host.approvals.routes import RouteRule, RouteSpecError, format_rules, parse_spec
+from agent_host.approvals.routes import (
+    RouteRule,
+    RouteSpecError,
+    format_rules,
+    no_agent_called,
+    parse_spec,
+)
 from agent_host.durable.route_book import RouteBook
 from agent_host.durable.store import RunStore, parse_cursor
 from agent_host.errors import CheckpointError
@@ -43,6 +49,7 @@ __all__ = ["CommandReply", "SlashCommands", "help_text", "within_reply"]
 PAGE = 10
 REPLY_TEXT_MAX = 39_000  # characters of a text reply (Slack refuses one over 40,000)
 LINKS_BUDGET = 0.6  # seconds for the page's chat.getPermalink calls (the reply is due in 3 s)
+AGENTS_NAMED = 10  # the agents a note of `route add` names at most
 LOOKUPS_WITHIN = 1.5  # seconds for Slack's answers to `route add`, of the command's 2 s
 SLACK_TOO_SLOW = (
     ":hourglass: Route not added: Slack did not answer in time when asked about the channels "
@@ -175,6 +182,25 @@ def _people_unchecked(rule: RouteRule) -> str:
     )
 
 
+def _agent_unknown(rule: RouteRule, agents: Collection[str]) -> str:
+    """A note when `rule` names agents none of this countersign's agents is called, or "":
+    a mistyped name would leave the agent's calls to another route (or the default
+    channel's people). Agents that run elsewhere and ask over the HTTP API send names of
+    their own, so the route is added all the same."""
+    if not (unknown := no_agent_called(rule.agent, agents)):
+        return ""
+    named = sorted(agents)
+    known = ", ".join(inline_code(a) for a in named[:AGENTS_NAMED])
+    if len(named) > AGENTS_NAMED:
+        known += f" and {len(named) - AGENTS_NAMED} more"
+    said = escape(unknown[:1].upper() + unknown[1:])
+    return (
+        f"\n:information_source: {said}; it runs {known}. The route applies to agents that"
+        " ask over the HTTP API under that name. If it is a typo, remove it (`/approvals"
+        f" route remove {rule.id}`) and add it again."
+    )
+
+
 def _quorum_problem(rule: RouteRule, groups: dict[str, Any]) -> str:
     """Why the route's reviewers, its groups' members counted, are too few for its quorum
     (its requests could only expire), or ""."""
@@ -200,8 +226,10 @@ class SlashCommands:
         reviewers: SlackReviewerDirectory,
         channel_check: ChannelCheck | None = None,
         permalinks: Permalinks | None = None,
+        agents: Collection[str] = (),
     ) -> None:
         self.store, self.routes, self.admins = store, routes, frozenset(admins)
+        self.agents = frozenset(agents)  # the names of the agents this countersign runs
         self.visibility = Visibility(reviewers, self.admins)
         self.directory = reviewers
         self.channel_check = channel_check
@@ -389,7 +417,8 @@ class SlashCommands:
         added = f":white_check_mark: Added route `{saved.id}`.\n" + format_rules(
             [saved], self.routes.default_channel
         )
-        return added + _shadowed(saved, earlier) + _exposed(saved, facts) + _people_unchecked(saved)
+        notes = _exposed(saved, facts) + _people_unchecked(saved)
+        return added + _shadowed(saved, earlier) + notes + _agent_unknown(saved, self.agents)
 
     async def remove_route(self, user_id: str, rule_id: str) -> str:
         rule_id = rule_id.strip()

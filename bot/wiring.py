@@ -126,6 +126,7 @@ async def build(settings: ServiceSettings) -> tuple[Host, SlackBot]:
             directory,
             functools.partial(channel_facts, client),
             permalinks,
+            agents=frozenset(registry.names()),
         ),
         tasks=tasks,
         home=home,

@@ -9,7 +9,7 @@ import difflib
 import fnmatch
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -417,6 +417,16 @@ def _with_example(message: str) -> RouteSpecError:
 def same_rules(first: Iterable[RouteRule], second: Iterable[RouteRule]) -> bool:
     """Whether two lists of rules route alike, in the same order (their ids aside)."""
     return [replace(r, id="") for r in first] == [replace(r, id="") for r in second]
+
+
+def no_agent_called(glob: str, agents: Collection[str]) -> str:
+    """'No agent countersign runs is called …' when the agent glob of a route matches none
+    of `agents` (this countersign's), with the closest name; "" when it matches one, or
+    when there are none to match. Such a route applies only to agents that ask over the
+    HTTP API under that name; a mistyped one leaves the agent's calls to another route."""
+    if not agents or any(fnmatch.fnmatchcase(a, glob) for a in agents):
+        return ""
+    return f"no agent countersign runs is called '{glob}'{did_you_mean(glob, agents)}"
 
 
 def did_you_mean(word: str, known: Iterable[str]) -> str:

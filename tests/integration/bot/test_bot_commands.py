@@ -353,6 +353,27 @@ async def test_routes_and_route_add_remove_by_admin(redis_url: str, tmp_path: Pa
         # Ids are never reused after a removal.
         again = await approvals(stack, ADMIN, f"route add channel={CHANNEL}")
         assert "Added route `r2`" in again and "People are not looked up" not in again
+        assert "No agent countersign runs" not in added + again  # `refund-*`, and any
+
+
+async def test_a_route_for_an_agent_countersign_does_not_run_is_added_with_a_note(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A mistyped agent name would send that agent's calls to another route's reviewers:
+    the admin is told which agents countersign runs, and the closest one. The route is
+    added all the same: an agent that asks over the HTTP API sends a name of its own."""
+    async with running_stack(redis_url, tmp_path) as stack:
+        typo = await approvals(stack, ADMIN, f"route add agent=refund-agnet channel={CHANNEL}")
+        assert "Added route `r1`" in typo
+        assert "No agent countersign runs is called 'refund-agnet'" in typo
+        assert "(did you mean 'refund-agent'?)" in typo and "`cleanup-agent`" in typo
+        assert "/approvals route remove r1" in typo
+        [rule] = await stack.bot.routes.rules()
+        assert rule.agent == "refund-agnet"
+        cased = await approvals(stack, ADMIN, f"route add agent=Refund-Agent channel={CHANNEL}")
+        assert "is called 'Refund-Agent'" in cased  # names match case and all, as said
+        glob = await approvals(stack, ADMIN, f"route add agent=*-agent channel={CHANNEL}")
+        assert "Added route `r3`" in glob and "No agent countersign runs" not in glob
 
 
 async def test_a_route_an_earlier_one_leaves_no_calls_is_added_with_a_warning(

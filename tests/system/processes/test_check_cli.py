@@ -12,7 +12,7 @@ import pytest
 from redis.asyncio import Redis
 
 from agent_host.approvals.external import ExternalRequestSpec
-from agent_host.approvals.routes import parse_spec
+from agent_host.approvals.routes import load_routes_file, parse_spec
 from agent_host.durable.crypto import KeyRing, generate_key
 from agent_host.durable.external_store import ExternalRequests
 from agent_host.durable.keys import ROUTES
@@ -28,6 +28,7 @@ TOKEN = "xoxb-check-token"
 APPROVALS, OPS = "C0APPROVALS", "C0OPS"  # the bot is in both (the sandbox's seed)
 SECRET_ROOM, ARCHIVED = "C0SECRETROOM", "C0ARCHIVED"
 PRIVATE_OPS = "G0PRIVATEOPS"  # private, the bot in it
+EXAMPLE_AGENTS = ("refund-agent", "cleanup-agent", "support-agent")  # agent_host.examples
 
 
 @pytest.fixture
@@ -49,8 +50,8 @@ async def standin() -> AsyncIterator[SlackStandIn]:
 def routes_file(tmp_path: Path, *channels: str) -> Path:
     path = tmp_path / "routes.yml"
     lines = ["routes:"]
-    for n, channel in enumerate(channels):
-        lines += [f'  - agent: "agent-{n}"', f"    channel: {channel}"]
+    for agent, channel in zip(EXAMPLE_AGENTS, channels, strict=False):
+        lines += [f'  - agent: "{agent}"', f"    channel: {channel}"]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -86,7 +87,7 @@ async def test_a_good_configuration_passes(
     assert done.code == 0, done
     assert failures(done) == [], done.out
     assert f"ok    channel {APPROVALS} (COUNTERSIGN_DEFAULT_CHANNEL)" in done.out
-    assert f"ok    channel {OPS} (route agent-0/*)" in done.out
+    assert f"ok    channel {OPS} (route refund-agent/*)" in done.out
     assert "ok    redis: Redis at redis://" in done.out
     assert "ok    slack token: bot @countersign (U0BOT)" in done.out
     assert "ok    agents: agent_host.examples:default_registry: cleanup-agent" in done.out
@@ -106,10 +107,10 @@ async def test_channels_the_bot_cannot_post_in_fail_with_the_fix(
 
     assert done.code == 1, done
     assert failures(done) == [
-        f"FAIL  channel {SECRET_ROOM} (route agent-1/*): I am not a member of #{SECRET_ROOM}; "
-        f"invite the bot with `/invite @countersign` in #{SECRET_ROOM}, then run "
+        f"FAIL  channel {SECRET_ROOM} (route cleanup-agent/*): I am not a member of "
+        f"#{SECRET_ROOM}; invite the bot with `/invite @countersign` in #{SECRET_ROOM}, then run "
         "`countersign check` again.",
-        f"FAIL  channel {ARCHIVED} (route agent-2/*): #{ARCHIVED} is archived: unarchive it, "
+        f"FAIL  channel {ARCHIVED} (route support-agent/*): #{ARCHIVED} is archived: unarchive it, "
         "or choose another channel.",
     ], done.out
     assert "countersign check: 2 of 14 checks failed" in done.out
@@ -245,6 +246,31 @@ async def test_a_routes_file_redis_already_holds_other_routes_for_is_said_not_in
         "routes, so that admins' changes survive a restart). To put the file's rules in force, "
         f"change the routes with /approvals route, or delete the key {ROUTES} and restart"
     ), line
+
+
+async def test_routes_for_an_agent_countersign_does_not_run_are_said_once_not_failed(
+    standin: SlackStandIn, redis_url: str, tmp_path: Path
+) -> None:
+    """A mistyped agent name would leave the agent's calls to another route; an agent
+    asking over the HTTP API sends a name of its own, so such a route is said, on an `ok`
+    line, once for the file's copy and Redis's, naming the closest agent."""
+    env = good_env(standin, redis_url, tmp_path)
+    typo = tmp_path / "typo.yml"
+    typo.write_text(f'routes:\n  - agent: "refund-agnet"\n    channel: {OPS}\n')
+    env["COUNTERSIGN_ROUTES_FILE"] = str(typo)
+    async with Redis.from_url(redis_url) as redis:
+        await RouteBook(redis, APPROVALS).seed(load_routes_file(typo))
+        await RouteBook(redis, APPROVALS).add(parse_spec(f"agent=refund-* channel={OPS}"), "U0A")
+
+    done = await check(env, tmp_path)
+
+    assert done.code == 0, done
+    notes = [x for x in done.out.splitlines() if x.startswith("ok    routes for agent")]
+    assert notes == [
+        "ok    routes for agent refund-agnet: note: no agent countersign runs is called "
+        "'refund-agnet' (did you mean 'refund-agent'?) (r1); such a route applies only to "
+        "agents that ask over the HTTP API under that name"
+    ], done.out
 
 
 async def test_the_eviction_line_fails_on_a_redis_that_drops_keys_when_full(
