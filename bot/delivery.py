@@ -22,16 +22,20 @@ from agent_host.errors import ConfigurationError, DeliveryFailed, RetryLater
 from bot.mrkdwn import channel_link, inline_code, mention
 
 __all__ = [
+    "APP_REFUSED",
+    "APP_REFUSED_SAID_EVERY",
     "PERMANENT",
     "RETRYABLE",
     "ChannelFacts",
     "admin_alert",
+    "app_refused",
     "channel_facts",
     "error_code",
     "exposes",
     "exposure",
     "is_rate_limited",
     "is_retryable",
+    "lookup_refused",
     "permanent_failure",
     "rerouted_note",
     "retry_after",
@@ -153,6 +157,29 @@ TOKEN_REFUSED = frozenset(
     {"invalid_auth", "not_authed", "token_revoked", "token_expired", "account_inactive"}
 )
 TOKEN_CHECK_SECONDS = 5.0
+# Slack's refusals of the app itself, not of one call: asking again changes nothing until
+# an admin changes the app (its scopes, its token).
+APP_REFUSED_SAID_EVERY = 60.0  # seconds: such a refusal, logged once a minute
+APP_REFUSED = frozenset({"missing_scope", "not_allowed_token_type", "access_denied"}) | (
+    TOKEN_REFUSED
+)
+
+
+def app_refused(exc: BaseException) -> str | None:
+    """The code of Slack's refusal of the app itself (APP_REFUSED) that `exc` is, or None."""
+    if not isinstance(exc, SlackApiError):
+        return None
+    code = error_code(exc)
+    return code if code in APP_REFUSED else None
+
+
+def lookup_refused(what: str, code: str) -> str:
+    """What a reviewer refused for want of a lookup Slack refuses the app is told: who
+    must fix what, not to click again."""
+    return (
+        f"countersign may not {what}: Slack said {inline_code(code)} ({how_to_fix(code)})."
+        " Ask a countersign admin to fix it"
+    )
 
 
 class TokenRefused(RetryLater):

@@ -29,6 +29,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from agent_host.approvals import ApprovalRequest, EscalatedCopy
+from agent_host.durable.every import Every
+from bot.delivery import APP_REFUSED_SAID_EVERY, app_refused, how_to_fix, lookup_refused
 from bot.mrkdwn import channel_link
 
 __all__ = [
@@ -88,6 +90,10 @@ class MemberChannels:
         self._members: dict[str, tuple[float, frozenset[str]]] = {}  # channel -> (when, who)
         # Lookups under way, by (what, channel): when each began, and its answer to come.
         self._asking: dict[tuple[str, str], tuple[float, asyncio.Future[Any]]] = {}
+        # Slack's last refusal of the app itself (`missing_scope`…) to look up a channel,
+        # until a lookup succeeds: a reviewer refused meanwhile is told what must be fixed.
+        self._app_refused: str | None = None
+        self._app_refused_said = Every(APP_REFUSED_SAID_EVERY, lambda: self.clock())
 
     async def of(
         self, user_id: str, within: float, *, max_age: float | None = None
@@ -140,6 +146,8 @@ class MemberChannels:
             return UNCHECKED
         if True in answers:
             return ""  # in one of its channels, or one anyone in the workspace can click in
+        if None in answers and self._app_refused is not None:
+            return lookup_refused("look up who is in this request's channel", self._app_refused)
         if None in answers:
             return UNCHECKED
         if escalated is None:  # their one claim is the group, which Slack could not list
@@ -261,8 +269,9 @@ class MemberChannels:
         try:
             reply = await self.client.conversations_info(channel=channel)
         except Exception as exc:  # fail closed
-            log.warning("conversations.info for %s failed: %s", channel, exc)
+            self._failed("conversations.info", channel, exc)
             return None
+        self._app_refused = None
         found = reply.get("channel") or {}
         return found.get("is_private") is False and not (found.get("is_im") or found.get("is_mpim"))
 
@@ -277,11 +286,31 @@ class MemberChannels:
                 lambda reply: (m for m in reply.get("members") or [] if isinstance(m, str)),
             )
         except Exception as exc:  # fail closed
-            log.warning("conversations.members for %s failed: %s", channel, exc)
+            self._failed("conversations.members", channel, exc)
             return None
+        self._app_refused = None
         if found is None:
             log.warning("%s has more than %d members; none is checked", channel, PAGE * MAX_PAGES)
         return found
+
+    def _failed(self, method: str, channel: str, exc: Exception) -> None:
+        """A lookup's failure logged: as an error an operator must act on, once a minute,
+        when Slack refuses the app itself; as a warning otherwise."""
+        if (code := app_refused(exc)) is None:
+            log.warning("%s for %s failed: %s", method, channel, exc)
+            return
+        self._app_refused = code
+        if self._app_refused_said.due():
+            needed = getattr(exc, "response", {}).get("needed")
+            log.error(
+                "Slack refused %s for %s (%s%s): %s. Until then, whoever decides a request "
+                "as one of its channel's people is refused.",
+                method,
+                channel,
+                code,
+                f", needs {needed}" if needed else "",
+                how_to_fix(code),
+            )
 
     def _kept(self, answers: dict[str, tuple[float, T]], key: str, max_age: float) -> T | None:
         """What Slack answered for `key` at most `max_age` seconds ago, or None."""

@@ -21,7 +21,16 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 
 from agent_host.approvals import ApprovalRequest, Eligibility, may_decide, self_approval_refusal
-from bot.delivery import TOKEN_REFUSED, error_code, how_to_fix, is_rate_limited, retry_after
+from agent_host.durable.every import Every
+from bot.delivery import (
+    APP_REFUSED_SAID_EVERY,
+    app_refused,
+    error_code,
+    how_to_fix,
+    is_rate_limited,
+    lookup_refused,
+    retry_after,
+)
 from bot.member_channels import DECISION_MAX_AGE
 from bot.mrkdwn import inline_code, mention
 
@@ -30,11 +39,6 @@ __all__ = ["SlackReviewerDirectory", "judge"]
 log = logging.getLogger(__name__)
 
 GONE = frozenset({"no_such_subteam", "subteam_not_found"})  # Slack's "no such user group"
-# Slack's refusals of the app itself, not of this one call: asking again changes nothing
-# until an admin changes the app (its scopes, its token).
-APP_REFUSED = frozenset({"missing_scope", "not_allowed_token_type", "access_denied"}) | (
-    TOKEN_REFUSED
-)
 QUIET_MAX = 60.0  # seconds: the longest a "ratelimited" answer keeps the groups unasked
 
 
@@ -59,7 +63,7 @@ class SlackReviewerDirectory:
         # Slack's last refusal of the app itself (APP_REFUSED) when asked about a group,
         # kept until it lists that group again: a click is told what an admin must fix.
         self._app_refused: dict[str, str] = {}
-        self._said_at = float("-inf")  # when such a refusal was last logged
+        self._app_refused_said = Every(APP_REFUSED_SAID_EVERY, lambda: self.clock())
 
     async def may_decide(self, user_id: str, request: ApprovalRequest) -> Eligibility:
         return await may_decide(self, user_id, request)
@@ -101,9 +105,8 @@ class SlackReviewerDirectory:
         if code is None:
             return UNCHECKED
         return (
-            f"countersign may not list who is in the reviewer group: Slack said"
-            f" {inline_code(code)} ({how_to_fix(code)}). Ask a countersign admin to fix it;"
-            " until then only the reviewers the route names one by one can decide."
+            lookup_refused("list who is in the reviewer group", code)
+            + "; until then only the reviewers the route names one by one can decide."
         )
 
     def _listed(self, group_id: str, max_age: float = math.inf) -> frozenset[str] | None:
@@ -139,11 +142,11 @@ class SlackReviewerDirectory:
         except SlackApiError as exc:
             if is_rate_limited(exc):
                 self._keep_quiet(retry_after(exc))
-            if (code := error_code(exc)) in APP_REFUSED:
+            if (code := app_refused(exc)) is not None:
                 self._app_refused[group_id] = code
                 self._say_app_refused(group_id, code, exc.response.get("needed"))
                 return None  # fail closed, as below
-            if code not in GONE:
+            if error_code(exc) not in GONE:
                 log.warning("usergroups.users.list %s failed: %s", group_id, exc)
                 return None  # fail closed, as below
             # A group that does not exist has nobody in it: said at once, not "try again".
@@ -160,9 +163,8 @@ class SlackReviewerDirectory:
     def _say_app_refused(self, group_id: str, code: str, needed: object) -> None:
         """An error an operator must act on, logged once a minute (every click asks).
         `needed`: the scope Slack names with `missing_scope`."""
-        if self.clock() - self._said_at < 60:
+        if not self._app_refused_said.due():
             return
-        self._said_at = self.clock()
         log.error(
             "Slack refused to list the members of user group %s (%s%s): %s. Until then no "
             "member of a user group may decide a request.",

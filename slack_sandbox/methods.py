@@ -10,6 +10,7 @@ from typing import Any
 
 from slack_sandbox import methods_chat, methods_info, methods_views
 from slack_sandbox.core import SandboxCore
+from slack_sandbox.params import as_str
 
 Handler = Callable[[SandboxCore, dict[str, Any]], dict[str, Any]]
 
@@ -32,6 +33,23 @@ METHODS: dict[str, Handler] = {
 
 NO_AUTH_METHODS = frozenset({"api.test"})
 
-# The scope a method needs, where the stand-in checks it: without it Slack answers
-# `missing_scope`, naming the scope needed and those the token has.
-NEEDED_SCOPE = {"usergroups.users.list": "usergroups:read"}
+
+def needed_scope(core: SandboxCore, method: str, params: dict[str, Any]) -> str | None:
+    """The scope `method` needs that the bot token lacks, where the stand-in checks it
+    (reviewer groups and channel lookups); None when it has them. Slack then answers
+    `missing_scope`, naming the scope needed and those the token has."""
+    granted = core.config.scopes
+    if method == "usergroups.users.list":
+        wanted = ["usergroups:read"]
+    elif method in ("conversations.info", "conversations.members"):
+        channel = core.workspace.resolve_channel(as_str(params.get("channel")))
+        wanted = ["groups:read" if channel is not None and channel.is_private else "channels:read"]
+    elif method == "users.conversations":
+        types = as_str(params.get("types")) or "public_channel"
+        wanted = [scope for kind, scope in _READ_SCOPES if kind in types.split(",")]
+    else:
+        return None
+    return next((scope for scope in wanted if scope not in granted), None)
+
+
+_READ_SCOPES = (("public_channel", "channels:read"), ("private_channel", "groups:read"))

@@ -34,7 +34,7 @@ from slack_sandbox.app_client import AppReply
 from slack_sandbox.core import CORE_KEY, SandboxConfig, SandboxCore
 from slack_sandbox.events import ChangeEvent
 from slack_sandbox.faults import Fault
-from slack_sandbox.methods import METHODS, NEEDED_SCOPE, NO_AUTH_METHODS
+from slack_sandbox.methods import METHODS, NO_AUTH_METHODS, needed_scope
 from slack_sandbox.page import add_page_routes
 from slack_sandbox.params import ParamsError, as_str, read_params
 from slack_sandbox.persistence import workspace_to_dict
@@ -90,7 +90,7 @@ async def _web_api(request: web.Request) -> web.Response:
         if not hmac.compare_digest(token.encode(), core.config.token.encode()):
             return _answer(api_error("invalid_auth"))
     scopes = {"X-OAuth-Scopes": ",".join(core.config.scopes)}
-    if (needed := NEEDED_SCOPE.get(method)) is not None and needed not in core.config.scopes:
+    if (needed := needed_scope(core, method, params)) is not None:
         provided = scopes["X-OAuth-Scopes"]
         refusal = api_error("missing_scope") | {"needed": needed, "provided": provided}
         return _answer(refusal, headers=scopes)

@@ -277,3 +277,28 @@ async def test_a_click_refused_because_slack_refuses_the_app_says_what_an_admin_
     directory.clock = lambda: time.monotonic() + DECISION_MAX_AGE + 1
     failed = await directory.is_reviewer(REVIEWER, reviewers)
     assert not failed.allowed and "could not check the reviewer group" in failed.reason
+
+
+async def test_a_channel_lookup_slack_refuses_the_app_says_what_an_admin_must_fix(
+    slack: SlackStandIn, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A route without named reviewers is decided by its channel's people, looked up with
+    `conversations.info` and `conversations.members`; without `groups:read` Slack answers
+    `missing_scope` for a private channel, every time. Its member is refused (fail closed)
+    and told an admin must fix the app, not to try again; the log says it as an error once
+    a minute; once the scope is granted, the next decision is let through."""
+    scopes = slack.core.config.scopes
+    slack.grant(*(s for s in scopes if s != "groups:read"))
+    channels = MemberChannels(AsyncWebClient(token=TOKEN, base_url=slack.url))
+    request = make_request(message_channel=PRIVATE)
+    with caplog.at_level("ERROR", logger="bot.member_channels"):
+        for _ in range(2):
+            refused = await channels.outside(REVIEWER, request)
+            assert "`missing_scope`" in refused and "admin" in refused, refused
+            assert "try again" not in refused
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "(missing_scope, needs groups:read)" in errors[0], errors
+
+    slack.grant(*scopes)
+    assert await channels.outside(REVIEWER, request) == ""
+    assert "you are not there" in await channels.outside(OUTSIDER, request)
