@@ -102,24 +102,74 @@ async def waiting_runs_keys(redis: Any) -> Counter[str]:
     """The key ids of the waiting runs' checkpoints, counted: from each shard's pending
     index, the first bytes of each run's checkpoint (never SCAN, never a whole blob). A
     request from an agent that runs elsewhere (origin "external") has no checkpoint here;
-    a checkpoint that is missing or not an envelope counts under ""."""
+    a checkpoint that is missing or not an envelope counts under "".
+
+    Runs decided and not resumed yet count too: those of each shard's resume entries not
+    done (read and pending, or not read yet), such as a run a worker without its key left
+    waiting. Their runs may have moved on since (a stale entry): a checkpoint missing
+    there is not counted."""
     kids: dict[str, str] = {}  # checkpoint key -> its key id
     for shard in K.shards():
-        request_ids = [as_text(r) for r in await redis.zrange(shard.pending, 0, -1)]
-        for start in range(0, len(request_ids), 1000):
-            batch = [(r, _checkpoint_of(r)) for r in request_ids[start : start + 1000]]
-            batch = [(r, checkpoint) for r, checkpoint in batch if checkpoint]
-            async with redis.pipeline(transaction=False) as pipe:
-                for request_id, checkpoint in batch:
-                    pipe.hget(K.Keys(request_id).request(request_id), "origin")
-                    pipe.getrange(checkpoint, 0, HEADER_BYTES - 1)
-                replies = await pipe.execute()
-            for (_, checkpoint), origin, head in zip(
-                batch, replies[::2], replies[1::2], strict=True
-            ):
-                if as_text(origin or "") != EXTERNAL:
-                    kids[checkpoint] = kid_in_header(head) or ""
+        await _count_resuming(redis, shard, kids)
+        await _count_pending(redis, shard, kids)
     return Counter(kids.values())
+
+
+async def _count_pending(redis: Any, shard: K.Shard, kids: dict[str, str]) -> None:
+    request_ids = [as_text(r) for r in await redis.zrange(shard.pending, 0, -1)]
+    for start in range(0, len(request_ids), 1000):
+        batch = [(r, _checkpoint_of(r)) for r in request_ids[start : start + 1000]]
+        batch = [(r, checkpoint) for r, checkpoint in batch if checkpoint]
+        async with redis.pipeline(transaction=False) as pipe:
+            for request_id, checkpoint in batch:
+                pipe.hget(K.Keys(request_id).request(request_id), "origin")
+                pipe.getrange(checkpoint, 0, HEADER_BYTES - 1)
+            replies = await pipe.execute()
+        for (_, checkpoint), origin, head in zip(batch, replies[::2], replies[1::2], strict=True):
+            if as_text(origin or "") != EXTERNAL:
+                kids[checkpoint] = kid_in_header(head) or ""
+
+
+async def _count_resuming(redis: Any, shard: K.Shard, kids: dict[str, str]) -> None:
+    runs = await _resuming(redis, shard)
+    for start in range(0, len(runs), 1000):
+        checkpoints = [c for r in runs[start : start + 1000] if (c := _checkpoint_of(r))]
+        async with redis.pipeline(transaction=False) as pipe:
+            for checkpoint in checkpoints:
+                pipe.getrange(checkpoint, 0, HEADER_BYTES - 1)
+            heads = await pipe.execute()
+        for checkpoint, head in zip(checkpoints, heads, strict=True):
+            if head:  # (none: the run moved on since its entry, or has not paused yet)
+                kids[checkpoint] = kid_in_header(head) or ""
+
+
+async def _resuming(redis: Any, shard: K.Shard) -> list[str]:
+    """The run ids of `shard`'s resume entries not done: read and still pending (a worker
+    took it and has not acknowledged it), or not read yet by any worker."""
+    try:
+        groups = await redis.xinfo_groups(shard.resume)
+    except ResponseError:  # no such stream yet: nothing was decided in this shard
+        return []
+    group = next((g for g in groups if as_text(g["name"]) == K.RESUME_GROUP), None)
+    if group is None:
+        return []
+    ids = [p["message_id"] for p in await _pending_entries(redis, shard.resume)]
+    async with redis.pipeline(transaction=False) as pipe:
+        for entry_id in ids:
+            pipe.xrange(shard.resume, entry_id, entry_id)
+        read = [entry for found in await pipe.execute() for entry in found]
+    unread = await redis.xrange(shard.resume, f"({as_text(group['last-delivered-id'])}", "+")
+    runs = (as_text(fields.get(b"run_id") or b"") for _, fields in [*read, *unread])
+    return list(dict.fromkeys(r for r in runs if r))
+
+
+async def _pending_entries(redis: Any, stream: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    start = "-"
+    while page := await redis.xpending_range(stream, K.RESUME_GROUP, start, "+", 1000):
+        found += page
+        start = f"({as_text(page[-1]['message_id'])}"
+    return found
 
 
 def keys_gone(waiting_under: Counter[str], kids: Collection[str]) -> str | None:
@@ -132,14 +182,14 @@ def keys_gone(waiting_under: Counter[str], kids: Collection[str]) -> str | None:
     which = ", ".join(f"{n} under {kid!r}" for kid, n in gone.items())
     return (
         f"{which} of {waiting} waiting run(s): {ENV_VAR} no longer holds that key, so once "
-        "decided they wait unresumed for a worker that has it. Put it back after the active "
-        "key, run `countersign keys rotate`, then remove it"
+        "decided they wait unresumed for a worker that has it (those decided already wait "
+        "now). Put it back after the active key, run `countersign keys rotate`, then remove it"
     )
 
 
-def _checkpoint_of(request_id: str) -> str:
-    """The checkpoint key of a request's run ("" for a member that is not a request id)."""
+def _checkpoint_of(run_or_request_id: str) -> str:
+    """The checkpoint key of a run, or of a request's run ("" for an id not of ours)."""
     try:
-        return K.Keys(request_id).checkpoint
+        return K.Keys(run_or_request_id).checkpoint
     except ValueError:
         return ""

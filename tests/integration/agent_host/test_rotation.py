@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import logging
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from redis.asyncio import Redis
 
 from agent_host.durable import keys as K
 from agent_host.durable.crypto import KeyRing, generate_key, kid_of
+from agent_host.durable.reach import keys_gone, waiting_runs_keys
 from agent_host.durable.rotation import rotate_checkpoints
 from agent_host.examples import ExampleEffects, refund_agent
 from agent_host.runtime.agents import Agent, AgentRegistry
@@ -357,5 +359,43 @@ async def test_a_start_with_a_ring_lacking_waiting_runs_keys_says_so(
     assert said.levelname == "WARNING"
     assert said.getMessage().startswith(
         "2 under 'kA' of 2 waiting run(s): COUNTERSIGN_ENCRYPTION_KEYS no longer holds that "
-        "key, so once decided they wait unresumed for a worker that has it."
+        "key, so once decided they wait unresumed for a worker that has it (those decided "
+        "already wait now)."
     )
+
+
+async def test_decided_runs_waiting_for_a_key_are_counted_among_the_waiting(
+    redis: Redis,
+) -> None:
+    """A decided run leaves the pending index; one a worker without its key left waiting
+    (its entry read, not acknowledged), or one no worker read yet, still waits for a key.
+    `countersign check` and the start count it under its key; a run resumed since, whose
+    entry is done, is not counted, nor a stale entry whose run ended."""
+    env = make_env(redis, keyring=KeyRing.parse(KEY_A))
+    left, unread = K.new_run_id(), K.new_run_id()
+    while K.Keys(unread).shard != K.Keys(left).shard:  # a worker reads one entry a shard
+        unread = K.new_run_id()
+    for run_id in (left, unread):
+        await env.store.create_run("refund-agent", "refund order 123", "alice", run_id)
+    await env.drain()
+    done = await env.start("refund-agent", "refund order 124")
+    await approve_all(env, done)
+    await env.drain(env.worker("with-a", idle_ms=1))  # resumed and finished
+    assert await waiting_runs_keys(redis) == Counter({"kA": 2})  # pending: counted so
+    for run_id in (left, unread):
+        await approve_all(env, run_id)
+    assert await waiting_runs_keys(redis) == Counter({"kA": 2})  # decided, not read yet
+
+    lacking = make_env(redis, keyring=KeyRing.parse(KEY_B)).worker("without-a")
+    await lacking.consumer.ensure_groups()
+    await lacking.consumer.poll(block_ms=1)  # takes the shard's first entry, leaves it
+    group = K.RESUME_GROUP
+    stream = K.Keys(left).shard.resume
+    assert (await redis.xpending(stream, group))["pending"] == 1  # `left`'s; `unread` unread
+    waiting = await waiting_runs_keys(redis)
+    assert waiting == Counter({"kA": 2}), waiting
+    assert keys_gone(waiting, ["kB"]) is not None
+
+    await env.drain(env.worker("with-a-again", idle_ms=1))
+    assert {(await env.info(r)).status for r in (left, unread, done)} == {"succeeded"}
+    assert await waiting_runs_keys(redis) == Counter()

@@ -188,7 +188,8 @@ async def test_waiting_runs_under_a_key_no_longer_in_the_ring_fail_the_check(
     assert failures(retired) == [
         "FAIL  keys in use: 2 under 'kOld' of 3 waiting run(s): COUNTERSIGN_ENCRYPTION_KEYS no "
         "longer holds that key, so once decided they wait unresumed for a worker that has "
-        "it. Put it back after the active key, run `countersign keys rotate`, then remove it"
+        "it (those decided already wait now). Put it back after the active key, run "
+        "`countersign keys rotate`, then remove it"
     ], retired.out
     assert both.code == 0, both
     assert "ok    keys in use: 3 waiting run(s), each under a key the ring holds" in both.out
