@@ -92,7 +92,8 @@ async def run_checks() -> list[Finding]:
         findings.append(_keys_in_use(reach.waiting_under, ring))
     redis_rules = reach.routes if reach is not None else []
     findings += _agentless([*file_rules, *redis_rules], agents)
-    if file_rules and redis_rules and not same_rules(file_rules, redis_rules):
+    kept = reach is not None and reach.routes_kept  # (an empty list too: the file waits)
+    if file_rules and kept and not same_rules(file_rules, redis_rules):
         findings = [_noted(f, not_in_force(len(file_rules), len(redis_rules))) for f in findings]
     session, client = web_client(settings)
     try:

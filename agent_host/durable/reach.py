@@ -47,6 +47,9 @@ class RedisReach:
     # Redis's maxmemory policy and limit; None: not read (CONFIG refused, or the embedded
     # server, which keeps Redis's default, noeviction)
     eviction: Eviction | None = None
+    # whether Redis holds a list of routes, an empty one included (admins removed every
+    # route): then a routes file is not seeded, whatever it says
+    routes_kept: bool = False
 
 
 async def reach_redis(settings: Settings) -> RedisReach:
@@ -72,6 +75,7 @@ async def reach_redis(settings: Settings) -> RedisReach:
             await redis.ping()
         async with asyncio.timeout(PING_SECONDS):
             routes = await RouteBook(redis, settings.default_channel).rules()
+            routes_kept = bool(await redis.exists(K.ROUTES))
         waiting_under = await waiting_runs_keys(redis)
         async with asyncio.timeout(PING_SECONDS):
             aof = await _aof(redis)
@@ -84,7 +88,7 @@ async def reach_redis(settings: Settings) -> RedisReach:
     finally:
         await redis.aclose()
     return RedisReach(
-        f"Redis at {redacted(url)} answered PING", routes, waiting_under, aof, eviction
+        f"Redis at {redacted(url)} answered PING", routes, waiting_under, aof, eviction, routes_kept
     )
 
 

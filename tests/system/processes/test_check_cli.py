@@ -248,6 +248,12 @@ async def test_a_routes_file_redis_already_holds_other_routes_for_is_said_not_in
         f"change the routes with /approvals route, or delete the key {ROUTES} and restart"
     ), line
 
+    async with Redis.from_url(redis_url) as redis:  # admins removed every route since
+        await RouteBook(redis, APPROVALS).remove("r1", "U0ADMIN")
+    emptied = await check(env, tmp_path)
+    [line] = [x for x in emptied.out.splitlines() if x.startswith("ok    routes file:")]
+    assert "not in force: Redis holds 0 route(s) of its own" in line, line  # as serve says
+
 
 async def test_routes_for_an_agent_countersign_does_not_run_are_said_once_not_failed(
     standin: SlackStandIn, redis_url: str, tmp_path: Path
