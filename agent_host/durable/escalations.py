@@ -88,9 +88,11 @@ class LadderDelivery:
             if await self.ladder.record_copy(request.request_id, copy, self.store.clock()):
                 added += 1
                 await self.store.count_delivered(request.request_id)
-        await self._refused(request, refused, "escalate", ESCALATED)
-        if added:
+        # Copies posted by an earlier delivery of this entry too: it may have stopped (a
+        # crash, the admins' alert below waiting for a refused token) before its refresh.
+        if added or posted:
             await self._refresh(request.request_id)
+        await self._refused(request, refused, "escalate", ESCALATED)
 
     async def _refused(
         self,

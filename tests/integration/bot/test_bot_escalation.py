@@ -418,6 +418,39 @@ async def test_racing_sweepers_a_restart_and_redelivered_entries_repeat_no_step(
         assert current is not None and len(current.escalations) == 1
 
 
+async def test_an_escalation_delivered_again_after_its_copies_brings_the_original_up_to_date(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """An escalation's entry that stopped after recording its copies and before updating
+    the original (a crash, or the admins' alert waiting for a refused token) is delivered
+    again: it posts no copy again, and the original then says where it was escalated."""
+    async with running_stack(redis_url, tmp_path) as stack:
+        await _route(stack, f"escalate_after=1s escalate_to={OPS}")
+        run_id = await stack.start_run("refund-agent", "refund order 123")
+        [request] = await stack.pending_requests(run_id)
+        before = stack.message(CHANNEL, request.message_ts)
+        await _escalated(stack, request.request_id)
+        await _settled(stack)
+        assert f"Escalated to <#{OPS}>" in _texts(stack.message(CHANNEL, request.message_ts))
+
+        [original] = [
+            m
+            for m in stack.standin.workspace.messages
+            if (m.channel, m.ts) == (CHANNEL, request.message_ts)
+        ]
+        original.text, original.blocks = before["text"], before["blocks"]  # the update missed
+        outbox = Outbox(stack.host.store, stack.host.notifier, "redelivery")
+        [(entry_id, fields)] = [
+            (as_text(entry_id), {as_text(k): as_text(v) for k, v in fields.items()})
+            for entry_id, fields in await xrange_all(stack.host.redis, "outbox")
+            if as_text(fields.get(b"type", b"")) == ESCALATED
+        ]
+        await outbox.handle(entry_id, fields)
+
+        assert f"Escalated to <#{OPS}>" in _texts(stack.message(CHANNEL, request.message_ts))
+        assert len(stack.channel_messages(OPS)) == 1  # no copy posted again
+
+
 async def test_bad_ladder_values_are_refused_and_change_nothing(
     redis_url: str, tmp_path: Path
 ) -> None:
