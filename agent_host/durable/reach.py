@@ -15,6 +15,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from agent_host.approvals.external import EXTERNAL
 from agent_host.approvals.routes import RouteRule
+from agent_host.approvals.runs import RunStatus
 from agent_host.durable import keys as K
 from agent_host.durable.connections import (
     as_text,
@@ -135,45 +136,73 @@ async def _count_pending(redis: Any, shard: K.Shard, kids: dict[str, str]) -> No
 
 
 async def _count_resuming(redis: Any, shard: K.Shard, kids: dict[str, str]) -> None:
-    runs = await _resuming(redis, shard)
-    for start in range(0, len(runs), 1000):
-        checkpoints = [c for r in runs[start : start + 1000] if (c := _checkpoint_of(r))]
+    """The checkpoints of the runs `shard`'s resume entries not done still wait to resume:
+    an entry whose run ended or moved to another pause since (a worker that finished it
+    died before acknowledging it) is stale, and a run not paused yet has no checkpoint."""
+    entries = await _resuming(redis, shard)
+    for start in range(0, len(entries), PAGE):
+        batch = [
+            (pause_id, checkpoint, K.Keys(run_id).run)
+            for run_id, pause_id in entries[start : start + PAGE]
+            if (checkpoint := _checkpoint_of(run_id))
+        ]
         async with redis.pipeline(transaction=False) as pipe:
-            for checkpoint in checkpoints:
+            for _, checkpoint, run in batch:
+                pipe.hmget(run, "status", "pause_id")
                 pipe.getrange(checkpoint, 0, HEADER_BYTES - 1)
-            heads = await pipe.execute()
-        for checkpoint, head in zip(checkpoints, heads, strict=True):
-            if head:  # (none: the run moved on since its entry, or has not paused yet)
+            replies = await pipe.execute()
+        for (pause_id, checkpoint, _), (status, paused_at), head in zip(
+            batch, replies[::2], replies[1::2], strict=True
+        ):
+            waits = (
+                as_text(status or "") == RunStatus.RESUMING and as_text(paused_at or "") == pause_id
+            )
+            if waits and head:
                 kids[checkpoint] = kid_in_header(head) or ""
 
 
-async def _resuming(redis: Any, shard: K.Shard) -> list[str]:
-    """The run ids of `shard`'s resume entries not done: read and still pending (a worker
-    took it and has not acknowledged it), or not read yet by any worker."""
+PAGE = 1000  # entries, or runs, read in one round trip
+
+
+async def _resuming(redis: Any, shard: K.Shard) -> list[tuple[str, str]]:
+    """(run id, pause id) of `shard`'s resume entries not done: read and still pending (a
+    worker took it and has not acknowledged it), or not read yet by any worker (every
+    entry, while the workers' group is not made yet: it is made to read from the start)."""
     try:
         groups = await redis.xinfo_groups(shard.resume)
     except ResponseError:  # no such stream yet: nothing was decided in this shard
         return []
     group = next((g for g in groups if as_text(g["name"]) == K.RESUME_GROUP), None)
-    if group is None:
-        return []
-    ids = [p["message_id"] for p in await _pending_entries(redis, shard.resume)]
-    async with redis.pipeline(transaction=False) as pipe:
-        for entry_id in ids:
-            pipe.xrange(shard.resume, entry_id, entry_id)
-        read = [entry for found in await pipe.execute() for entry in found]
-    unread = await redis.xrange(shard.resume, f"({as_text(group['last-delivered-id'])}", "+")
-    runs = (as_text(fields.get(b"run_id") or b"") for _, fields in [*read, *unread])
-    return list(dict.fromkeys(r for r in runs if r))
+    after = as_text(group["last-delivered-id"]) if group is not None else "0-0"
+    entries = []
+    if group is not None:
+        for pending in _pages(await _pending_ids(redis, shard.resume), PAGE):
+            async with redis.pipeline(transaction=False) as pipe:
+                for entry_id in pending:
+                    pipe.xrange(shard.resume, entry_id, entry_id)
+                entries += [entry for found in await pipe.execute() for entry in found]
+    while page := await redis.xrange(shard.resume, f"({after}", "+", count=PAGE):
+        entries += page
+        after = as_text(page[-1][0])
+    found = {}
+    for _, fields in entries:
+        run_id = as_text(fields.get(b"run_id") or b"")
+        if run_id:
+            found[run_id] = as_text(fields.get(b"pause_id") or b"")  # the latest entry's
+    return list(found.items())
 
 
-async def _pending_entries(redis: Any, stream: str) -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = []
+async def _pending_ids(redis: Any, stream: str) -> list[str]:
+    found: list[str] = []
     start = "-"
-    while page := await redis.xpending_range(stream, K.RESUME_GROUP, start, "+", 1000):
-        found += page
-        start = f"({as_text(page[-1]['message_id'])}"
+    while page := await redis.xpending_range(stream, K.RESUME_GROUP, start, "+", PAGE):
+        found += [as_text(p["message_id"]) for p in page]
+        start = f"({found[-1]}"
     return found
+
+
+def _pages(items: list[str], size: int) -> list[list[str]]:
+    return [items[n : n + size] for n in range(0, len(items), size)]
 
 
 def keys_gone(waiting_under: Counter[str], kids: Collection[str]) -> str | None:

@@ -396,6 +396,16 @@ async def test_decided_runs_waiting_for_a_key_are_counted_among_the_waiting(
     assert waiting == Counter({"kA": 2}), waiting
     assert keys_gone(waiting, ["kB"]) is not None
 
+    # An entry of a run that ended since (a worker finished it and died before its
+    # acknowledgement) is stale: not counted, though the run's checkpoint is still there.
+    done_stream = K.Keys(done).shard.resume
+    await redis.xadd(done_stream, {"type": "resume", "run_id": done, "pause_id": "p_old"})
+    assert await waiting_runs_keys(redis) == Counter({"kA": 2})
+    # Without the workers' group (not made yet, or lost), every entry is still to be read.
+    await redis.xgroup_destroy(stream, group)
+    assert await waiting_runs_keys(redis) == Counter({"kA": 2})
+    await lacking.consumer.ensure_groups()
+
     await env.drain(env.worker("with-a-again", idle_ms=1))
     assert {(await env.info(r)).status for r in (left, unread, done)} == {"succeeded"}
     assert await waiting_runs_keys(redis) == Counter()
