@@ -119,6 +119,14 @@ _FIX = {
     "account_inactive": "the app was uninstalled or its workspace deleted: reinstall the app",
     "token_expired": "the bot token expired (token rotation): update SLACK_BOT_TOKEN",
     "missing_scope": "the app lacks a scope: reinstall it from manifest.yml",
+    "not_allowed_token_type": (
+        "SLACK_BOT_TOKEN is not a bot token: set it to the app's xoxb- token (OAuth & "
+        "Permissions)"
+    ),
+    "access_denied": (
+        "the workspace's admins do not let the app do this: ask them to approve the app, "
+        "then reinstall it from manifest.yml"
+    ),
     "escalated_to_requester": (
         "it escalates to the run's requester, who may not decide their own request: "
         "escalate the route to someone else"

@@ -90,9 +90,9 @@ class MemberChannels:
         self._members: dict[str, tuple[float, frozenset[str]]] = {}  # channel -> (when, who)
         # Lookups under way, by (what, channel): when each began, and its answer to come.
         self._asking: dict[tuple[str, str], tuple[float, asyncio.Future[Any]]] = {}
-        # Slack's last refusal of the app itself (`missing_scope`…) to look up a channel,
-        # until a lookup succeeds: a reviewer refused meanwhile is told what must be fixed.
-        self._app_refused: str | None = None
+        # channel -> Slack's refusal of the app itself (`missing_scope`…) at the channel's
+        # last lookup: whoever it refuses is told what an admin must fix.
+        self._app_refused: dict[str, str] = {}
         self._app_refused_said = Every(APP_REFUSED_SAID_EVERY, lambda: self.clock())
 
     async def of(
@@ -146,9 +146,11 @@ class MemberChannels:
             return UNCHECKED
         if True in answers:
             return ""  # in one of its channels, or one anyone in the workspace can click in
-        if None in answers and self._app_refused is not None:
-            return lookup_refused("look up who is in this request's channel", self._app_refused)
         if None in answers:
+            refused = [self._app_refused[c] for c in where if c in self._app_refused]
+            if refused:
+                what = "look up who is in this request's channel"
+                return f"{lookup_refused(what, refused[0])}."
             return UNCHECKED
         if escalated is None:  # their one claim is the group, which Slack could not list
             return GROUP_UNCHECKED
@@ -266,18 +268,19 @@ class MemberChannels:
     async def _ask_public(self, channel: str) -> bool | None:
         """Whether `channel` is public (`conversations.info`): only when Slack says it is
         not private; None when Slack could not say."""
+        self._app_refused.pop(channel, None)  # said of this lookup, not of an earlier one
         try:
             reply = await self.client.conversations_info(channel=channel)
         except Exception as exc:  # fail closed
             self._failed("conversations.info", channel, exc)
             return None
-        self._app_refused = None
         found = reply.get("channel") or {}
         return found.get("is_private") is False and not (found.get("is_im") or found.get("is_mpim"))
 
     async def _list_members(self, channel: str) -> frozenset[str] | None:
         """Everyone in `channel` (`conversations.members`), or None when Slack could not say
         or it has more members than the pages read."""
+        self._app_refused.pop(channel, None)
         try:
             found = await self._all_pages(
                 lambda cursor: self.client.conversations_members(
@@ -288,7 +291,6 @@ class MemberChannels:
         except Exception as exc:  # fail closed
             self._failed("conversations.members", channel, exc)
             return None
-        self._app_refused = None
         if found is None:
             log.warning("%s has more than %d members; none is checked", channel, PAGE * MAX_PAGES)
         return found
@@ -299,8 +301,8 @@ class MemberChannels:
         if (code := app_refused(exc)) is None:
             log.warning("%s for %s failed: %s", method, channel, exc)
             return
-        self._app_refused = code
-        if self._app_refused_said.due():
+        self._app_refused[channel] = code
+        if self._app_refused_said.due(channel):
             needed = getattr(exc, "response", {}).get("needed")
             log.error(
                 "Slack refused %s for %s (%s%s): %s. Until then, whoever decides a request "

@@ -88,7 +88,7 @@ class SlackReviewerDirectory:
                     found[likely] = await self.group_members(likely, max_age=DECISION_MAX_AGE)
                     members = found[likely]
                     if members is None or user_id in members:  # (unknown: refused)
-                        return _membership(user_id, reviewers, found)
+                        return _membership(user_id, reviewers, found, self._why_unknown(reviewers))
                 others = [g for g in wanted if g != likely]
                 answers = await asyncio.gather(
                     *(self.group_members(g, max_age=DECISION_MAX_AGE) for g in others)
@@ -96,18 +96,20 @@ class SlackReviewerDirectory:
                 found.update(zip(others, answers, strict=True))
         except TimeoutError:
             pass  # what Slack did not say in time counts as unknown: refused
-        return _membership(user_id, reviewers, found, self._why_unknown(wanted))
+        return _membership(user_id, reviewers, found, self._why_unknown(reviewers))
 
-    def _why_unknown(self, groups: Iterable[str]) -> str:
+    def _why_unknown(self, reviewers: tuple[str, ...]) -> str:
         """What a click refused for want of a group's members is told: what an admin must
-        fix when Slack refuses the app itself, otherwise to click again."""
+        fix when Slack refused the app itself at the group's last lookup, otherwise to
+        click again."""
+        groups = _groups_of(reviewers)
         code = next((self._app_refused[g] for g in groups if g in self._app_refused), None)
         if code is None:
             return UNCHECKED
-        return (
-            lookup_refused("list who is in the reviewer group", code)
-            + "; until then only the reviewers the route names one by one can decide."
-        )
+        named = len(groups) < len(reviewers)  # people named one by one, besides groups
+        until = "only the people the route names one by one" if named else "nobody"
+        refused = lookup_refused("list who is in the reviewer group", code)
+        return f"{refused}; until then {until} can decide it."
 
     def _listed(self, group_id: str, max_age: float = math.inf) -> frozenset[str] | None:
         """The group's members as listed at most `max_age` seconds ago (default: as last
@@ -133,6 +135,7 @@ class SlackReviewerDirectory:
 
     async def _list(self, group_id: str) -> frozenset[str] | None:
         asked = self.clock()  # (its answer is as old as the question)
+        self._app_refused.pop(group_id, None)  # said of this lookup, not of an earlier one
         if self.quiet():
             return None
         try:
@@ -157,13 +160,12 @@ class SlackReviewerDirectory:
             # Fail closed: an older list may name someone since removed.
             return None
         self._groups[group_id] = (asked, members)
-        self._app_refused.pop(group_id, None)
         return members
 
     def _say_app_refused(self, group_id: str, code: str, needed: object) -> None:
         """An error an operator must act on, logged once a minute (every click asks).
         `needed`: the scope Slack names with `missing_scope`."""
-        if not self._app_refused_said.due():
+        if not self._app_refused_said.due(group_id):
             return
         log.error(
             "Slack refused to list the members of user group %s (%s%s): %s. Until then no "

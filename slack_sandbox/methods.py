@@ -42,14 +42,28 @@ def needed_scope(core: SandboxCore, method: str, params: dict[str, Any]) -> str 
     if method == "usergroups.users.list":
         wanted = ["usergroups:read"]
     elif method in ("conversations.info", "conversations.members"):
-        channel = core.workspace.resolve_channel(as_str(params.get("channel")))
-        wanted = ["groups:read" if channel is not None and channel.is_private else "channels:read"]
+        ws = core.workspace
+        channel = ws.seen_by_bot(ws.channel(as_str(params.get("channel"))))
+        if channel is None:
+            return None  # the method answers `channel_not_found`
+        wanted = [_read_scope(channel.is_im, channel.is_private)]
     elif method == "users.conversations":
-        types = as_str(params.get("types")) or "public_channel"
-        wanted = [scope for kind, scope in _READ_SCOPES if kind in types.split(",")]
+        types = {t.strip() for t in (as_str(params.get("types")) or "public_channel").split(",")}
+        wanted = [scope for kind, scope in _READ_SCOPES if kind in types]
     else:
         return None
     return next((scope for scope in wanted if scope not in granted), None)
 
 
-_READ_SCOPES = (("public_channel", "channels:read"), ("private_channel", "groups:read"))
+_READ_SCOPES = (
+    ("public_channel", "channels:read"),
+    ("private_channel", "groups:read"),
+    ("im", "im:read"),
+    ("mpim", "mpim:read"),
+)
+
+
+def _read_scope(is_im: bool, is_private: bool) -> str:
+    if is_im:
+        return "im:read"
+    return "groups:read" if is_private else "channels:read"

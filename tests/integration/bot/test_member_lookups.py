@@ -21,7 +21,7 @@ from bot.reviewers import QUIET_MAX, SlackReviewerDirectory
 from slack_sandbox import SlackStandIn, open_workspace
 from slack_sandbox.seed import BOT_USER_ID, REVIEWERS_GROUP
 from slack_sandbox.workspace import Channel, User, UserGroup
-from tests.support.stack import OUTSIDER, REVIEWER, TOKEN, running_stack
+from tests.support.stack import CHANNEL, OUTSIDER, REVIEWER, REVIEWER2, TOKEN, running_stack
 from tests.unit.bot.test_blocks import make_request
 
 from .test_bot_commands import approvals
@@ -278,6 +278,19 @@ async def test_a_click_refused_because_slack_refuses_the_app_says_what_an_admin_
     failed = await directory.is_reviewer(REVIEWER, reviewers)
     assert not failed.allowed and "could not check the reviewer group" in failed.reason
 
+    # A reviewer the group was listed with before is asked about first (alone): when the
+    # scope goes later, they too are told what an admin must fix.
+    assert (await directory.is_reviewer(REVIEWER, reviewers)).allowed
+    slack.grant(*(s for s in scopes if s != "usergroups:read"))
+    directory.clock = lambda: time.monotonic() + 2 * (DECISION_MAX_AGE + 1)
+    again = await directory.is_reviewer(REVIEWER, reviewers)
+    assert not again.allowed and "`missing_scope`" in again.reason, again.reason
+    assert again.reason.endswith("until then nobody can decide it.")  # groups alone
+    named = await directory.is_reviewer(REVIEWER2, ("U0SOMEONE", REVIEWERS_GROUP))
+    assert named.reason.endswith(
+        "until then only the people the route names one by one can decide it."
+    )
+
 
 async def test_a_channel_lookup_slack_refuses_the_app_says_what_an_admin_must_fix(
     slack: SlackStandIn, caplog: pytest.LogCaptureFixture
@@ -302,3 +315,28 @@ async def test_a_channel_lookup_slack_refuses_the_app_says_what_an_admin_must_fi
     slack.grant(*scopes)
     assert await channels.outside(REVIEWER, request) == ""
     assert "you are not there" in await channels.outside(OUTSIDER, request)
+
+
+async def test_a_channel_s_refusal_is_said_for_that_channel_alone_and_that_lookup_alone(
+    slack: SlackStandIn,
+) -> None:
+    """Without `groups:read` a private channel's lookups are refused, a public one's are
+    not: a lookup of the public channel leaves the private one's refusal said, a passing
+    failure of the public one is not told as the other's refusal, and once the scope is
+    back, a lookup that merely fails says to try again."""
+    scopes = slack.core.config.scopes
+    slack.grant(*(s for s in scopes if s != "groups:read"))
+    channels = MemberChannels(AsyncWebClient(token=TOKEN, base_url=slack.url))
+    private, public = make_request(message_channel=PRIVATE), make_request(message_channel=CHANNEL)
+    assert "`missing_scope`" in await channels.outside(REVIEWER, private)
+    slack.inject("conversations.info", status=500)
+    assert await channels.outside("U0NOBODY", public) == UNCHECKED  # its own failure
+    assert await channels.outside(REVIEWER, public) == ""  # public: anyone
+    channels.clock = lambda: time.monotonic() + DECISION_MAX_AGE + 1
+    assert "`missing_scope`" in await channels.outside(REVIEWER, private)
+
+    slack.grant(*scopes)
+    channels.clock = lambda: time.monotonic() + 2 * (DECISION_MAX_AGE + 1)
+    slack.inject("conversations.info", status=500)
+    slack.inject("conversations.members", status=500)
+    assert await channels.outside(REVIEWER, private) == UNCHECKED
