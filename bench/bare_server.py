@@ -15,6 +15,7 @@ import hmac
 import json
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from urllib.parse import parse_qs
 
 from aiohttp import web
@@ -50,6 +51,14 @@ def create_bare_app(redis: Redis, secret: str, destination: str) -> web.Applicat
         )
         return web.Response(status=200)
 
+    return events_app(slack_events)
+
+
+def events_app(
+    slack_events: Callable[[web.Request], Awaitable[web.Response]],
+) -> web.Application:
+    """POST /slack/events answered by `slack_events`, and GET /healthz (the bench waits
+    for it), as a bench server is served."""
     app = web.Application()
     app.router.add_post("/slack/events", slack_events)
     app.router.add_get("/healthz", _ok)

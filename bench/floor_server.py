@@ -43,6 +43,7 @@ from agent_host.durable.store import decide_keys
 from bot.blocks.ids import APPROVE
 from bot.server import start_site, stop_on_signals
 
+from .bare_server import events_app
 from .common import run_as_serve_runs
 
 MAX_SKEW = 300  # seconds, as Bolt allows
@@ -101,14 +102,7 @@ def create_floor_app(
             return web.Response(status=401)
         return await to_aiohttp_response(await bolt.async_dispatch(await to_bolt_request(request)))
 
-    app = web.Application()
-    app.router.add_post("/slack/events", slack_events)
-    app.router.add_get("/healthz", _ok)
-    return app
-
-
-async def _ok(request: web.Request) -> web.Response:
-    return web.Response(text="ok")
+    return events_app(slack_events)
 
 
 async def serve(port: int, redis_url: str, secret: str, slack_url: str, round_trips: int) -> None:
