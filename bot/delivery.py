@@ -27,6 +27,7 @@ __all__ = [
     "PERMANENT",
     "RETRYABLE",
     "ChannelFacts",
+    "Refused",
     "admin_alert",
     "app_refused",
     "channel_facts",
@@ -120,8 +121,7 @@ _FIX = {
     "token_expired": "the bot token expired (token rotation): update SLACK_BOT_TOKEN",
     "missing_scope": "the app lacks a scope: reinstall it from manifest.yml",
     "not_allowed_token_type": (
-        "SLACK_BOT_TOKEN is not a bot token: set it to the app's xoxb- token (OAuth & "
-        "Permissions)"
+        "SLACK_BOT_TOKEN is not a bot token: set it to the app's xoxb- token (OAuth & Permissions)"
     ),
     "access_denied": (
         "the workspace's admins do not let the app do this: ask them to approve the app, "
@@ -171,6 +171,15 @@ APP_REFUSED_SAID_EVERY = 60.0  # seconds: such a refusal, logged once a minute
 APP_REFUSED = frozenset({"missing_scope", "not_allowed_token_type", "access_denied"}) | (
     TOKEN_REFUSED
 )
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A lookup's answer when Slack refused the app itself (APP_REFUSED): what it said.
+    Counts as "Slack could not say" for who may decide (fail closed); what the refused
+    person is told comes from it."""
+
+    code: str
 
 
 def app_refused(exc: BaseException) -> str | None:

@@ -30,7 +30,13 @@ from typing import Any, Protocol, TypeVar
 
 from agent_host.approvals import ApprovalRequest, EscalatedCopy
 from agent_host.durable.every import Every
-from bot.delivery import APP_REFUSED_SAID_EVERY, app_refused, how_to_fix, lookup_refused
+from bot.delivery import (
+    APP_REFUSED_SAID_EVERY,
+    Refused,
+    app_refused,
+    how_to_fix,
+    lookup_refused,
+)
 from bot.mrkdwn import channel_link
 
 __all__ = [
@@ -54,7 +60,7 @@ class GroupMembers(Protocol):
 
     def __call__(
         self, group_id: str, max_age: float | None = None
-    ) -> Awaitable[frozenset[str] | None]: ...
+    ) -> Awaitable[frozenset[str] | Refused | None]: ...
 
 
 UNCHECKED = "countersign could not check your channels right now; try again in a moment"
@@ -90,9 +96,6 @@ class MemberChannels:
         self._members: dict[str, tuple[float, frozenset[str]]] = {}  # channel -> (when, who)
         # Lookups under way, by (what, channel): when each began, and its answer to come.
         self._asking: dict[tuple[str, str], tuple[float, asyncio.Future[Any]]] = {}
-        # channel -> Slack's refusal of the app itself (`missing_scope`…) at the channel's
-        # last lookup: whoever it refuses is told what an admin must fix.
-        self._app_refused: dict[str, str] = {}
         self._app_refused_said = Every(APP_REFUSED_SAID_EVERY, lambda: self.clock())
 
     async def of(
@@ -131,7 +134,12 @@ class MemberChannels:
         Slack a few calls a minute, not one a click."""
         if request.route.reviewers:
             return ""
-        escalated = await self.escalated_to_now(user_id, request) if escalation else False
+        escalated: bool | None = False
+        group_refused: str | None = None
+        if escalation:
+            ([escalated], group_refused) = await self._escalations(
+                user_id, [request], DECISION_MAX_AGE
+            )
         if escalated:
             return ""
         # Without the escalation, the original's channel alone (not its copies' channels).
@@ -146,12 +154,15 @@ class MemberChannels:
             return UNCHECKED
         if True in answers:
             return ""  # in one of its channels, or one anyone in the workspace can click in
+        if refused := next((a for a in answers if isinstance(a, Refused)), None):
+            return (
+                f"{lookup_refused('look up who is in the channels of this request', refused.code)}."
+            )
         if None in answers:
-            refused = [self._app_refused[c] for c in where if c in self._app_refused]
-            if refused:
-                what = "look up who is in this request's channel"
-                return f"{lookup_refused(what, refused[0])}."
             return UNCHECKED
+        if escalated is None and group_refused is not None:
+            what = "list who is in the user group this request was escalated to"
+            return f"{lookup_refused(what, group_refused)}."
         if escalated is None:  # their one claim is the group, which Slack could not list
             return GROUP_UNCHECKED
         return f"this request is for the people in {channel_link(where[0])}, and you are not there"
@@ -173,6 +184,12 @@ class MemberChannels:
         """`escalated_to_now` for each of `requests`, each user group asked about once
         (`usergroups.users.list` is one of Slack's slower tiers: about 20 calls a minute),
         as listed at most `max_age` seconds before (default: as for a listing)."""
+        return (await self._escalations(user_id, requests, max_age))[0]
+
+    async def _escalations(
+        self, user_id: str, requests: Sequence[ApprovalRequest], max_age: float | None
+    ) -> tuple[list[bool | None], str | None]:
+        """`escalations_now`, and what Slack said if it refused the app a group's lookup."""
         groups = sorted(
             {
                 r.route.escalate_to
@@ -182,44 +199,48 @@ class MemberChannels:
         )
         ask = self.group_members
         found = await asyncio.gather(*(ask(g, max_age) for g in groups)) if ask is not None else []
-        members = dict(zip(groups, found, strict=False))
-        return [escalation_counts(user_id, request, members) for request in requests]
+        listed = zip(groups, found, strict=True)
+        members = {g: m if isinstance(m, frozenset) else None for g, m in listed}
+        refused = next((m.code for m in found if isinstance(m, Refused)), None)
+        return [escalation_counts(user_id, request, members) for request in requests], refused
 
-    async def _may_click(self, user_id: str, channel: str) -> bool | None:
+    async def _may_click(self, user_id: str, channel: str) -> bool | Refused | None:
         """Whether `user_id` can click in `channel` now: it is public, or they are among its
-        members; None when Slack could not say. Answers asked at most DECISION_MAX_AGE
-        seconds ago may let them; only answers asked since this check began refuse them
-        (they may have just joined). A direct message counts as neither: whoever it was
-        escalated to needs no lookup."""
+        members; None when Slack could not say, Refused when it refused the app. Answers
+        asked at most DECISION_MAX_AGE seconds ago may let them; only answers asked since
+        this check began refuse them (they may have just joined). A direct message counts
+        as neither: whoever it was escalated to needs no lookup."""
         if channel.startswith("D"):
             return False
         began = self.clock()
         may = await self._clicks_in(user_id, channel, began - DECISION_MAX_AGE)
         return await self._clicks_in(user_id, channel, began) if may is False else may
 
-    async def _clicks_in(self, user_id: str, channel: str, since: float) -> bool | None:
+    async def _clicks_in(self, user_id: str, channel: str, since: float) -> bool | Refused | None:
         public = await self._answer(self._public, channel, self._ask_public, since)
-        if public:
+        if public is True:
             return True
         members = await self._answer(self._members, channel, self._list_members, since)
-        if members is not None and user_id in members:
+        if isinstance(members, frozenset) and user_id in members:
             return True
+        if refused := next((a for a in (public, members) if isinstance(a, Refused)), None):
+            return refused
         return None if public is None or members is None else False
 
     async def _answer(
         self,
         answers: dict[str, tuple[float, T]],
         channel: str,
-        ask: Callable[[str], Awaitable[T | None]],
+        ask: Callable[[str], Awaitable[T | Refused | None]],
         since: float,
         *,
         joined: bool = False,
-    ) -> T | None:
+    ) -> T | Refused | None:
         """What Slack said of `channel` (through `ask`) when asked at `since` or later: kept
         in `answers` with the time it was asked, or asked now. One lookup at a time: whoever
         needs it meanwhile waits for the same answer, and asks again when that lookup ran out
         of its time (just as they came); a lookup Slack refused is not asked again. None when
-        Slack could not say."""
+        Slack could not say; Refused when it refused the app (not kept)."""
         kept = answers.get(channel)
         if kept is not None and kept[0] >= since:
             return kept[1]
@@ -232,7 +253,7 @@ class MemberChannels:
             asking = self._asking[key] = (began, task)
             task.add_done_callback(lambda _: self._forget(key, task))
         try:
-            found: T | None = await asyncio.shield(asking[1])  # a waiter's timeout only
+            found: T | Refused | None = await asyncio.shield(asking[1])  # a waiter's timeout
         except _RanOutOfTime:
             if joining and not joined:  # as this decision came: one of its own
                 return await self._answer(answers, channel, ask, since, joined=True)
@@ -243,9 +264,9 @@ class MemberChannels:
         self,
         answers: dict[str, tuple[float, Any]],
         channel: str,
-        ask: Callable[[str], Awaitable[T | None]],
+        ask: Callable[[str], Awaitable[T | Refused | None]],
         began: float,
-    ) -> T | None:
+    ) -> T | Refused | None:
         """`ask`, given LOOKUP_SECONDS (a stalled lookup holds up nobody after it: past them
         it raises _RanOutOfTime), its answer kept with the time it was asked."""
         try:
@@ -255,7 +276,8 @@ class MemberChannels:
             log.warning("%s for %s took over %gs", ask.__name__, channel, LOOKUP_SECONDS)
             raise _RanOutOfTime from None
         kept = answers.get(channel)
-        if found is not None and (kept is None or kept[0] <= began):
+        known = found is not None and not isinstance(found, Refused)
+        if known and (kept is None or kept[0] <= began):
             answers[channel] = (began, found)
         return found
 
@@ -265,22 +287,19 @@ class MemberChannels:
         if not task.cancelled():
             task.exception()  # read, even when every waiter gave up before it ended
 
-    async def _ask_public(self, channel: str) -> bool | None:
+    async def _ask_public(self, channel: str) -> bool | Refused | None:
         """Whether `channel` is public (`conversations.info`): only when Slack says it is
-        not private; None when Slack could not say."""
-        self._app_refused.pop(channel, None)  # said of this lookup, not of an earlier one
+        not private; None when Slack could not say, Refused when it refused the app."""
         try:
             reply = await self.client.conversations_info(channel=channel)
         except Exception as exc:  # fail closed
-            self._failed("conversations.info", channel, exc)
-            return None
+            return self._failed("conversations.info", channel, exc)
         found = reply.get("channel") or {}
         return found.get("is_private") is False and not (found.get("is_im") or found.get("is_mpim"))
 
-    async def _list_members(self, channel: str) -> frozenset[str] | None:
+    async def _list_members(self, channel: str) -> frozenset[str] | Refused | None:
         """Everyone in `channel` (`conversations.members`), or None when Slack could not say
-        or it has more members than the pages read."""
-        self._app_refused.pop(channel, None)
+        or it has more members than the pages read; Refused when it refused the app."""
         try:
             found = await self._all_pages(
                 lambda cursor: self.client.conversations_members(
@@ -289,19 +308,17 @@ class MemberChannels:
                 lambda reply: (m for m in reply.get("members") or [] if isinstance(m, str)),
             )
         except Exception as exc:  # fail closed
-            self._failed("conversations.members", channel, exc)
-            return None
+            return self._failed("conversations.members", channel, exc)
         if found is None:
             log.warning("%s has more than %d members; none is checked", channel, PAGE * MAX_PAGES)
         return found
 
-    def _failed(self, method: str, channel: str, exc: Exception) -> None:
+    def _failed(self, method: str, channel: str, exc: Exception) -> Refused | None:
         """A lookup's failure logged: as an error an operator must act on, once a minute,
-        when Slack refuses the app itself; as a warning otherwise."""
+        when Slack refuses the app itself (Refused); as a warning otherwise (None)."""
         if (code := app_refused(exc)) is None:
             log.warning("%s for %s failed: %s", method, channel, exc)
-            return
-        self._app_refused[channel] = code
+            return None
         if self._app_refused_said.due(channel):
             needed = getattr(exc, "response", {}).get("needed")
             log.error(
@@ -313,6 +330,7 @@ class MemberChannels:
                 f", needs {needed}" if needed else "",
                 how_to_fix(code),
             )
+        return Refused(code)
 
     def _kept(self, answers: dict[str, tuple[float, T]], key: str, max_age: float) -> T | None:
         """What Slack answered for `key` at most `max_age` seconds ago, or None."""

@@ -24,6 +24,7 @@ from agent_host.approvals import ApprovalRequest, Eligibility, may_decide, self_
 from agent_host.durable.every import Every
 from bot.delivery import (
     APP_REFUSED_SAID_EVERY,
+    Refused,
     app_refused,
     error_code,
     how_to_fix,
@@ -58,11 +59,8 @@ class SlackReviewerDirectory:
             clock,
         )
         self._groups: dict[str, tuple[float, frozenset[str]]] = {}
-        self._asking: dict[str, asyncio.Future[frozenset[str] | None]] = {}  # under way
+        self._asking: dict[str, asyncio.Future[Listing]] = {}  # lookups under way
         self._quiet_until = float("-inf")  # Slack said "ratelimited": not asked again before
-        # Slack's last refusal of the app itself (APP_REFUSED) when asked about a group,
-        # kept until it lists that group again: a click is told what an admin must fix.
-        self._app_refused: dict[str, str] = {}
         self._app_refused_said = Every(APP_REFUSED_SAID_EVERY, lambda: self.clock())
 
     async def may_decide(self, user_id: str, request: ApprovalRequest) -> Eligibility:
@@ -80,36 +78,23 @@ class SlackReviewerDirectory:
             return _membership(user_id, reviewers, {})
         if any(user_id in (self._listed(g, DECISION_MAX_AGE) or ()) for g in wanted):
             return Eligibility(True)
-        found: dict[str, frozenset[str] | None] = {}
+        found: dict[str, Listing] = {}
         likely = next((g for g in wanted if user_id in (self._listed(g) or ())), None)
         try:
             async with asyncio.timeout(self.timeout):
                 if likely is not None:
-                    found[likely] = await self.group_members(likely, max_age=DECISION_MAX_AGE)
+                    found[likely] = await self.group_listing(likely, max_age=DECISION_MAX_AGE)
                     members = found[likely]
-                    if members is None or user_id in members:  # (unknown: refused)
-                        return _membership(user_id, reviewers, found, self._why_unknown(reviewers))
+                    if not isinstance(members, frozenset) or user_id in members:
+                        return _membership(user_id, reviewers, *_members_and_why(found))
                 others = [g for g in wanted if g != likely]
                 answers = await asyncio.gather(
-                    *(self.group_members(g, max_age=DECISION_MAX_AGE) for g in others)
+                    *(self.group_listing(g, max_age=DECISION_MAX_AGE) for g in others)
                 )
                 found.update(zip(others, answers, strict=True))
         except TimeoutError:
             pass  # what Slack did not say in time counts as unknown: refused
-        return _membership(user_id, reviewers, found, self._why_unknown(reviewers))
-
-    def _why_unknown(self, reviewers: tuple[str, ...]) -> str:
-        """What a click refused for want of a group's members is told: what an admin must
-        fix when Slack refused the app itself at the group's last lookup, otherwise to
-        click again."""
-        groups = _groups_of(reviewers)
-        code = next((self._app_refused[g] for g in groups if g in self._app_refused), None)
-        if code is None:
-            return UNCHECKED
-        named = len(groups) < len(reviewers)  # people named one by one, besides groups
-        until = "only the people the route names one by one" if named else "nobody"
-        refused = lookup_refused("list who is in the reviewer group", code)
-        return f"{refused}; until then {until} can decide it."
+        return _membership(user_id, reviewers, *_members_and_why(found))
 
     def _listed(self, group_id: str, max_age: float = math.inf) -> frozenset[str] | None:
         """The group's members as listed at most `max_age` seconds ago (default: as last
@@ -122,7 +107,12 @@ class SlackReviewerDirectory:
     ) -> frozenset[str] | None:
         """The group's members as Slack listed them at most `max_age` seconds ago (default:
         `cache_seconds`; a decision asks for DECISION_MAX_AGE), or now; None when Slack
-        could not say in time."""
+        could not say in time, or refused the app (`group_listing` says which)."""
+        found = await self.group_listing(group_id, max_age)
+        return found if isinstance(found, frozenset) else None
+
+    async def group_listing(self, group_id: str, max_age: float | None = None) -> Listing:
+        """`group_members`, or Refused when this lookup was refused to the app itself."""
         age = self.cache_seconds if max_age is None else max_age
         if (listed := self._listed(group_id, age)) is not None:
             return listed
@@ -133,9 +123,8 @@ class SlackReviewerDirectory:
             asking.add_done_callback(lambda _: self._asking.pop(group_id, None))
         return await asyncio.shield(asking)  # (one caller giving up does not end it)
 
-    async def _list(self, group_id: str) -> frozenset[str] | None:
+    async def _list(self, group_id: str) -> Listing:
         asked = self.clock()  # (its answer is as old as the question)
-        self._app_refused.pop(group_id, None)  # said of this lookup, not of an earlier one
         if self.quiet():
             return None
         try:
@@ -146,9 +135,8 @@ class SlackReviewerDirectory:
             if is_rate_limited(exc):
                 self._keep_quiet(retry_after(exc))
             if (code := app_refused(exc)) is not None:
-                self._app_refused[group_id] = code
                 self._say_app_refused(group_id, code, exc.response.get("needed"))
-                return None  # fail closed, as below
+                return Refused(code)  # fail closed, as below, saying why
             if error_code(exc) not in GONE:
                 log.warning("usergroups.users.list %s failed: %s", group_id, exc)
                 return None  # fail closed, as below
@@ -244,6 +232,22 @@ def judge(
 
 
 UNCHECKED = "countersign could not check the reviewer group right now; click again in a moment"
+# a group's members; Refused: Slack refused the app this lookup; None: Slack did not say
+Listing = frozenset[str] | Refused | None
+
+
+def _members_and_why(
+    found: Mapping[str, Listing],
+) -> tuple[dict[str, frozenset[str] | None], str]:
+    """The groups' members as `_membership` takes them, and what a click refused for want
+    of one is told: what an admin must fix when Slack refused the app itself in this
+    click's lookups, otherwise to click again."""
+    members = {g: m if isinstance(m, frozenset) else None for g, m in found.items()}
+    code = next((m.code for m in found.values() if isinstance(m, Refused)), None)
+    if code is None:
+        return members, UNCHECKED
+    refused = lookup_refused("list who is in the reviewer group", code)
+    return members, f"{refused}; until then nobody can decide it through a user group."
 
 
 def _membership(

@@ -108,7 +108,7 @@ async def build(settings: ServiceSettings) -> tuple[Host, SlackBot]:
         client,
         host.store,
         directory,
-        channels=MemberChannels(client, group_members=directory.group_members),
+        channels=MemberChannels(client, group_members=directory.group_listing),
         permalinks=permalinks,
         decisions=ReviewerLog(redis),
         tasks=tasks,

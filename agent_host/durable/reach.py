@@ -154,9 +154,7 @@ async def _count_resuming(redis: Any, shard: K.Shard, kids: dict[str, str]) -> N
         for (pause_id, checkpoint, _), (status, paused_at), head in zip(
             batch, replies[::2], replies[1::2], strict=True
         ):
-            waits = (
-                as_text(status or "") == RunStatus.RESUMING and as_text(paused_at or "") == pause_id
-            )
+            waits = _text(status) == RunStatus.RESUMING and _text(paused_at) == pause_id
             if waits and head:
                 kids[checkpoint] = kid_in_header(head) or ""
 
@@ -186,10 +184,15 @@ async def _resuming(redis: Any, shard: K.Shard) -> list[tuple[str, str]]:
         after = as_text(page[-1][0])
     found = {}
     for _, fields in entries:
-        run_id = as_text(fields.get(b"run_id") or b"")
-        if run_id:
-            found[run_id] = as_text(fields.get(b"pause_id") or b"")  # the latest entry's
+        if run_id := _text(fields.get(b"run_id")):
+            found[run_id] = _text(fields.get(b"pause_id"))  # the latest entry's
     return list(found.items())
+
+
+def _text(value: Any) -> str:
+    """A value read from Redis as text; damaged bytes do not stop `check` or a start (a
+    run whose status or pause is damaged does not wait, and is told of elsewhere)."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value or "")
 
 
 async def _pending_ids(redis: Any, stream: str) -> list[str]:

@@ -405,6 +405,14 @@ async def test_decided_runs_waiting_for_a_key_are_counted_among_the_waiting(
     await redis.xgroup_destroy(stream, group)
     assert await waiting_runs_keys(redis) == Counter({"kA": 2})
     await lacking.consumer.ensure_groups()
+    # A damaged pause id (not UTF-8) is a run that does not wait, not a crash of `check`.
+    damaged = {"type": "resume", "run_id": done, "pause_id": b"\xff\xfe"}
+    entry_id = await redis.xadd(done_stream, damaged)  # type: ignore[arg-type]
+    paused_at = await redis.hget(K.Keys(done).run, "pause_id")
+    await redis.hset(K.Keys(done).run, "pause_id", b"\xff\xfe")
+    assert await waiting_runs_keys(redis) == Counter({"kA": 2})
+    await redis.hset(K.Keys(done).run, "pause_id", paused_at)  # (the workers' turn, below)
+    await redis.xdel(done_stream, entry_id)
 
     await env.drain(env.worker("with-a-again", idle_ms=1))
     assert {(await env.info(r)).status for r in (left, unread, done)} == {"succeeded"}

@@ -285,11 +285,16 @@ async def test_a_click_refused_because_slack_refuses_the_app_says_what_an_admin_
     directory.clock = lambda: time.monotonic() + 2 * (DECISION_MAX_AGE + 1)
     again = await directory.is_reviewer(REVIEWER, reviewers)
     assert not again.allowed and "`missing_scope`" in again.reason, again.reason
-    assert again.reason.endswith("until then nobody can decide it.")  # groups alone
-    named = await directory.is_reviewer(REVIEWER2, ("U0SOMEONE", REVIEWERS_GROUP))
-    assert named.reason.endswith(
-        "until then only the people the route names one by one can decide it."
-    )
+    assert again.reason.endswith("until then nobody can decide it through a user group.")
+    # Only this click's lookups say: once the app is fixed, a click that asks only
+    # another group of the route, which merely fails, is not told the old refusal.
+    slack.grant(*scopes)
+    slack.workspace.usergroups.append(UserGroup("S0OTHER", "other", "Other", [REVIEWER2]))
+    assert (await directory.is_reviewer(REVIEWER2, ("S0OTHER",))).allowed
+    directory.clock = lambda: time.monotonic() + 3 * (DECISION_MAX_AGE + 1)
+    slack.inject("usergroups.users.list", status=500)
+    other = await directory.is_reviewer(REVIEWER2, (REVIEWERS_GROUP, "S0OTHER"))
+    assert not other.allowed and "could not check the reviewer group" in other.reason
 
 
 async def test_a_channel_lookup_slack_refuses_the_app_says_what_an_admin_must_fix(
@@ -340,3 +345,26 @@ async def test_a_channel_s_refusal_is_said_for_that_channel_alone_and_that_looku
     slack.inject("conversations.info", status=500)
     slack.inject("conversations.members", status=500)
     assert await channels.outside(REVIEWER, private) == UNCHECKED
+
+
+async def test_a_copy_escalated_to_a_group_slack_refuses_to_list_says_what_an_admin_must_fix(
+    slack: SlackStandIn,
+) -> None:
+    """Whoever a request was escalated to through a user group, on a route naming no
+    reviewers, claims it through the group alone: without `usergroups:read` they are
+    refused (fail closed) and told an admin must fix the app, not to try again."""
+    directory = SlackReviewerDirectory(AsyncWebClient(token=TOKEN, base_url=slack.url))
+    channels = MemberChannels(
+        AsyncWebClient(token=TOKEN, base_url=slack.url), group_members=directory.group_listing
+    )
+    copy = EscalatedCopy(to=REVIEWER2, channel="D0REVIEWER2", ts="1.0", link="")
+    request = make_request(
+        message_channel=PRIVATE, route=Route(escalate_to=REVIEWERS_GROUP), escalations=[copy]
+    )
+    slack.workspace.usergroup(REVIEWERS_GROUP).users.append(REVIEWER2)  # type: ignore[union-attr]
+    scopes = slack.core.config.scopes
+    slack.grant(*(s for s in scopes if s != "usergroups:read"))
+    refused = await channels.outside(REVIEWER2, request)
+    assert "`missing_scope`" in refused and "escalated to" in refused, refused
+    slack.grant(*scopes)
+    assert await channels.outside(REVIEWER2, request) == ""
