@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 from slack_sdk.errors import SlackApiError
 
 from agent_host.approvals import ApprovalRequest
+from agent_host.durable.every import Every
 from agent_host.errors import ConfigurationError, DeliveryFailed, RetryLater
 from bot.mrkdwn import channel_link, inline_code, mention
 
@@ -36,13 +38,16 @@ __all__ = [
     "exposure",
     "is_rate_limited",
     "is_retryable",
+    "known",
     "lookup_refused",
     "permanent_failure",
     "rerouted_note",
     "retry_after",
+    "say_app_refused",
 ]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # "Not now": Slack's rate limit and its own outages (its documented transient errors).
 RETRYABLE = frozenset(
@@ -188,6 +193,30 @@ def app_refused(exc: BaseException) -> str | None:
         return None
     code = error_code(exc)
     return code if code in APP_REFUSED else None
+
+
+def known(found: Mapping[str, T | Refused | None]) -> tuple[dict[str, T | None], str | None]:
+    """Lookups' answers as who may decide takes them (a refusal: Slack could not say),
+    and the code of the first refusal among them, if any."""
+    answers = {k: None if isinstance(v, Refused) else v for k, v in found.items()}
+    return answers, next((v.code for v in found.values() if isinstance(v, Refused)), None)
+
+
+def say_app_refused(said: Every, key: str, what: str, exc: SlackApiError, then: str) -> None:
+    """Slack's refusal of the app (`what` was refused) logged as the error an operator must
+    act on: what Slack said, the scope it names, the fix and `then` (what stops until
+    it is fixed); once a minute per `key`, since every click asks again."""
+    if not said.due(key):
+        return
+    code, needed = error_code(exc), exc.response.get("needed")
+    log.error(
+        "Slack refused %s (%s%s): %s. %s",
+        what,
+        code,
+        f", needs {needed}" if needed else "",
+        how_to_fix(code),
+        then,
+    )
 
 
 def lookup_refused(what: str, code: str) -> str:

@@ -28,14 +28,17 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
+from slack_sdk.errors import SlackApiError
+
 from agent_host.approvals import ApprovalRequest, EscalatedCopy
 from agent_host.durable.every import Every
 from bot.delivery import (
     APP_REFUSED_SAID_EVERY,
     Refused,
     app_refused,
-    how_to_fix,
+    known,
     lookup_refused,
+    say_app_refused,
 )
 from bot.mrkdwn import channel_link
 
@@ -199,9 +202,7 @@ class MemberChannels:
         )
         ask = self.group_members
         found = await asyncio.gather(*(ask(g, max_age) for g in groups)) if ask is not None else []
-        listed = zip(groups, found, strict=True)
-        members = {g: m if isinstance(m, frozenset) else None for g, m in listed}
-        refused = next((m.code for m in found if isinstance(m, Refused)), None)
+        members, refused = known(dict(zip(groups, found, strict=True)))
         return [escalation_counts(user_id, request, members) for request in requests], refused
 
     async def _may_click(self, user_id: str, channel: str) -> bool | Refused | None:
@@ -316,20 +317,11 @@ class MemberChannels:
     def _failed(self, method: str, channel: str, exc: Exception) -> Refused | None:
         """A lookup's failure logged: as an error an operator must act on, once a minute,
         when Slack refuses the app itself (Refused); as a warning otherwise (None)."""
-        if (code := app_refused(exc)) is None:
+        if not isinstance(exc, SlackApiError) or (code := app_refused(exc)) is None:
             log.warning("%s for %s failed: %s", method, channel, exc)
             return None
-        if self._app_refused_said.due(channel):
-            needed = getattr(exc, "response", {}).get("needed")
-            log.error(
-                "Slack refused %s for %s (%s%s): %s. Until then, whoever decides a request "
-                "as one of its channel's people is refused.",
-                method,
-                channel,
-                code,
-                f", needs {needed}" if needed else "",
-                how_to_fix(code),
-            )
+        then = "Until then, whoever decides a request as one of its channel's people is refused."
+        say_app_refused(self._app_refused_said, channel, f"{method} for {channel}", exc, then)
         return Refused(code)
 
     def _kept(self, answers: dict[str, tuple[float, T]], key: str, max_age: float) -> T | None:

@@ -27,10 +27,11 @@ from bot.delivery import (
     Refused,
     app_refused,
     error_code,
-    how_to_fix,
     is_rate_limited,
+    known,
     lookup_refused,
     retry_after,
+    say_app_refused,
 )
 from bot.member_channels import DECISION_MAX_AGE
 from bot.mrkdwn import inline_code, mention
@@ -135,7 +136,9 @@ class SlackReviewerDirectory:
             if is_rate_limited(exc):
                 self._keep_quiet(retry_after(exc))
             if (code := app_refused(exc)) is not None:
-                self._say_app_refused(group_id, code, exc.response.get("needed"))
+                what = f"to list the members of user group {group_id}"
+                then = "Until then no member of a user group may decide a request."
+                say_app_refused(self._app_refused_said, group_id, what, exc, then)
                 return Refused(code)  # fail closed, as below, saying why
             if error_code(exc) not in GONE:
                 log.warning("usergroups.users.list %s failed: %s", group_id, exc)
@@ -149,20 +152,6 @@ class SlackReviewerDirectory:
             return None
         self._groups[group_id] = (asked, members)
         return members
-
-    def _say_app_refused(self, group_id: str, code: str, needed: object) -> None:
-        """An error an operator must act on, logged once a minute (every click asks).
-        `needed`: the scope Slack names with `missing_scope`."""
-        if not self._app_refused_said.due(group_id):
-            return
-        log.error(
-            "Slack refused to list the members of user group %s (%s%s): %s. Until then no "
-            "member of a user group may decide a request.",
-            group_id,
-            code,
-            f", needs {needed}" if needed else "",
-            how_to_fix(code),
-        )
 
     def quiet(self) -> bool:
         """Whether Slack's last "ratelimited" still holds: asking again now would only
@@ -242,8 +231,7 @@ def _members_and_why(
     """The groups' members as `_membership` takes them, and what a click refused for want
     of one is told: what an admin must fix when Slack refused the app itself in this
     click's lookups, otherwise to click again."""
-    members = {g: m if isinstance(m, frozenset) else None for g, m in found.items()}
-    code = next((m.code for m in found.values() if isinstance(m, Refused)), None)
+    members, code = known(found)
     if code is None:
         return members, UNCHECKED
     refused = lookup_refused("list who is in the reviewer group", code)

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from redis.exceptions import RedisError, ResponseError
 
@@ -122,9 +122,8 @@ async def waiting_runs_keys(redis: Any) -> Counter[str]:
 
 async def _count_pending(redis: Any, shard: K.Shard, kids: dict[str, str]) -> None:
     request_ids = [as_text(r) for r in await redis.zrange(shard.pending, 0, -1)]
-    for start in range(0, len(request_ids), 1000):
-        batch = [(r, _checkpoint_of(r)) for r in request_ids[start : start + 1000]]
-        batch = [(r, checkpoint) for r, checkpoint in batch if checkpoint]
+    for page in _pages(request_ids):
+        batch = [(r, checkpoint) for r in page if (checkpoint := _checkpoint_of(r))]
         async with redis.pipeline(transaction=False) as pipe:
             for request_id, checkpoint in batch:
                 pipe.hget(K.Keys(request_id).request(request_id), "origin")
@@ -139,11 +138,10 @@ async def _count_resuming(redis: Any, shard: K.Shard, kids: dict[str, str]) -> N
     """The checkpoints of the runs `shard`'s resume entries not done still wait to resume:
     an entry whose run ended or moved to another pause since (a worker that finished it
     died before acknowledging it) is stale, and a run not paused yet has no checkpoint."""
-    entries = await _resuming(redis, shard)
-    for start in range(0, len(entries), PAGE):
+    for page in _pages(await _resuming(redis, shard)):
         batch = [
             (pause_id, checkpoint, K.Keys(run_id).run)
-            for run_id, pause_id in entries[start : start + PAGE]
+            for run_id, pause_id in page
             if (checkpoint := _checkpoint_of(run_id))
         ]
         async with redis.pipeline(transaction=False) as pipe:
@@ -160,6 +158,7 @@ async def _count_resuming(redis: Any, shard: K.Shard, kids: dict[str, str]) -> N
 
 
 PAGE = 1000  # entries, or runs, read in one round trip
+T = TypeVar("T")
 
 
 async def _resuming(redis: Any, shard: K.Shard) -> list[tuple[str, str]]:
@@ -174,7 +173,7 @@ async def _resuming(redis: Any, shard: K.Shard) -> list[tuple[str, str]]:
     after = as_text(group["last-delivered-id"]) if group is not None else "0-0"
     entries = []
     if group is not None:
-        for pending in _pages(await _pending_ids(redis, shard.resume), PAGE):
+        for pending in _pages(await _pending_ids(redis, shard.resume)):
             async with redis.pipeline(transaction=False) as pipe:
                 for entry_id in pending:
                     pipe.xrange(shard.resume, entry_id, entry_id)
@@ -204,8 +203,9 @@ async def _pending_ids(redis: Any, stream: str) -> list[str]:
     return found
 
 
-def _pages(items: list[str], size: int) -> list[list[str]]:
-    return [items[n : n + size] for n in range(0, len(items), size)]
+def _pages(items: Sequence[T]) -> list[Sequence[T]]:
+    """`items` in pages of PAGE, one round trip each."""
+    return [items[n : n + PAGE] for n in range(0, len(items), PAGE)]
 
 
 def keys_gone(waiting_under: Counter[str], kids: Collection[str]) -> str | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -211,14 +212,22 @@ async def test_an_unreachable_redis_fails_and_says_what_to_fix(
     assert "ok    slack token" in done.out  # the other checks still ran
 
 
+async def checked_on_own_redis(
+    standin: SlackStandIn, redis_server_factory: RedisServerFactory, tmp_path: Path
+) -> tuple[Any, dict[str, str], Finished]:
+    """A good configuration on a Redis of the test's own (its settings are the test's to
+    change), checked once and passing: (that server, the environment, the check)."""
+    server = redis_server_factory(appendfsync="always")
+    env = good_env(standin, server.url, tmp_path)
+    done = await check(env, tmp_path)
+    assert done.code == 0, done
+    return server, env, done
+
+
 async def test_the_durability_line_says_what_redis_can_lose_and_fails_without_an_aof(
     standin: SlackStandIn, redis_server_factory: RedisServerFactory, tmp_path: Path
 ) -> None:
-    server = redis_server_factory(appendfsync="always")
-    env = good_env(standin, server.url, tmp_path)
-
-    done = await check(env, tmp_path)
-    assert done.code == 0, done
+    server, env, done = await checked_on_own_redis(standin, redis_server_factory, tmp_path)
     assert "ok    durability: AOF on, appendfsync always: nothing acknowledged is lost" in done.out
 
     async with Redis.from_url(server.url) as redis:
@@ -283,11 +292,7 @@ async def test_routes_for_an_agent_countersign_does_not_run_are_said_once_not_fa
 async def test_the_eviction_line_fails_on_a_redis_that_drops_keys_when_full(
     standin: SlackStandIn, redis_server_factory: RedisServerFactory, tmp_path: Path
 ) -> None:
-    server = redis_server_factory(appendfsync="always")
-    env = good_env(standin, server.url, tmp_path)
-
-    done = await check(env, tmp_path)
-    assert done.code == 0, done
+    server, env, done = await checked_on_own_redis(standin, redis_server_factory, tmp_path)
     assert "ok    eviction: no maxmemory: Redis never drops keys to make room" in done.out
 
     async with Redis.from_url(server.url) as redis:
