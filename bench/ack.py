@@ -21,7 +21,10 @@ same load on its own copies of the same kind of requests.
 For context (no goal): the 200/s load against `serve --workers 0` with the resume worker in
 a separate `countersign worker` process; and at 100/s the components' floor of a cycle
 (`bench.floor_server`): a cycle's Redis round trips and Web API calls through Bolt,
-redis-py and slack_sdk, with none of countersign's own work, beside `serve`'s cycle.
+redis-py and slack_sdk, with none of countersign's own work, beside `serve`'s cycle. And
+the floor's own ladder, with one Redis round trip (the compare-and-set) and the two Web API
+calls: the highest rate a server built on these libraries reaches when it does a whole
+cycle in one process, which bounds what `max_clicks_per_s_ack_p99_under_10ms` can reach.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ ALWAYS_UP_TO = 200  # every rate up to this one is measured, pass or fail
 CPU_RATE = 100  # the rate cpu_ms_per_approval_cycle is read at
 LABEL = "bare aiohttp: HMAC + 1 DECIDE EVALSHA, same load"
 FLOOR_ROUND_TRIPS = 14  # a cycle's Redis round trips in `serve`, counted per call
+FLOOR_LADDER = "floor:1"  # the least a cycle can be: the compare-and-set and 2 Web API calls
+FLOOR_LADDER_FROM = 100  # its ladder starts here (a rate every server here sustains)
 
 
 def seconds_at(rate: float) -> float:
@@ -85,9 +90,9 @@ def click_to_resume(
     ]
 
 
-async def ladder(tmp: Path, kind: str) -> list[Step]:
+async def ladder(tmp: Path, kind: str, rates: tuple[int, ...] = RATES) -> list[Step]:
     steps: list[Step] = []
-    for rate in RATES:
+    for rate in rates:
         step = await run_step(tmp / f"{kind}-{rate}", kind, rate, seconds_at(rate))
         steps.append(step)
         if rate >= ALWAYS_UP_TO and not step.passed:
@@ -145,11 +150,17 @@ async def run(tmp: Path, profile_to: Path | None = None) -> list[Figure]:
     split = await run_step(tmp / "split", "serve-workers0", 200, seconds_at(200))
     kind = f"floor:{FLOOR_ROUND_TRIPS}"
     floor = await run_step(tmp / "floor", kind, CPU_RATE, seconds_at(CPU_RATE))
-    return figures(bare, serve, split, floor)
+    floor_rates = tuple(r for r in RATES if r >= FLOOR_LADDER_FROM)
+    floor_ladder = await ladder(tmp / "floor-ladder", FLOOR_LADDER, floor_rates)
+    return figures(bare, serve, split, floor, floor_ladder)
 
 
 def figures(
-    bare: list[Step], serve: list[Step], split: Step | None, floor: Step | None = None
+    bare: list[Step],
+    serve: list[Step],
+    split: Step | None,
+    floor: Step | None = None,
+    floor_ladder: list[Step] | None = None,
 ) -> list[Figure]:
     ladders = {
         "rates": list(RATES),
@@ -274,6 +285,27 @@ def figures(
                 "",
                 floor.summary(),
                 _note(floor),
+            )
+        )
+    if floor_ladder:
+        top_floor = max_rate(floor_ladder)
+        out.append(
+            Figure(
+                "max_clicks_per_s_components_floor",
+                top_floor,
+                "/s",
+                top_bare,
+                "bare handler's highest rate, same ladder (context: the floor with 1 Redis"
+                " round trip, the compare-and-set, and a cycle's 2 Web API calls through Bolt"
+                " and slack_sdk, none of countersign's own work: what any server built on"
+                " these libraries reaches doing a whole cycle in one process)",
+                "",
+                {
+                    "ratio_vs_baseline": _ratio(top_floor, top_bare),
+                    "rates_tried": [s.rate for s in floor_ladder],
+                    "passed": [s.rate for s in floor_ladder if s.passed],
+                    "steps": [s.summary() for s in floor_ladder],
+                },
             )
         )
     return out
