@@ -64,6 +64,7 @@ __all__ = [
     "SealedFieldError",
     "Signal",
     "StoreError",
+    "StoreFull",
     "StoreUnavailable",
     "ToolDefinitionError",
     "UnknownAgentError",
@@ -174,6 +175,16 @@ class StoreError(CountersignError):
 class StoreUnavailable(StoreError):
     """The store (Redis) could not be reached or answered with an error: nothing was changed
     by this call as far as the caller can know; try again shortly."""
+
+    retry_after = 1  # seconds an HTTP API caller is asked to wait before trying again
+
+
+class StoreFull(StoreUnavailable):
+    """Redis refused a write because its memory is full (`maxmemory` reached under
+    `noeviction`): nothing was changed, and no write will be taken until an operator makes
+    room, so trying again at once does not help."""
+
+    retry_after = 30
 
 
 # -- signals ----------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ approvals may go to, each reported as one line: ok, or what is wrong and how to 
     redis         REDIS_URL answers PING (unset: redis-server is installed)
     durability    Redis keeps an AOF (appendonly yes), and what its appendfsync can lose
     eviction      Redis never drops keys when its memory is full (maxmemory-policy noeviction)
+    memory        how much of Redis's maxmemory is in use; fails when Redis is full
     keys in use   every waiting run's checkpoint is under a key the ring holds
     slack token   auth.test accepts SLACK_BOT_TOKEN
     channel …     the bot may post in the default channel and every routed one (a route
@@ -30,7 +31,12 @@ from slack_sdk.errors import SlackApiError
 
 from agent_host.approvals.routes import RouteRule, load_routes_file, no_agent_called, same_rules
 from agent_host.durable.crypto import KeyRing
-from agent_host.durable.eviction import KEEPS_EVERY_KEY, Eviction, eviction_problem
+from agent_host.durable.eviction import (
+    KEEPS_EVERY_KEY,
+    Eviction,
+    eviction_problem,
+    memory_in_use,
+)
 from agent_host.durable.host import KEY_FILE, load_keyring, load_registry
 from agent_host.durable.reach import RedisReach, keys_gone, reach_redis
 from agent_host.durable.route_book import not_in_force
@@ -88,6 +94,9 @@ async def run_checks() -> list[Finding]:
     if reach is not None:
         findings.append(_durability(reach.aof, embedded=not settings.redis_url))
         findings.append(_eviction(reach.eviction, embedded=not settings.redis_url))
+        if reach.used_memory is not None:
+            said, full = memory_in_use(reach.used_memory, reach.eviction)
+            findings.append(Finding("memory", said, ok=not full))
     if reach is not None and reach.waiting_under is not None:
         findings.append(_keys_in_use(reach.waiting_under, ring))
     redis_rules = reach.routes if reach is not None else []

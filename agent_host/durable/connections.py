@@ -25,6 +25,7 @@ from redis.exceptions import (
     AuthenticationError,
     AuthorizationError,
     InvalidResponse,
+    OutOfMemoryError,
     RedisClusterException,
     RedisError,
     ResponseError,
@@ -32,13 +33,15 @@ from redis.exceptions import (
 
 from agent_host.durable.connection_pool import WaitingConnectionPool, WaitingSentinelConnectionPool
 from agent_host.durable.data_dir import private_dir
+from agent_host.durable.every import Every
 from agent_host.durable.eviction import EVICTION_SETTINGS, Eviction, eviction_problem
 from agent_host.durable.memory_advice import REDIS_DEFAULTS, memory_advice
 from agent_host.durable.redis_server import RedisServer
-from agent_host.errors import ConfigurationError, StoreUnavailable
+from agent_host.errors import ConfigurationError, StoreFull, StoreUnavailable
 from agent_host.settings import Settings
 
 __all__ = [
+    "REDIS_FULL",
     "STORE_ERRORS",
     "as_text",
     "close_redis",
@@ -272,11 +275,35 @@ def unavailable_on_redis_errors(cls: _C) -> _C:
     return cls
 
 
+REDIS_FULL = (
+    "Redis is full: it refuses writes once its memory reaches its maxmemory, so nothing may "
+    "have changed; an operator must free memory in Redis or raise its maxmemory, then try again"
+)
+FULL_SAID_EVERY = 60.0  # seconds: a full Redis is logged as an error once a minute
+_full_said = Every(FULL_SAID_EVERY)
+
+
+def say_full(exc: OutOfMemoryError) -> None:
+    """A write Redis refused for want of memory, logged as the error an operator must act
+    on (once a minute: every click, request and resume meets it meanwhile)."""
+    if _full_said.due():
+        log.error(
+            "Redis refuses writes: its memory is full (%s). No decision, request or resume "
+            "can be saved until an operator frees memory in Redis or raises its maxmemory "
+            "(compare used_memory with maxmemory in INFO memory; `countersign check` says "
+            "both)",
+            exc,
+        )
+
+
 def _translated(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     @functools.wraps(method)
     async def call(*args: Any, **kwargs: Any) -> Any:
         try:
             return await method(*args, **kwargs)
+        except OutOfMemoryError as exc:
+            say_full(exc)
+            raise StoreFull(REDIS_FULL) from exc
         except STORE_ERRORS as exc:
             # Only the error's type: its text names Redis's address, which is the log's
             # (the cause goes with the error), not the callers'.

@@ -6,7 +6,9 @@ needs Redis to refuse the write instead: a refused write is retried, and said. A
 guard's, the entries' error counts and the App Home's notes, none of which loses a run.
 
 `countersign check` fails on such a policy; `serve` and `worker` say it at start. (On a
-Redis Cluster, the node the client asks is the one read.)
+Redis Cluster, the node the client asks is the one read.) `check` also says how much of the
+limit is in use, and fails when Redis is full: it then refuses every write countersign
+makes (a decision, a new request, a resume) until an operator makes room.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["EVICTION_SETTINGS", "KEEPS_EVERY_KEY", "Eviction", "eviction_problem"]
+__all__ = ["EVICTION_SETTINGS", "KEEPS_EVERY_KEY", "Eviction", "eviction_problem", "memory_in_use"]
 
 KEEPS_EVERY_KEY = "noeviction"
 EVICTION_SETTINGS = ("maxmemory", "maxmemory-policy")
@@ -35,6 +37,35 @@ class Eviction:
 
     def drops_any_key(self) -> bool:
         return self.limit > 0 and self.policy.startswith("allkeys-")
+
+
+NEARLY_FULL = 0.9  # of maxmemory in use: said, so that room is made before writes are refused
+
+
+def memory_in_use(used: int, eviction: Eviction | None) -> tuple[str, bool]:
+    """Redis's memory in use, in words, and whether it is full: at its limit under a policy
+    that refuses writes once nothing is left it may drop (not `allkeys-*`, which drops any
+    key instead, and is a problem of its own)."""
+    if eviction is None or eviction.limit == 0:
+        limit = "no maxmemory" if eviction is not None else "maxmemory not read"
+        return f"{_size(used)} in use ({limit})", False
+    share = used / eviction.limit
+    said = f"{_size(used)} in use of a {_size(eviction.limit)} maxmemory ({share:.0%})"
+    if share >= 1 and not eviction.drops_any_key():
+        return (
+            f"Redis is full: {said}, so it refuses every write countersign makes (decisions, "
+            "new requests, resumes); free memory in Redis or raise its maxmemory"
+        ), True
+    if share >= NEARLY_FULL:
+        return f"{said}: make room before it is full, when Redis refuses writes", False
+    return said, False
+
+
+def _size(size: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} bytes"
 
 
 def eviction_problem(eviction: Eviction | None) -> str | None:

@@ -51,6 +51,8 @@ class RedisReach:
     # whether Redis holds a list of routes, an empty one included (admins removed every
     # route): then a routes file is not seeded, whatever it says
     routes_kept: bool = False
+    # bytes of memory Redis has in use (INFO memory); None: not read
+    used_memory: int | None = None
 
 
 async def reach_redis(settings: Settings) -> RedisReach:
@@ -81,6 +83,8 @@ async def reach_redis(settings: Settings) -> RedisReach:
         async with asyncio.timeout(PING_SECONDS):
             aof = await _aof(redis)
         eviction = Eviction.of(await server_config(redis, EVICTION_SETTINGS))
+        async with asyncio.timeout(PING_SECONDS):
+            used_memory = await _used_memory(redis)
     except (RedisError, OSError, TimeoutError) as exc:
         why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         raise StoreUnavailable(
@@ -88,9 +92,19 @@ async def reach_redis(settings: Settings) -> RedisReach:
         ) from exc
     finally:
         await redis.aclose()
-    return RedisReach(
-        f"Redis at {redacted(url)} answered PING", routes, waiting_under, aof, eviction, routes_kept
-    )
+    answered = f"Redis at {redacted(url)} answered PING"
+    return RedisReach(answered, routes, waiting_under, aof, eviction, routes_kept, used_memory)
+
+
+async def _used_memory(redis: Any) -> int | None:
+    """The bytes Redis has in use, or None where INFO is refused. (On a Redis Cluster, the
+    node the client asks.)"""
+    try:
+        info = await redis.info("memory")
+    except ResponseError:
+        return None
+    used = info.get("used_memory")
+    return used if isinstance(used, int) else None
 
 
 async def _aof(redis: Any) -> tuple[str, str] | None:

@@ -101,7 +101,7 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
     except StoreUnavailable as exc:  # nothing may have changed: the caller can try again
         log.warning("%s %s: %s (%s)", request.method, request.path, exc, exc.__cause__)
         response = error(503, str(exc))
-        response.headers["Retry-After"] = "1"
+        response.headers["Retry-After"] = str(exc.retry_after)
         return response
     except Exception:
         log.exception("unexpected error on %s %s", request.method, request.path)

@@ -28,12 +28,12 @@ from slack_bolt.async_app import AsyncAck
 from agent_host.approvals import ApprovalRequest, ApprovalService
 from agent_host.approvals.bulk import Bulk, BulkTally, Maker, decide_each
 from agent_host.durable.bulks import BulkBook
-from agent_host.errors import StoreUnavailable
+from agent_host.errors import StoreFull, StoreUnavailable
 from agent_host.runtime.decisions import Approve, Reject
 from bot import blocks
 from bot.listeners.after_ack import Replies
 from bot.listeners.budget import LISTENER_BUDGET
-from bot.listeners.replies import UNAVAILABLE, form_error
+from bot.listeners.replies import form_error, unavailable
 from bot.member_channels import MemberChannels
 from bot.mrkdwn import inline_code, person
 from bot.parsing import Click, input_value, parse_click, parse_submission
@@ -67,6 +67,11 @@ APPROVED = "Approved"
 UNFINISHED = (
     ":hourglass: countersign could not finish deciding every call (its database did not "
     "answer in time). What was recorded shows on the message; click again for the rest."
+)
+FULL_UNFINISHED = (
+    ":warning: countersign could not finish deciding every call: its database (Redis) is "
+    "full. What was recorded shows on the message; ask an admin to make room, then click "
+    "again for the rest."
 )
 
 
@@ -175,7 +180,7 @@ async def _decide_all(
             tally = await decide_each(approvals, bulk, requests, make)
     except (TimeoutError, StoreUnavailable) as exc:
         log.warning("bulk %s: deciding every call did not finish: %s", bulk.bulk_id, exc)
-        tell(UNFINISHED)
+        tell(FULL_UNFINISHED if isinstance(exc, StoreFull) else UNFINISHED)
         return
     tell(tally_text(verb, tally))
 
@@ -234,8 +239,8 @@ def bulk_button_listener(
         try:
             async with asyncio.timeout(LISTENER_BUDGET):
                 text = await _on_click(click, approvals, book, replies)
-        except (TimeoutError, StoreUnavailable):
-            text = UNAVAILABLE
+        except (TimeoutError, StoreUnavailable) as exc:
+            text = unavailable(exc)
         replies.ephemeral(click.channel, click.user, text)
 
     return on_button
@@ -279,8 +284,8 @@ def bulk_form_listener(
                     refusal = split_notice(bulk)
                 elif bulk is not None:
                     refusal = await _outside(channels, book, bulk, submission.user)
-        except (TimeoutError, StoreUnavailable):
-            bulk, refusal = None, UNAVAILABLE
+        except (TimeoutError, StoreUnavailable) as exc:
+            bulk, refusal = None, unavailable(exc)
         if bulk is None or refusal:
             errors = {blocks.REASON_BLOCK: form_error(refusal)}
             await ack(response_action="errors", errors=errors)

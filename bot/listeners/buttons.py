@@ -35,6 +35,7 @@ from bot.listeners.replies import (
     UNCONFIRMED,
     already_decided,
     result_text,
+    unavailable,
 )
 from bot.listeners.taken_once import first_time
 from bot.member_channels import UNCHECKED, dm_copy_in
@@ -227,7 +228,7 @@ def button_listener(
             text = UNCONFIRMED if progress.deciding else UNAVAILABLE
         except StoreUnavailable as exc:  # (it names the error's type: unreachable, or full)
             log.warning("click by %s could not use Redis: %s", click.user, exc)
-            text = UNAVAILABLE
+            text = unavailable(exc)
         if text is None:  # a copy of a click taken already: nobody is answered
             return
         if not click.from_home:

@@ -14,12 +14,12 @@ from slack_bolt.async_app import AsyncAck
 
 from agent_host.errors import StoreUnavailable
 from bot.listeners.budget import LISTENER_BUDGET
+from bot.listeners.replies import UNREACHABLE, unreachable
 from bot.slash_commands import CommandReply, SlashCommands
 
-__all__ = ["COMMAND", "command_listener"]
+__all__ = ["COMMAND", "UNREACHABLE", "command_listener"]
 
 COMMAND = "/approvals"
-UNREACHABLE = ":hourglass: countersign's database is not reachable right now; try again shortly."
 UNFINISHED = (
     ":hourglass: countersign did not finish in time (Slack or its database answered slowly). "
     "A change you asked for may or may not have been made: see `/approvals routes` before "
@@ -43,8 +43,8 @@ def command_listener(
         try:
             async with asyncio.timeout(LISTENER_BUDGET):
                 reply = await commands.handle(user, channel, text_in)
-        except StoreUnavailable:
-            reply = UNREACHABLE
+        except StoreUnavailable as exc:
+            reply = unreachable(exc)
         except TimeoutError:  # not the database's doing, or not its alone
             reply = UNFINISHED
         if isinstance(reply, CommandReply):

@@ -17,7 +17,7 @@ from slack_bolt.async_app import AsyncAck, AsyncRespond
 from agent_host.errors import StoreUnavailable
 from bot.listeners.after_ack import BackgroundTasks
 from bot.listeners.budget import LISTENER_BUDGET
-from bot.listeners.commands import UNREACHABLE
+from bot.listeners.replies import unreachable
 from bot.parsing import parse_click
 from bot.slash_commands import CommandReply, SlashCommands
 
@@ -40,8 +40,8 @@ def pages_listener(
         try:
             async with asyncio.timeout(LISTENER_BUDGET):
                 reply = await commands.next_page(click.user, click.channel, click.request_id)
-        except (StoreUnavailable, TimeoutError):
-            reply = UNREACHABLE
+        except (StoreUnavailable, TimeoutError) as exc:
+            reply = unreachable(exc)
         tasks.spawn(_replace(respond, reply))
 
     return on_next_page

@@ -3,22 +3,39 @@
 from __future__ import annotations
 
 from agent_host.approvals import ApprovalRequest, DecideResult
+from agent_host.errors import StoreFull
 from bot.mrkdwn import person
 
 __all__ = [
     "ALREADY_VOTED",
     "FOREIGN",
+    "FULL",
+    "FULL_COMMAND",
     "NOT_FOUND",
     "UNAVAILABLE",
     "UNCONFIRMED",
+    "UNREACHABLE",
     "already_decided",
     "form_error",
     "result_text",
+    "unavailable",
+    "unreachable",
 ]
 
 UNAVAILABLE = (
     ":hourglass: countersign could not record your decision: its database could not be "
     "used. Nothing was changed; click again in a moment."
+)
+# Redis refusing writes for want of memory: clicking again changes nothing until an admin
+# makes room, so the person is told that (and a form's error, plain and short, keeps it).
+FULL = (
+    ":warning: countersign could not record your decision: its database (Redis) is full. "
+    "Ask an admin to make room, then click again. Nothing was changed."
+)
+UNREACHABLE = ":hourglass: countersign's database is not reachable right now; try again shortly."
+FULL_COMMAND = (
+    ":warning: countersign's database (Redis) is full, so it cannot take commands now. Ask "
+    "an admin to make room in it, then try again."
 )
 ALREADY_VOTED = (
     "You have already approved this request (or the approval webhook did, in your name); "
@@ -34,6 +51,16 @@ FOREIGN = (
     "ask someone in the workspace where it is installed."
 )
 FORM_ERROR_MAX = 150  # a modal's error under an input is plain text, and short
+
+
+def unavailable(exc: BaseException) -> str:
+    """What a person whose decision the database could not take is told (`exc`: why)."""
+    return FULL if isinstance(exc, StoreFull) else UNAVAILABLE
+
+
+def unreachable(exc: BaseException) -> str:
+    """What a person whose command the database could not take is told (`exc`: why)."""
+    return FULL_COMMAND if isinstance(exc, StoreFull) else UNREACHABLE
 
 
 def already_decided(request: ApprovalRequest) -> str:

@@ -25,7 +25,7 @@ from slack_bolt.async_app import AsyncBoltContext
 from slack_bolt.response import BoltResponse
 
 from agent_host.errors import StoreUnavailable
-from bot.listeners.commands import UNREACHABLE
+from bot.listeners.replies import unreachable
 
 __all__ = ["FIRST_TIME", "first_time", "taken_once"]
 
@@ -63,9 +63,9 @@ def taken_once(awaited_by_listener: Callable[[dict[str, Any]], bool]) -> Middlew
             )
             if body.get("command"):  # the reply is the command's ephemeral answer
                 return BoltResponse(
-                    status=200, body={"response_type": "ephemeral", "text": UNREACHABLE}
+                    status=200, body={"response_type": "ephemeral", "text": unreachable(exc)}
                 )
-            return BoltResponse(status=503, body={"error": UNREACHABLE})
+            return BoltResponse(status=503, body={"error": unreachable(exc)})
         if new:
             await next()
             return None

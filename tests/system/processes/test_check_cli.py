@@ -5,6 +5,7 @@ a bad agents setting each fail with a line saying what to fix, and the exit stat
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -94,7 +95,7 @@ async def test_a_good_configuration_passes(
     assert "ok    agents: agent_host.examples:default_registry: cleanup-agent" in done.out
     assert "ok    keys in use: 0 waiting run(s), each under a key the ring holds" in done.out
     assert "ok    durability: AOF on, appendfsync everysec: a power cut of" in done.out
-    assert "countersign check: all 12 checks passed" in done.out
+    assert "countersign check: all 13 checks passed" in done.out
     assert not [name for name, _ in standin.core.calls if name.startswith("chat.")]
 
 
@@ -114,7 +115,7 @@ async def test_channels_the_bot_cannot_post_in_fail_with_the_fix(
         f"FAIL  channel {ARCHIVED} (route support-agent/*): #{ARCHIVED} is archived: unarchive it, "
         "or choose another channel.",
     ], done.out
-    assert "countersign check: 2 of 14 checks failed" in done.out
+    assert "countersign check: 2 of 15 checks failed" in done.out
 
 
 async def test_a_wrong_token_fails_and_names_the_variable(
@@ -315,6 +316,24 @@ async def test_the_eviction_line_fails_on_a_redis_that_drops_keys_when_full(
             in (done.out)
         )
         await redis.config_set("maxmemory", "0")
+
+
+async def test_the_memory_line_says_how_much_is_in_use_and_fails_when_redis_is_full(
+    standin: SlackStandIn, redis_server_factory: RedisServerFactory, tmp_path: Path
+) -> None:
+    server, env, done = await checked_on_own_redis(standin, redis_server_factory, tmp_path)
+    [line] = [x for x in done.out.splitlines() if "  memory: " in x]
+    assert re.fullmatch(r"ok    memory: \d+\.\d MB in use \(no maxmemory\)", line), line
+
+    async with Redis.from_url(server.url) as redis:
+        await redis.config_set("maxmemory", "100kb")  # below what is in use: writes refused
+        done = await check(env, tmp_path)
+        await redis.config_set("maxmemory", "0")
+    assert done.code == 1, done
+    [line] = failures(done)
+    assert line.startswith("FAIL  memory: Redis is full: "), line
+    assert "in use of a 102.4 KB maxmemory" in line, line
+    assert line.endswith("free memory in Redis or raise its maxmemory"), line
 
 
 async def test_unset_redis_url_says_the_embedded_server_would_be_used(

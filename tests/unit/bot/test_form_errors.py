@@ -3,13 +3,14 @@ sentence (or word), never in the middle of one, and keeps what to do."""
 
 from __future__ import annotations
 
-from bot.listeners.replies import FORM_ERROR_MAX, UNAVAILABLE, UNCONFIRMED, form_error
+from bot.listeners.replies import FORM_ERROR_MAX, FULL, UNAVAILABLE, UNCONFIRMED, form_error
 
 
 def test_a_short_error_is_shown_whole_without_bold_marks() -> None:
     assert form_error("*Nothing* was changed.") == "Nothing was changed."
     assert form_error(UNAVAILABLE) == UNAVAILABLE  # fits, with what to do
     assert "click again in a moment" in UNAVAILABLE
+    assert form_error(FULL) == FULL  # a full Redis: who must act, and that nothing changed
 
 
 def test_a_long_error_ends_at_its_last_whole_sentence_that_fits() -> None:
