@@ -21,6 +21,7 @@
     ├── PolicyRuleError           an operator's rule file is malformed
     └── StoreError                Redis-side failures (see agent_host.durable.store)
         └── StoreUnavailable      Redis could not be used; nothing may have changed, retry
+            └── StoreFull         Redis refuses writes (maxmemory): retry once there is room
 
 Each message says what happened and what to do about it.
 

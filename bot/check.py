@@ -94,9 +94,8 @@ async def run_checks() -> list[Finding]:
     if reach is not None:
         findings.append(_durability(reach.aof, embedded=not settings.redis_url))
         findings.append(_eviction(reach.eviction, embedded=not settings.redis_url))
-        if reach.used_memory is not None:
-            said, full = memory_in_use(reach.used_memory, reach.eviction)
-            findings.append(Finding("memory", said, ok=not full))
+        if settings.redis_url:  # (the embedded server is not started by a check)
+            findings.append(_memory(reach.used_memory, reach.eviction))
     if reach is not None and reach.waiting_under is not None:
         findings.append(_keys_in_use(reach.waiting_under, ring))
     redis_rules = reach.routes if reach is not None else []
@@ -175,6 +174,15 @@ def _eviction(eviction: Eviction | None, *, embedded: bool) -> Finding:
         )
     refuses = f"maxmemory-policy {eviction.policy}: with its memory full, Redis refuses writes"
     return Finding("eviction", refuses)
+
+
+def _memory(used: int | None, eviction: Eviction | None) -> Finding:
+    """How much of Redis's maxmemory is in use; a failure when Redis is full (it then
+    refuses every write countersign makes)."""
+    if used is None:
+        return Finding("memory", "not read (this Redis refuses INFO)")
+    said, full = memory_in_use(used, eviction)
+    return Finding("memory", said, ok=not full)
 
 
 def _durability(aof: tuple[str, str] | None, *, embedded: bool) -> Finding:

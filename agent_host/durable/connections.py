@@ -34,7 +34,7 @@ from redis.exceptions import (
 from agent_host.durable.connection_pool import WaitingConnectionPool, WaitingSentinelConnectionPool
 from agent_host.durable.data_dir import private_dir
 from agent_host.durable.every import Every
-from agent_host.durable.eviction import EVICTION_SETTINGS, Eviction, eviction_problem
+from agent_host.durable.eviction import EVICTION_SETTINGS, MAKE_ROOM, Eviction, eviction_problem
 from agent_host.durable.memory_advice import REDIS_DEFAULTS, memory_advice
 from agent_host.durable.redis_server import RedisServer
 from agent_host.errors import ConfigurationError, StoreFull, StoreUnavailable
@@ -46,8 +46,10 @@ __all__ = [
     "as_text",
     "close_redis",
     "embedded_dir",
+    "is_full",
     "open_redis",
     "redacted",
+    "say_full",
 ]
 
 log = logging.getLogger(__name__)
@@ -277,22 +279,28 @@ def unavailable_on_redis_errors(cls: _C) -> _C:
 
 REDIS_FULL = (
     "Redis is full: it refuses writes once its memory reaches its maxmemory, so nothing may "
-    "have changed; an operator must free memory in Redis or raise its maxmemory, then try again"
+    f"have changed; try again once an operator has made room ({MAKE_ROOM})"
 )
 FULL_SAID_EVERY = 60.0  # seconds: a full Redis is logged as an error once a minute
 _full_said = Every(FULL_SAID_EVERY)
 
 
-def say_full(exc: OutOfMemoryError) -> None:
+def is_full(exc: BaseException) -> bool:
+    """Whether `exc` is Redis refusing a write for want of memory (raw, or translated)."""
+    return isinstance(exc, OutOfMemoryError | StoreFull)
+
+
+def say_full(exc: BaseException) -> None:
     """A write Redis refused for want of memory, logged as the error an operator must act
-    on (once a minute: every click, request and resume meets it meanwhile)."""
+    on (once a minute for the process: every click, request, resume and retry meets it
+    meanwhile)."""
     if _full_said.due():
         log.error(
             "Redis refuses writes: its memory is full (%s). No decision, request or resume "
-            "can be saved until an operator frees memory in Redis or raises its maxmemory "
-            "(compare used_memory with maxmemory in INFO memory; `countersign check` says "
-            "both)",
+            "can be saved until there is room: %s (`countersign check` says how much is in "
+            "use)",
             exc,
+            MAKE_ROOM,
         )
 
 

@@ -13,10 +13,20 @@ makes (a decision, a new request, a resume) until an operator makes room.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["EVICTION_SETTINGS", "KEEPS_EVERY_KEY", "Eviction", "eviction_problem", "memory_in_use"]
+from agent_host.durable.keys import PREFIX as KEY_PREFIX
+
+__all__ = [
+    "EVICTION_SETTINGS",
+    "KEEPS_EVERY_KEY",
+    "MAKE_ROOM",
+    "Eviction",
+    "eviction_problem",
+    "memory_in_use",
+]
 
 KEEPS_EVERY_KEY = "noeviction"
 EVICTION_SETTINGS = ("maxmemory", "maxmemory-policy")
@@ -40,21 +50,30 @@ class Eviction:
 
 
 NEARLY_FULL = 0.9  # of maxmemory in use: said, so that room is made before writes are refused
+# What an operator of a full Redis may do; countersign's keys are the waiting runs, the
+# decisions and the ledger that keeps each tool call to one run, none of them to delete.
+MAKE_ROOM = (
+    f"raise Redis's maxmemory, or delete other applications' keys (never countersign's "
+    f"{KEY_PREFIX}:* keys: waiting runs, decisions and the ledger)"
+)
 
 
 def memory_in_use(used: int, eviction: Eviction | None) -> tuple[str, bool]:
-    """Redis's memory in use, in words, and whether it is full: at its limit under a policy
-    that refuses writes once nothing is left it may drop (not `allkeys-*`, which drops any
-    key instead, and is a problem of its own)."""
+    """Redis's memory counted against its maxmemory, in words, and whether it is full: at
+    its limit under a policy that refuses writes once nothing is left it may drop (not
+    `allkeys-*`, which drops any key instead: a problem of its own, the eviction line's)."""
     if eviction is None or eviction.limit == 0:
         limit = "no maxmemory" if eviction is not None else "maxmemory not read"
         return f"{_size(used)} in use ({limit})", False
     share = used / eviction.limit
-    said = f"{_size(used)} in use of a {_size(eviction.limit)} maxmemory ({share:.0%})"
-    if share >= 1 and not eviction.drops_any_key():
+    percent = math.floor(share * 100)  # (never "100%" short of full)
+    said = f"{_size(used)} in use of a {_size(eviction.limit)} maxmemory ({percent}%)"
+    if eviction.drops_any_key():
+        return said, False
+    if used >= eviction.limit:
         return (
             f"Redis is full: {said}, so it refuses every write countersign makes (decisions, "
-            "new requests, resumes); free memory in Redis or raise its maxmemory"
+            f"new requests, resumes); {MAKE_ROOM}"
         ), True
     if share >= NEARLY_FULL:
         return f"{said}: make room before it is full, when Redis refuses writes", False
@@ -62,10 +81,11 @@ def memory_in_use(used: int, eviction: Eviction | None) -> tuple[str, bool]:
 
 
 def _size(size: int) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+    """In Redis's own units (1kb = 1024 bytes)."""
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
         if size >= scale:
             return f"{size / scale:.1f} {unit}"
-    return f"{size} bytes"
+    return f"{size} byte{'' if size == 1 else 's'}"
 
 
 def eviction_problem(eviction: Eviction | None) -> str | None:

@@ -51,7 +51,7 @@ class RedisReach:
     # whether Redis holds a list of routes, an empty one included (admins removed every
     # route): then a routes file is not seeded, whatever it says
     routes_kept: bool = False
-    # bytes of memory Redis has in use (INFO memory); None: not read
+    # bytes of memory Redis counts against its maxmemory (INFO memory); None: not read
     used_memory: int | None = None
 
 
@@ -84,7 +84,8 @@ async def reach_redis(settings: Settings) -> RedisReach:
             aof = await _aof(redis)
         eviction = Eviction.of(await server_config(redis, EVICTION_SETTINGS))
         async with asyncio.timeout(PING_SECONDS):
-            used_memory = await _used_memory(redis)
+            used_memory, eviction_said = await _memory(redis)
+        eviction = eviction or eviction_said  # (INFO says it where CONFIG is refused)
     except (RedisError, OSError, TimeoutError) as exc:
         why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         raise StoreUnavailable(
@@ -96,15 +97,20 @@ async def reach_redis(settings: Settings) -> RedisReach:
     return RedisReach(answered, routes, waiting_under, aof, eviction, routes_kept, used_memory)
 
 
-async def _used_memory(redis: Any) -> int | None:
-    """The bytes Redis has in use, or None where INFO is refused. (On a Redis Cluster, the
-    node the client asks.)"""
+async def _memory(redis: Any) -> tuple[int | None, Eviction | None]:
+    """The bytes Redis counts against its maxmemory (what it has in use, less replicas' and
+    the AOF's buffers, as Redis reckons), and its limit and policy, from INFO memory, which
+    managed services allow where they refuse CONFIG; (None, None) where INFO is refused.
+    (On a Redis Cluster, the node the client asks.)"""
     try:
         info = await redis.info("memory")
     except ResponseError:
-        return None
-    used = info.get("used_memory")
-    return used if isinstance(used, int) else None
+        return None, None
+    used, spare = info.get("used_memory"), info.get("mem_not_counted_for_evict", 0)
+    counted = used - spare if isinstance(used, int) and isinstance(spare, int) else None
+    said = {"maxmemory": info.get("maxmemory"), "maxmemory-policy": info.get("maxmemory_policy")}
+    limits = {name: str(value) for name, value in said.items() if value is not None}
+    return counted, Eviction.of(limits)
 
 
 async def _aof(redis: Any) -> tuple[str, str] | None:

@@ -18,7 +18,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from agent_host.durable.connections import as_text
+from agent_host.durable.connections import as_text, is_full, say_full
 from agent_host.durable.foreground import Foreground
 from agent_host.durable.poison import (
     KEPT_SECONDS,
@@ -380,6 +380,9 @@ class StreamConsumer:
             # Left pending: reclaimed after idle_ms and tried again.
             if isinstance(exc, RetryLater):
                 log.info("%s entry %s deferred: %s", self.stream, entry_id, exc)
+            elif is_full(exc):  # the operator's error is said once a minute, not per entry
+                say_full(exc)
+                log.info("%s entry %s deferred: Redis is full", self.stream, entry_id)
             else:
                 log.exception("%s entry %s failed; it will be retried", self.stream, entry_id)
             await self._survived(entry_id)
@@ -618,6 +621,10 @@ class StreamConsumer:
                 log.warning("%s: Redis unavailable (%s); retrying", self.stream, exc)
                 await _sleep_or_stop(stop, 1.0)
             except ResponseError as exc:
+                if is_full(exc):  # said once a minute; a traceback a second helps nobody
+                    say_full(exc)
+                    await _sleep_or_stop(stop, 1.0)
+                    continue
                 if "NOGROUP" in str(exc):
                     self._group_ready = False  # the stream was lost (e.g. Redis without AOF)
                     continue

@@ -16,7 +16,7 @@ from redis.exceptions import ResponseError
 
 from agent_host.approvals import ApprovalService
 from agent_host.durable import keys as K
-from agent_host.durable.connections import as_text
+from agent_host.durable.connections import as_text, is_full, say_full
 from agent_host.durable.crashpoints import NEVER, CrashPoints
 from agent_host.durable.due import due_now
 from agent_host.durable.every import Every
@@ -117,6 +117,9 @@ class Sweeper:
         """Redis away passes, and is said in a line; an error of countersign's own would fail
         every round the same way, so it is logged as an error, with its traceback, once a
         minute (not every round)."""
+        if is_full(exc):
+            say_full(exc)  # the operator's error, once a minute
+            return
         if isinstance(exc, TRANSIENT):
             log.warning("%s failed (%s); retrying", what, exc)
             return

@@ -33,7 +33,7 @@ from agent_host.runtime.decisions import Approve, Reject
 from bot import blocks
 from bot.listeners.after_ack import Replies
 from bot.listeners.budget import LISTENER_BUDGET
-from bot.listeners.replies import form_error, unavailable
+from bot.listeners.replies import form_error, unavailable, unavailable_in_form
 from bot.member_channels import MemberChannels
 from bot.mrkdwn import inline_code, person
 from bot.parsing import Click, input_value, parse_click, parse_submission
@@ -285,7 +285,7 @@ def bulk_form_listener(
                 elif bulk is not None:
                     refusal = await _outside(channels, book, bulk, submission.user)
         except (TimeoutError, StoreUnavailable) as exc:
-            bulk, refusal = None, unavailable(exc)
+            bulk, refusal = None, unavailable_in_form(exc)
         if bulk is None or refusal:
             errors = {blocks.REASON_BLOCK: form_error(refusal)}
             await ack(response_action="errors", errors=errors)

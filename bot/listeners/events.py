@@ -50,8 +50,8 @@ def once_per_event(seen: SeenOnce) -> Middleware:
             return None
         try:
             first = await seen.first(event_id)
-        except StoreUnavailable:  # nothing it does can work without Redis: drop it
-            log.warning("event %s dropped: Redis is not reachable", event_id)
+        except StoreUnavailable as exc:  # nothing it does can work without Redis: drop it
+            log.warning("event %s dropped: %s", event_id, exc)
             return BoltResponse(status=200, body="")
         if not first:
             log.info("event %s seen before (retry %s): ignored", event_id, _retry_number(req))

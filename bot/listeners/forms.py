@@ -27,7 +27,7 @@ from agent_host.errors import StoreUnavailable
 from agent_host.runtime.decisions import Answer, Approve, Decision, Reject
 from bot import blocks
 from bot.listeners.budget import LISTENER_BUDGET
-from bot.listeners.replies import NOT_FOUND, form_error, result_text, unavailable
+from bot.listeners.replies import NOT_FOUND, form_error, result_text, unavailable_in_form
 from bot.member_channels import MemberChannels
 from bot.parsing import Submission, input_value, parse_submission
 
@@ -183,7 +183,7 @@ def form_listener(approvals: ApprovalService, channels: MemberChannels) -> Liste
             errors = {form.block: form_error(result_text(DecideResult("unknown")))}
         except StoreUnavailable as exc:
             log.warning("a form submitted by %s could not use Redis: %s", submission.user, exc)
-            errors = {form.block: form_error(unavailable(exc))}
+            errors = {form.block: unavailable_in_form(exc)}
         if errors:
             await ack(response_action="errors", errors=errors)
         else:

@@ -11,6 +11,7 @@ __all__ = [
     "FOREIGN",
     "FULL",
     "FULL_COMMAND",
+    "FULL_FORM",
     "NOT_FOUND",
     "UNAVAILABLE",
     "UNCONFIRMED",
@@ -19,6 +20,7 @@ __all__ = [
     "form_error",
     "result_text",
     "unavailable",
+    "unavailable_in_form",
     "unreachable",
 ]
 
@@ -31,6 +33,10 @@ UNAVAILABLE = (
 FULL = (
     ":warning: countersign could not record your decision: its database (Redis) is full. "
     "Ask an admin to make room, then click again. Nothing was changed."
+)
+FULL_FORM = (
+    ":warning: countersign could not record this: its database (Redis) is full. Ask an admin "
+    "to make room, then submit again. Nothing was changed."
 )
 UNREACHABLE = ":hourglass: countersign's database is not reachable right now; try again shortly."
 FULL_COMMAND = (
@@ -56,6 +62,11 @@ FORM_ERROR_MAX = 150  # a modal's error under an input is plain text, and short
 def unavailable(exc: BaseException) -> str:
     """What a person whose decision the database could not take is told (`exc`: why)."""
     return FULL if isinstance(exc, StoreFull) else UNAVAILABLE
+
+
+def unavailable_in_form(exc: BaseException) -> str:
+    """`unavailable`, for a form's error: submitted again, not clicked (plain and short)."""
+    return form_error(FULL_FORM if isinstance(exc, StoreFull) else UNAVAILABLE)
 
 
 def unreachable(exc: BaseException) -> str:

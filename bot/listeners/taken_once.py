@@ -12,6 +12,13 @@ request rather than let it through: a slow Redis still takes a copy's writes. A 
 told to try again; anything else gets a 503, which Slack shows as an error (a form stays
 open to submit again, an event is sent again), and a decision button's listener tells its
 reviewer the decision was not recorded.
+
+A Redis that is full refuses the guard's write until an admin makes room, so a 503, which
+says nothing of that, is kept for what cannot be answered otherwise (a click in App Home,
+which has no response URL). A form shows the error under its first input; a click on a
+message is answered in its channel, for the clicker only (the click's response URL, no
+Redis needed); an event gets a 200, so that Slack does not send it again for nothing (nor
+count the failures against the app). The log says Redis is full (`say_full`).
 """
 
 from __future__ import annotations
@@ -24,14 +31,15 @@ from typing import Any
 from slack_bolt.async_app import AsyncBoltContext
 from slack_bolt.response import BoltResponse
 
-from agent_host.errors import StoreUnavailable
-from bot.listeners.replies import unreachable
+from agent_host.errors import StoreFull, StoreUnavailable
+from bot.listeners.replies import FULL, FULL_FORM, form_error, unreachable
 
 __all__ = ["FIRST_TIME", "first_time", "taken_once"]
 
 log = logging.getLogger(__name__)
 
 FIRST_TIME = "countersign_first_time"  # the context's key: the guard's answer to come
+RESPOND_WITHIN = 1.0  # seconds: a click's answer through its response URL, before the ack
 
 Middleware = Callable[[dict[str, Any], AsyncBoltContext, Any], Awaitable[BoltResponse | None]]
 
@@ -65,10 +73,41 @@ def taken_once(awaited_by_listener: Callable[[dict[str, Any]], bool]) -> Middlew
                 return BoltResponse(
                     status=200, body={"response_type": "ephemeral", "text": unreachable(exc)}
                 )
-            return BoltResponse(status=503, body={"error": unreachable(exc)})
+            if isinstance(exc, StoreFull) and (said := await _said_full(body, context)):
+                return said
+            return BoltResponse(status=503, body={"error": str(exc)})  # (Slack shows its own)
         if new:
             await next()
             return None
         return BoltResponse(status=200, body="")
 
     return first_time_only
+
+
+async def _said_full(body: dict[str, Any], context: AsyncBoltContext) -> BoltResponse | None:
+    """The answer to a request refused because Redis is full, telling the person so where
+    Slack lets a request be answered; None where only a 503 can be (see the module)."""
+    kind = body.get("type")
+    if kind == "view_submission" and (block := _first_input(body.get("view"))):
+        errors = {block: form_error(FULL_FORM)}
+        return BoltResponse(status=200, body={"response_action": "errors", "errors": errors})
+    if kind == "block_actions" and context.respond is not None:
+        try:
+            async with asyncio.timeout(RESPOND_WITHIN):
+                await context.respond(text=FULL, response_type="ephemeral", replace_original=False)
+        except Exception as exc:  # Slack shows its own error for the 503 instead
+            log.warning("could not tell a clicker Redis is full: %s", exc)
+            return None
+        return BoltResponse(status=200, body="")
+    if kind == "event_callback":
+        return BoltResponse(status=200, body="")
+    return None
+
+
+def _first_input(view: Any) -> str | None:
+    """The block id of a form's first input, where its error shows."""
+    blocks = view.get("blocks") if isinstance(view, dict) else None
+    for block in blocks if isinstance(blocks, list) else []:
+        if isinstance(block, dict) and block.get("type") == "input" and block.get("block_id"):
+            return str(block["block_id"])
+    return None
