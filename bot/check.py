@@ -165,13 +165,6 @@ def _eviction(eviction: Eviction | None, *, embedded: bool) -> Finding:
         return _fail("eviction", problem)
     if eviction.limit == 0:
         return Finding("eviction", "no maxmemory: Redis never drops keys to make room")
-    if eviction.policy.startswith("volatile-"):
-        return Finding(
-            "eviction",
-            f"maxmemory-policy {eviction.policy}: with its memory full, Redis drops only keys "
-            "with an expiry (countersign's replay guard, error counts and App Home notes; no "
-            "run) and refuses other writes",
-        )
     refuses = f"maxmemory-policy {eviction.policy}: with its memory full, Redis refuses writes"
     return Finding("eviction", refuses)
 

@@ -20,7 +20,7 @@ from slack_bolt.response import BoltResponse
 
 from bot.listeners.after_ack import Replies
 from bot.listeners.replies import FOREIGN, form_error
-from bot.parsing import parse_click
+from bot.parsing import first_input, parse_click
 
 __all__ = ["foreign_request", "installed_workspace_only", "request_origin"]
 
@@ -94,15 +94,6 @@ def installed_workspace_only(replies: Replies) -> Middleware:
     return from_installed_workspace
 
 
-def _first_input(view: Any) -> str:
-    """The block id of a form's first input: where Slack shows an error."""
-    shown = _dict(view).get("blocks")
-    for block in shown if isinstance(shown, list) else []:
-        if isinstance(block, dict) and block.get("type") == "input" and block.get("block_id"):
-            return str(block["block_id"])
-    return ""
-
-
 def _refused(body: dict[str, Any], replies: Replies) -> BoltResponse:
     kind = body.get("type")
     if kind == "block_actions":
@@ -111,7 +102,7 @@ def _refused(body: dict[str, Any], replies: Replies) -> BoltResponse:
             replies.ephemeral(click.channel, click.user, FOREIGN)
         return BoltResponse(status=200, body="")
     if kind == "view_submission":
-        if block_id := _first_input(body.get("view")):
+        if block_id := first_input(body.get("view")):
             errors = {block_id: form_error(FOREIGN)}
             return BoltResponse(status=200, body={"response_action": "errors", "errors": errors})
         return BoltResponse(status=200, body="")

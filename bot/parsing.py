@@ -15,6 +15,7 @@ __all__ = [
     "METADATA_SEPARATOR",
     "Click",
     "Submission",
+    "first_input",
     "input_value",
     "modal_metadata",
     "parse_click",
@@ -155,3 +156,12 @@ def _message_well_formed(message: Any) -> bool:
 def input_value(values: dict[str, Any], block_id: str, action_id: str) -> str:
     """The text typed into a modal's input, or "" when absent."""
     return _text(_dict(_dict(values.get(block_id)).get(action_id)).get("value"))
+
+
+def first_input(view: Any) -> str:
+    """The block id of a form's first input: where Slack shows an error."""
+    shown = _dict(view).get("blocks")
+    for block in shown if isinstance(shown, list) else []:
+        if isinstance(block, dict) and block.get("type") == "input" and block.get("block_id"):
+            return str(block["block_id"])
+    return ""

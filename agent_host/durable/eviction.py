@@ -2,13 +2,16 @@
 Redis whose memory is full drops any key to make room: a waiting run's checkpoint, a
 request, a decision, or the ledger entry that keeps a tool call to one run. countersign
 needs Redis to refuse the write instead: a refused write is retried, and said. A
-`volatile-*` policy drops only keys with an expiry, and countersign's are only the replay
-guard's, the entries' error counts and the App Home's notes, none of which loses a run.
+`volatile-*` policy drops only keys with an expiry, and countersign's are the replay
+guard's, the entries' error counts and the App Home's notes: no run is lost, but a signed
+Slack request whose guard was dropped could be taken again within its five minutes (a
+replayed `/approvals route add` among them), and an entry that fails every time would not
+be given up. So only `noeviction` keeps what countersign needs.
 
-`countersign check` fails on such a policy; `serve` and `worker` say it at start. (On a
-Redis Cluster, the node the client asks is the one read.) `check` also says how much of the
-limit is in use, and fails when Redis is full: it then refuses every write countersign
-makes (a decision, a new request, a resume) until an operator makes room.
+`countersign check` fails on any other policy under a limit; `serve` and `worker` say it at
+start. (On a Redis Cluster, the node the client asks is the one read.) `check` also says
+how much of the limit is in use, and fails when Redis is full: it then refuses every write
+countersign makes (a decision, a new request, a resume) until an operator makes room.
 """
 
 from __future__ import annotations
@@ -48,6 +51,10 @@ class Eviction:
     def drops_any_key(self) -> bool:
         return self.limit > 0 and self.policy.startswith("allkeys-")
 
+    def drops_keys(self) -> bool:
+        """Whether Redis, its memory full, drops keys (any, or those with an expiry)."""
+        return self.limit > 0 and self.policy != KEEPS_EVERY_KEY
+
 
 NEARLY_FULL = 0.9  # of maxmemory in use: said, so that room is made before writes are refused
 # What an operator of a full Redis may do; countersign's keys are the waiting runs, the
@@ -70,7 +77,7 @@ def memory_in_use(used: int, eviction: Eviction | None) -> tuple[str, bool]:
     said = f"{_size(used)} in use of a {_size(eviction.limit)} maxmemory ({percent}%)"
     if eviction.drops_any_key():
         return said, False
-    if used >= eviction.limit:
+    if used > eviction.limit:  # (Redis refuses a write only once over its limit)
         return (
             f"Redis is full: {said}, so it refuses every write countersign makes (decisions, "
             f"new requests, resumes); {MAKE_ROOM}"
@@ -89,14 +96,23 @@ def _size(size: int) -> str:
 
 
 def eviction_problem(eviction: Eviction | None) -> str | None:
-    """What `eviction` can lose, and what to set instead; None when it loses no run (or
+    """What `eviction` can lose, and what to set instead; None when it drops nothing (or
     was not read)."""
-    if eviction is None or not eviction.drops_any_key():
+    if eviction is None or not eviction.drops_keys():
         return None
+    if eviction.drops_any_key():
+        lost = (
+            "any key, waiting runs, decisions and the ledger that keeps each tool call to one "
+            "run among them"
+        )
+    else:
+        lost = (
+            "keys with an expiry, the replay guard's among them, so a signed Slack request "
+            "(a decision, an /approvals route change) could be taken twice"
+        )
     return (
         f"Redis's maxmemory-policy is {eviction.policy} under a maxmemory of "
-        f"{eviction.limit} bytes: when its memory is full it drops keys to make room, waiting "
-        "runs, decisions and the ledger that keeps each tool call to one run among them; set "
+        f"{eviction.limit} bytes: when its memory is full it drops {lost} to make room; set "
         f"maxmemory-policy {KEEPS_EVERY_KEY}, so that Redis refuses writes instead "
-        "(countersign retries them)"
+        "(countersign retries them, and says so)"
     )

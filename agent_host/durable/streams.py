@@ -301,7 +301,9 @@ class StreamConsumer:
         for reply in replies:
             if isinstance(reply, RedisConnectionError | RedisTimeoutError | OSError):
                 raise reply  # Redis is away: the loop says so and retries
-            if isinstance(reply, Exception):
+            if is_full(reply):  # (an acknowledgement is taken by a full Redis; a write is not)
+                say_full(reply)
+            elif isinstance(reply, Exception):
                 log.error("%s: a write sent with an acknowledgement failed: %s", self.stream, reply)
 
     async def _execute(self, pipe: Pipeline, taken: list[tuple[str, WithAck | None]]) -> Any:
@@ -630,8 +632,11 @@ class StreamConsumer:
                     continue
                 log.exception("%s: Redis refused a command; retrying", self.stream)
                 await _sleep_or_stop(stop, 1.0)
-            except Exception:
-                log.exception("%s: unexpected error; retrying", self.stream)
+            except Exception as exc:
+                if is_full(exc):
+                    say_full(exc)
+                else:
+                    log.exception("%s: unexpected error; retrying", self.stream)
                 await _sleep_or_stop(stop, 1.0)
 
 

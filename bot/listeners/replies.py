@@ -10,6 +10,7 @@ __all__ = [
     "ALREADY_VOTED",
     "FOREIGN",
     "FULL",
+    "FULL_CLICK",
     "FULL_COMMAND",
     "FULL_FORM",
     "NOT_FOUND",
@@ -33,6 +34,10 @@ UNAVAILABLE = (
 FULL = (
     ":warning: countersign could not record your decision: its database (Redis) is full. "
     "Ask an admin to make room, then click again. Nothing was changed."
+)
+FULL_CLICK = (
+    ":warning: countersign could not do this: its database (Redis) is full. Ask an admin to "
+    "make room, then click again. Nothing was changed."
 )
 FULL_FORM = (
     ":warning: countersign could not record this: its database (Redis) is full. Ask an admin "

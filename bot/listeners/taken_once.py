@@ -18,7 +18,7 @@ says nothing of that, is kept for what cannot be answered otherwise (a click in 
 which has no response URL). A form shows the error under its first input; a click on a
 message is answered in its channel, for the clicker only (the click's response URL, no
 Redis needed); an event gets a 200, so that Slack does not send it again for nothing (nor
-count the failures against the app). The log says Redis is full (`say_full`).
+count the failures against the app). (The durable layer logs Redis being full.)
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from slack_bolt.async_app import AsyncBoltContext
 from slack_bolt.response import BoltResponse
 
 from agent_host.errors import StoreFull, StoreUnavailable
-from bot.listeners.replies import FULL, FULL_FORM, form_error, unreachable
+from bot.listeners.replies import FULL_CLICK, FULL_FORM, form_error, unreachable
+from bot.parsing import first_input
 
 __all__ = ["FIRST_TIME", "first_time", "taken_once"]
 
@@ -88,26 +89,22 @@ async def _said_full(body: dict[str, Any], context: AsyncBoltContext) -> BoltRes
     """The answer to a request refused because Redis is full, telling the person so where
     Slack lets a request be answered; None where only a 503 can be (see the module)."""
     kind = body.get("type")
-    if kind == "view_submission" and (block := _first_input(body.get("view"))):
+    if kind == "view_submission" and (block := first_input(body.get("view"))):
         errors = {block: form_error(FULL_FORM)}
         return BoltResponse(status=200, body={"response_action": "errors", "errors": errors})
-    if kind == "block_actions" and context.respond is not None:
+    if kind == "block_actions" and context.response_url and context.respond is not None:
         try:
             async with asyncio.timeout(RESPOND_WITHIN):
-                await context.respond(text=FULL, response_type="ephemeral", replace_original=False)
+                said = await context.respond(
+                    text=FULL_CLICK, response_type="ephemeral", replace_original=False
+                )
         except Exception as exc:  # Slack shows its own error for the 503 instead
             log.warning("could not tell a clicker Redis is full: %s", exc)
+            return None
+        if said.status_code != 200:  # (not raised: the webhook client returns it)
+            log.warning("could not tell a clicker Redis is full: %s", said.status_code)
             return None
         return BoltResponse(status=200, body="")
     if kind == "event_callback":
         return BoltResponse(status=200, body="")
-    return None
-
-
-def _first_input(view: Any) -> str | None:
-    """The block id of a form's first input, where its error shows."""
-    blocks = view.get("blocks") if isinstance(view, dict) else None
-    for block in blocks if isinstance(blocks, list) else []:
-        if isinstance(block, dict) and block.get("type") == "input" and block.get("block_id"):
-            return str(block["block_id"])
     return None

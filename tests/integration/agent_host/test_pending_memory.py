@@ -100,11 +100,16 @@ async def test_own_redis_that_drops_keys_when_full_is_warned_of_at_start(
         assert await client.ping()  # a warning, not a refusal: the operator decides
         await client.aclose()
 
-    # Said for the one that drops any key when full; not for Redis's default, one with no
-    # limit, one that drops only keys with an expiry, nor where it cannot be read.
-    (warning,) = [r for r in caplog.records if "maxmemory-policy" in r.getMessage()]
-    assert warning.levelname == "WARNING"
-    assert warning.getMessage().startswith(
+    # Said for those that drop keys when full (any key, or those with an expiry: the replay
+    # guard's among them); not for Redis's default, one with no limit, nor where it cannot be
+    # read.
+    any_key, expiring = [r for r in caplog.records if "maxmemory-policy" in r.getMessage()]
+    assert (any_key.levelname, expiring.levelname) == ("WARNING", "WARNING")
+    assert any_key.getMessage().startswith(
         "Redis's maxmemory-policy is allkeys-lru under a maxmemory of 1073741824 bytes: when "
-        "its memory is full it drops keys"
+        "its memory is full it drops any key"
+    )
+    assert expiring.getMessage().startswith(
+        "Redis's maxmemory-policy is volatile-lru under a maxmemory of 1073741824 bytes: when "
+        "its memory is full it drops keys with an expiry, the replay guard's among them"
     )

@@ -7,6 +7,7 @@ and once there is room, the same click decides."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from pathlib import Path
 
@@ -17,9 +18,10 @@ from redis.asyncio import Redis
 from agent_host.durable import connections
 from agent_host.durable.every import Every
 from bot import blocks
-from bot.listeners.replies import FULL, FULL_COMMAND, FULL_FORM, form_error
+from bot.listeners.replies import FULL, FULL_CLICK, FULL_COMMAND, FULL_FORM, form_error
 from tests.support.redis_fixtures import RedisServerFactory
 from tests.support.stack import API_TOKEN, REVIEWER, Stack, running_stack
+from tests.support.waiting import eventually
 
 from .test_bot_bulk import SEVEN, bulk_of
 from .test_bot_commands import approvals
@@ -84,7 +86,8 @@ async def test_a_form_an_approve_all_and_an_event_refused_by_a_full_redis_say_so
 ) -> None:
     """Refused before their listeners run (the replay guard's write), as Slack lets each be
     answered: a form under its input, a click on a message for its clicker only, an event
-    with a 200 (Slack would only send it again); never Slack's bare error for a 503."""
+    with a 200 (Slack would only send it again); and a decision click in App Home in the
+    tab."""
     server = redis_server_factory()
     async with running_stack(server.url, tmp_path) as stack, Redis.from_url(server.url) as redis:
         run_id = await stack.start_run("refund-agent", "refund order 123")
@@ -93,6 +96,8 @@ async def test_a_form_an_approve_all_and_an_event_refused_by_a_full_redis_say_so
         bulk = await bulk_of(stack, bulk_run)
         await stack.click(REVIEWER, request, blocks.REJECT)
         form = await stack.opened_view(REVIEWER, blocks.REJECT_MODAL)
+        await stack.standin.open_home(REVIEWER)  # the tab, as published before Redis filled
+        await eventually(lambda: stack.standin.home_view(REVIEWER))
         await redis.config_set("maxmemory-policy", "noeviction")
         await redis.config_set("maxmemory", 1)
 
@@ -107,9 +112,26 @@ async def test_a_form_an_approve_all_and_an_event_refused_by_a_full_redis_say_so
             REVIEWER, bulk[0].message_channel, bulk[0].bulk_ts, blocks.BULK_APPROVE
         )
         assert clicked.status == 200, clicked.body
-        assert await stack.wait_ephemerals(REVIEWER) == [FULL]
+        assert await stack.wait_ephemerals(REVIEWER) == [FULL_CLICK]
+        # A response URL Slack no longer takes (404): Slack's own error, not silence.
+        real_hook = stack.standin.core.use_response_hook
+        stack.standin.core.use_response_hook = lambda token: "expired_url"  # type: ignore[method-assign]
+        again = await stack.standin.click(
+            REVIEWER, bulk[0].message_channel, bulk[0].bulk_ts, blocks.BULK_APPROVE
+        )
+        stack.standin.core.use_response_hook = real_hook  # type: ignore[method-assign]
+        assert again.status == 503, again.body
         opened = await stack.standin.open_home(REVIEWER)
         assert opened.status == 200, opened.body
+        # A decision click in App Home is answered in the tab (published again: reads work).
+        block = blocks.actions_block_id(request.request_id)
+        home_click = await stack.standin.click_home(REVIEWER, blocks.APPROVE, block)
+        assert home_click.status == 200, home_click.body
+
+        async def tab_says_full() -> bool | None:
+            return FULL in json.dumps(stack.standin.home_view(REVIEWER) or {}) or None
+
+        assert await eventually(tab_says_full)
 
         await stack.assert_still_waiting(run_id, request.request_id)
         await stack.assert_still_waiting(bulk_run, *(r.request_id for r in bulk))

@@ -12,7 +12,7 @@ MB = 1 << 20
 
 def test_a_redis_at_its_limit_that_refuses_writes_fails_with_what_to_do() -> None:
     for policy in ("noeviction", "volatile-lru", "volatile-ttl"):
-        full = _memory(16 * MB, Eviction(policy, 16 * MB))
+        full = _memory(16 * MB + 1, Eviction(policy, 16 * MB))  # Redis refuses once over
         assert not full.ok, policy
         assert full.detail.startswith("Redis is full: 16.0 MB in use of a 16.0 MB maxmemory")
         assert "raise Redis's maxmemory, or delete other applications' keys" in full.detail
@@ -24,6 +24,8 @@ def test_below_its_limit_redis_is_not_full_and_nearly_full_is_said() -> None:
     assert (room.ok, room.detail) == (True, "8.0 MB in use of a 16.0 MB maxmemory (50%)")
     nearly = _memory(16 * MB - 1, Eviction("noeviction", 16 * MB))
     assert nearly.ok and "(99%): make room before it is full" in nearly.detail
+    at_the_limit = _memory(16 * MB, Eviction("noeviction", 16 * MB))  # still takes writes
+    assert at_the_limit.ok and "(100%): make room before it is full" in at_the_limit.detail
 
 
 def test_a_redis_that_drops_keys_is_never_said_to_refuse_writes() -> None:
