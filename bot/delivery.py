@@ -39,6 +39,7 @@ __all__ = [
     "is_rate_limited",
     "is_retryable",
     "known",
+    "listing_refused",
     "lookup_refused",
     "permanent_failure",
     "rerouted_note",
@@ -225,6 +226,17 @@ def lookup_refused(what: str, code: str) -> str:
     return (
         f"countersign may not {what}: Slack said {inline_code(code)} ({how_to_fix(code)})."
         " Ask a countersign admin to fix it"
+    )
+
+
+def listing_refused(code: str) -> str:
+    """The note on a listing (App Home, `/approvals pending`) missing requests because
+    Slack refused the app a lookup it needs (a person's channels, a group's members): who
+    must fix what, not to look again in a moment."""
+    return (
+        f":warning: Slack refuses countersign a lookup this list needs: it said "
+        f"{inline_code(code)} ({how_to_fix(code)}). Requests may be missing here until a "
+        "countersign admin fixes it."
     )
 
 

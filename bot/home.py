@@ -24,6 +24,7 @@ from agent_host.approvals import ApprovalRequest
 from agent_host.durable.reviewer_log import ReviewerLog
 from agent_host.durable.store import RunStore
 from bot.blocks.home import RECENT_MAX, WAITING_MAX, home_view
+from bot.delivery import Refused, listing_refused
 from bot.listeners.after_ack import BackgroundTasks
 from bot.member_channels import UNCHECKED, MemberChannels
 from bot.permalinks import Permalinks
@@ -65,7 +66,8 @@ class HomeTab:
     async def view(self, user_id: str, notice: str = "") -> dict[str, Any]:
         """The tab as `user_id` should see it now."""
         viewer = self.visibility.viewer(user_id, "")
-        channels = await self.channels.of(user_id, CHANNELS_BUDGET)
+        listed = await self.channels.of(user_id, CHANNELS_BUDGET)
+        channels = None if isinstance(listed, Refused) else listed
         waiting: list[ApprovalRequest] = []
         cursor: str | None = None
         more = unchecked = False
@@ -96,6 +98,7 @@ class HomeTab:
             self.clock(),
             more=more,
             unsure=viewer.unsure or channels is None or unchecked,
+            refused=_refused_note(listed, viewer.refused),
             notice=notice,
             standing=standing,
         )
@@ -183,6 +186,12 @@ class HomeTab:
     async def _recent(self, user_id: str) -> list[ApprovalRequest]:
         ids = await self.decisions.recent(user_id, RECENT_MAX)
         return [r for r in await self.store.requests_by_id(ids) if r is not None]
+
+
+def _refused_note(channels: frozenset[str] | Refused | None, groups_refused: str) -> str:
+    """The tab's note when Slack refused the app a lookup it needed, or ""."""
+    code = channels.code if isinstance(channels, Refused) else groups_refused
+    return listing_refused(code) if code else ""
 
 
 def _deciders(request: ApprovalRequest) -> list[str]:

@@ -103,10 +103,11 @@ class MemberChannels:
 
     async def of(
         self, user_id: str, within: float, *, max_age: float | None = None
-    ) -> frozenset[str] | None:
+    ) -> frozenset[str] | Refused | None:
         """The public and private channels `user_id` is in (private ones: those the bot is
         in too, which are the only ones it posts to), as listed at most `max_age` seconds
-        ago (default: `cache_seconds`); None when Slack could not say."""
+        ago (default: `cache_seconds`); None when Slack could not say, Refused when it
+        refused the app itself."""
         age = self.cache_seconds if max_age is None else max_age
         if (kept := self._kept(self._channels, user_id, age)) is not None:
             return kept
@@ -114,8 +115,8 @@ class MemberChannels:
             async with asyncio.timeout(max(within, 0.0)):
                 found = await self._list(user_id)
         except Exception as exc:  # fail closed: unknown channels show nothing of theirs
-            log.warning("users.conversations for %s failed: %s", user_id, exc)
-            return None
+            then = "Until then, App Home lists no request decided by a channel's people."
+            return self._failed("users.conversations", user_id, exc, then)
         if found is not None:
             self._channels[user_id] = (self.clock(), found)
         return found
@@ -314,13 +315,19 @@ class MemberChannels:
             log.warning("%s has more than %d members; none is checked", channel, PAGE * MAX_PAGES)
         return found
 
-    def _failed(self, method: str, channel: str, exc: Exception) -> Refused | None:
+    def _failed(
+        self,
+        method: str,
+        channel: str,
+        exc: Exception,
+        then: str = "Until then, whoever decides a request as one of its channel's people is "
+        "refused.",
+    ) -> Refused | None:
         """A lookup's failure logged: as an error an operator must act on, once a minute,
         when Slack refuses the app itself (Refused); as a warning otherwise (None)."""
         if not isinstance(exc, SlackApiError) or (code := app_refused(exc)) is None:
             log.warning("%s for %s failed: %s", method, channel, exc)
             return None
-        then = "Until then, whoever decides a request as one of its channel's people is refused."
         say_app_refused(self._app_refused_said, channel, f"{method} for {channel}", exc, then)
         return Refused(code)
 

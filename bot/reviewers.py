@@ -190,16 +190,14 @@ class SlackReviewerDirectory:
             return f"the user group {group} has nobody in it, so nobody could decide through it"
         return members
 
-    async def memberships(
-        self, groups: Iterable[str], within: float
-    ) -> dict[str, frozenset[str] | None]:
+    async def memberships(self, groups: Iterable[str], within: float) -> dict[str, Listing]:
         """The members of many groups, each looked up once, all at once, for at most `within`
         seconds (a listing checks many requests, but its answer is due within Slack's 3 s);
-        None for a group Slack could not list in time."""
+        None for a group Slack could not list in time, Refused for one it refused the app."""
         wanted = sorted(set(groups))
         if not wanted:
             return {}
-        tasks = {g: asyncio.ensure_future(self.group_members(g)) for g in wanted}
+        tasks = {g: asyncio.ensure_future(self.group_listing(g)) for g in wanted}
         done, late = await asyncio.wait(tasks.values(), timeout=max(within, 0.0))
         for task in late:
             task.cancel()

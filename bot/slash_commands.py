@@ -38,7 +38,7 @@ from agent_host.errors import CheckpointError
 from bot.blocks import PENDING_NEXT, mask_secrets
 from bot.blocks.limits import FALLBACK_TEXT_MAX, SECTION_TEXT_MAX, plain_within
 from bot.blocks.listing import request_line
-from bot.delivery import ChannelFacts, exposes, exposure
+from bot.delivery import ChannelFacts, exposes, exposure, listing_refused
 from bot.mrkdwn import channel_link, date, escape, inline_code, mention, person
 from bot.permalinks import Permalinks
 from bot.reviewers import SlackReviewerDirectory
@@ -311,7 +311,9 @@ class SlashCommands:
             in_dm = viewer.channel_id.startswith("D")
             where, hint = "that you may decide" + ("" if in_dm else f", or in {here}"), ""
         notes = []
-        if viewer.unsure:
+        if viewer.refused:
+            notes.append(listing_refused(viewer.refused))
+        elif viewer.unsure:
             notes.append(
                 ":warning: Slack could not say in time who is in a reviewer group, so requests "
                 "for that group may be missing; try again in a moment."

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from agent_host.approvals import ApprovalRequest
 from agent_host.durable.store import PendingPage, RunStore
+from bot.delivery import known
 from bot.member_channels import among_its_people, escalated_to, escalation_counts
 from bot.reviewers import SlackReviewerDirectory, judge
 
@@ -45,6 +46,7 @@ class Viewer:
     channel_id: str
     admin: bool
     unsure: bool = False  # a reviewer group could not be listed: some requests may be missing
+    refused: str = ""  # ... because Slack refused the app itself: what it said (its code)
     _groups: dict[str, frozenset[str] | None] = field(default_factory=dict)
     _deadline: float = field(default_factory=lambda: time.monotonic() + LOOKUP_BUDGET)
 
@@ -94,7 +96,9 @@ class Viewer:
         wanted = {g for g in groups if g.startswith("S")} - self._groups.keys()
         if wanted:
             within = self._deadline - time.monotonic()
-            self._groups |= await self.reviewers.memberships(wanted, within)
+            found, refused = known(await self.reviewers.memberships(wanted, within))
+            self._groups |= found
+            self.refused = self.refused or refused or ""
 
     async def decidable(
         self, requests: Sequence[ApprovalRequest], channels: frozenset[str] | None

@@ -38,10 +38,13 @@ def home_view(
     *,
     more: bool = False,
     unsure: bool = False,
+    refused: str = "",
     notice: str = "",
     standing: Container[str] = (),
 ) -> dict[str, Any]:
-    """The view to publish; `notice` is trusted mrkdwn (the answer to their last click).
+    """The view to publish; `notice` is trusted mrkdwn (the answer to their last click),
+    `refused` too (why requests may be missing, when Slack refused the app a lookup: it
+    says more than `unsure`).
     "Approve for this run" is offered on the requests in `standing` (by id) alone."""
     blocks: list[Block] = [header("Waiting for you")]
     if notice:
@@ -55,7 +58,9 @@ def home_view(
         blocks.append(
             context("More are waiting than fit here: `/approvals pending all` lists them all.")
         )
-    if unsure:
+    if refused:
+        blocks.append(context(refused))
+    elif unsure:
         blocks.append(
             context(
                 ":warning: Slack could not say in time which channels or reviewer groups you "

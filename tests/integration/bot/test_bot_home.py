@@ -293,6 +293,29 @@ async def test_someone_who_left_a_private_channel_no_longer_sees_its_requests(
         assert len(waiting_ids(await open_home(stack, ADMIN))) == WAITING_MAX  # still in it
 
 
+async def test_a_tab_slack_refuses_the_channels_for_says_what_an_admin_must_fix(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Without `groups:read`, Slack refuses to list a person's channels (`missing_scope`):
+    the requests of a channel's people stay off the tab (fail closed), and the tab says
+    who must fix what, not "open this tab again in a moment", which would never help."""
+    async with running_stack(redis_url, tmp_path) as stack:
+        request = await private_request(stack)
+        scopes = stack.standin.core.config.scopes
+        stack.standin.grant(*(s for s in scopes if s != "groups:read"))
+
+        view = await open_home(stack, REVIEWER)
+
+        assert request.request_id not in waiting_ids(view)
+        text = all_text(view)
+        assert "`missing_scope`" in text and "countersign admin fixes it" in text, text
+        assert "open this tab again in a moment" not in text
+        stack.standin.grant(*scopes)
+        view = await open_home(stack, REVIEWER)
+        assert request.request_id in waiting_ids(view)
+        assert "missing_scope" not in all_text(view)
+
+
 async def test_a_forged_home_click_on_a_request_they_may_not_decide_changes_nothing(
     redis_url: str, tmp_path: Path
 ) -> None:

@@ -208,6 +208,35 @@ async def test_pending_all_pages_through_only_what_the_member_may_see(
         assert "not one countersign gave" in stolen and not listed_ids(stolen)
 
 
+async def test_a_listing_slack_refuses_a_group_s_members_for_says_what_an_admin_must_fix(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Without `usergroups:read`, Slack refuses every group lookup (`missing_scope`): the
+    group's requests stay hidden (fail closed), and the listing says who must fix what, not
+    "try again in a moment", which would never help."""
+    async with running_stack(redis_url, tmp_path) as stack:
+        make_places(stack)
+        await approvals(
+            stack,
+            ADMIN,
+            f"route add agent=cleanup-agent channel={SECRET} reviewers=<!subteam^{PAYROLL_GROUP}>",
+        )
+        run_id = await stack.start_run("cleanup-agent", "delete /srv/payroll.csv")
+        [request] = await waiting_requests(stack, run_id, 1)
+        scopes = stack.standin.core.config.scopes
+        stack.standin.grant(*(s for s in scopes if s != "usergroups:read"))
+
+        listing = await approvals(stack, REVIEWER, "pending all", dm(REVIEWER))
+
+        assert request.request_id not in listed_ids(listing)
+        assert "`missing_scope`" in listing and "countersign admin fixes it" in listing, listing
+        assert "try again in a moment" not in listing
+        stack.standin.grant(*scopes)
+        listing = await approvals(stack, REVIEWER, "pending all", dm(REVIEWER))
+        assert request.request_id in listed_ids(listing)
+        assert "missing_scope" not in listing
+
+
 async def test_a_slow_group_lookup_hides_its_requests_and_the_answer_stays_in_time(
     redis_url: str, tmp_path: Path
 ) -> None:
