@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from agent_host.approvals import ApprovalRequest
 from bot import visibility
 from slack_sandbox.seed import BOT_USER_ID
 from slack_sandbox.workspace import Channel, UserGroup
@@ -208,6 +209,19 @@ async def test_pending_all_pages_through_only_what_the_member_may_see(
         assert "not one countersign gave" in stolen and not listed_ids(stolen)
 
 
+async def payroll_request(stack: Stack) -> ApprovalRequest:
+    """One request waiting in the private channel, for the payroll group's members alone."""
+    make_places(stack)
+    await approvals(
+        stack,
+        ADMIN,
+        f"route add agent=cleanup-agent channel={SECRET} reviewers=<!subteam^{PAYROLL_GROUP}>",
+    )
+    run_id = await stack.start_run("cleanup-agent", "delete /srv/payroll.csv")
+    [request] = await waiting_requests(stack, run_id, 1)
+    return request
+
+
 async def test_a_listing_slack_refuses_a_group_s_members_for_says_what_an_admin_must_fix(
     redis_url: str, tmp_path: Path
 ) -> None:
@@ -215,14 +229,7 @@ async def test_a_listing_slack_refuses_a_group_s_members_for_says_what_an_admin_
     group's requests stay hidden (fail closed), and the listing says who must fix what, not
     "try again in a moment", which would never help."""
     async with running_stack(redis_url, tmp_path) as stack:
-        make_places(stack)
-        await approvals(
-            stack,
-            ADMIN,
-            f"route add agent=cleanup-agent channel={SECRET} reviewers=<!subteam^{PAYROLL_GROUP}>",
-        )
-        run_id = await stack.start_run("cleanup-agent", "delete /srv/payroll.csv")
-        [request] = await waiting_requests(stack, run_id, 1)
+        request = await payroll_request(stack)
         scopes = stack.standin.core.config.scopes
         stack.standin.grant(*(s for s in scopes if s != "usergroups:read"))
 
@@ -241,14 +248,7 @@ async def test_a_slow_group_lookup_hides_its_requests_and_the_answer_stays_in_ti
     redis_url: str, tmp_path: Path
 ) -> None:
     async with running_stack(redis_url, tmp_path) as stack:
-        make_places(stack)
-        await approvals(
-            stack,
-            ADMIN,
-            f"route add agent=cleanup-agent channel={SECRET} reviewers=<!subteam^{PAYROLL_GROUP}>",
-        )
-        run_id = await stack.start_run("cleanup-agent", "delete /srv/payroll.csv")
-        [request] = await waiting_requests(stack, run_id, 1)
+        request = await payroll_request(stack)
 
         client = stack.bot.client
         lookup = client.usergroups_users_list
