@@ -71,12 +71,14 @@ class HomeTab:
         waiting: list[ApprovalRequest] = []
         cursor: str | None = None
         more = unchecked = False
+        refused = viewer.refused
         for scan in range(MAX_SCANS):
             page = await self.store.oldest_pending(cursor, SCAN_BATCH)
-            found, unsure = await self._still_theirs(
+            found, unsure, group_refused = await self._still_theirs(
                 user_id, await viewer.decidable(page.requests, channels)
             )
             waiting, unchecked = waiting + found, unchecked or unsure
+            refused = refused or viewer.refused or group_refused or ""
             if len(waiting) > WAITING_MAX:
                 more = True
                 break
@@ -98,22 +100,23 @@ class HomeTab:
             self.clock(),
             more=more,
             unsure=viewer.unsure or channels is None or unchecked,
-            refused=_refused_note(listed, viewer.refused),
+            refused=_refused_note(listed, refused),
             notice=notice,
             standing=standing,
         )
 
     async def _still_theirs(
         self, user_id: str, requests: list[ApprovalRequest]
-    ) -> tuple[list[ApprovalRequest], bool]:
-        """The requests a click would let `user_id` decide now, and whether some could not
-        be checked: their channels were listed up to a minute ago, and someone who left a
-        private channel since must not see its requests. Checked as a click is
+    ) -> tuple[list[ApprovalRequest], bool, str | None]:
+        """The requests a click would let `user_id` decide now, whether some could not be
+        checked, and what Slack said if it refused the app a user group's lookup. Their
+        channels were listed up to a minute ago, and someone who left a private channel
+        since must not see its requests. Checked as a click is
         (`MemberChannels.outside`), once per set of channels, with no call to Slack while
         the listing is a few seconds old; requests with named reviewers, or escalated to
         them, need no check (escalated to a user group: while they are in it)."""
         unnamed = [r for r in requests if not r.route.reviewers]
-        still = await self.channels.escalations_now(user_id, unnamed)
+        still, group_refused = await self.channels.escalations_and_refusal(user_id, unnamed)
         escalated = {r.request_id for r, now in zip(unnamed, still, strict=True) if now}
 
         def people_of(request: ApprovalRequest) -> tuple[str, ...] | None:
@@ -133,7 +136,7 @@ class HomeTab:
         )
         refused = {where: why for where, why in zip(by_channels, answers, strict=True) if why}
         kept = [r for r in requests if people_of(r) not in refused]
-        return kept, UNCHECKED in refused.values() or None in still
+        return kept, UNCHECKED in refused.values() or None in still, group_refused
 
     async def publish(self, user_id: str, notice: str = "") -> None:
         """Build and publish `user_id`'s tab; a failure is logged (the next one mends it)."""

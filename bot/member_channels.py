@@ -116,7 +116,7 @@ class MemberChannels:
                 found = await self._list(user_id)
         except Exception as exc:  # fail closed: unknown channels show nothing of theirs
             then = "Until then, App Home lists no request decided by a channel's people."
-            return self._failed("users.conversations", user_id, exc, then)
+            return self._failed("users.conversations", user_id, exc, then, once_for_all=True)
         if found is not None:
             self._channels[user_id] = (self.clock(), found)
         return found
@@ -141,7 +141,7 @@ class MemberChannels:
         escalated: bool | None = False
         group_refused: str | None = None
         if escalation:
-            ([escalated], group_refused) = await self._escalations(
+            ([escalated], group_refused) = await self.escalations_and_refusal(
                 user_id, [request], DECISION_MAX_AGE
             )
         if escalated:
@@ -188,10 +188,10 @@ class MemberChannels:
         """`escalated_to_now` for each of `requests`, each user group asked about once
         (`usergroups.users.list` is one of Slack's slower tiers: about 20 calls a minute),
         as listed at most `max_age` seconds before (default: as for a listing)."""
-        return (await self._escalations(user_id, requests, max_age))[0]
+        return (await self.escalations_and_refusal(user_id, requests, max_age))[0]
 
-    async def _escalations(
-        self, user_id: str, requests: Sequence[ApprovalRequest], max_age: float | None
+    async def escalations_and_refusal(
+        self, user_id: str, requests: Sequence[ApprovalRequest], max_age: float | None = None
     ) -> tuple[list[bool | None], str | None]:
         """`escalations_now`, and what Slack said if it refused the app a group's lookup."""
         groups = sorted(
@@ -322,13 +322,17 @@ class MemberChannels:
         exc: Exception,
         then: str = "Until then, whoever decides a request as one of its channel's people is "
         "refused.",
+        *,
+        once_for_all: bool = False,
     ) -> Refused | None:
-        """A lookup's failure logged: as an error an operator must act on, once a minute,
-        when Slack refuses the app itself (Refused); as a warning otherwise (None)."""
+        """A lookup's failure logged: as an error an operator must act on, once a minute
+        (per channel; `once_for_all`: per method, the same refusal for everyone), when Slack
+        refuses the app itself (Refused); as a warning otherwise (None)."""
         if not isinstance(exc, SlackApiError) or (code := app_refused(exc)) is None:
             log.warning("%s for %s failed: %s", method, channel, exc)
             return None
-        say_app_refused(self._app_refused_said, channel, f"{method} for {channel}", exc, then)
+        key = method if once_for_all else channel
+        say_app_refused(self._app_refused_said, key, f"{method} for {channel}", exc, then)
         return Refused(code)
 
     def _kept(self, answers: dict[str, tuple[float, T]], key: str, max_age: float) -> T | None:

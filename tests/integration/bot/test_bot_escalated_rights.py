@@ -21,6 +21,7 @@ from tests.integration.bot.test_bot_home import (
     all_text,
     click_home,
     home_after,
+    left_out_while_refused,
     open_home,
     private_request,
     publishes,
@@ -278,3 +279,19 @@ async def test_a_group_that_cannot_be_listed_is_said_so_not_taken_for_leaving_it
         stack.standin.core.faults.clear()
         await stack.standin.click(REVIEWER2, copy.channel, copy.ts, blocks.APPROVE)
         assert (await stack.decided(request.request_id)).decided_by == REVIEWER2
+
+
+async def test_a_tab_slack_refuses_the_group_escalated_to_for_says_what_an_admin_must_fix(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A member outside the request's channel, whose one claim is the group it was
+    escalated to: without `usergroups:read` Slack refuses to list the group (`missing_scope`),
+    so their tab leaves the request out (fail closed) and says who must fix what, not "open
+    this tab again in a moment", which would never help."""
+    async with running_stack(redis_url, tmp_path) as stack:
+        request, _ = await copy_escalated_to_the_group(stack, REVIEWER2)
+        assert request.request_id in waiting_ids(await open_home(stack, REVIEWER2))
+        directory = stack.host.approvals.directory
+        assert isinstance(directory, SlackReviewerDirectory)
+        directory.clock = lambda: time.monotonic() + 3600  # what it kept is past its age
+        await left_out_while_refused(stack, REVIEWER2, request, "usergroups:read")

@@ -301,19 +301,25 @@ async def test_a_tab_slack_refuses_the_channels_for_says_what_an_admin_must_fix(
     who must fix what, not "open this tab again in a moment", which would never help."""
     async with running_stack(redis_url, tmp_path) as stack:
         request = await private_request(stack)
-        scopes = stack.standin.core.config.scopes
-        stack.standin.grant(*(s for s in scopes if s != "groups:read"))
+        await left_out_while_refused(stack, REVIEWER, request, "groups:read")
 
-        view = await open_home(stack, REVIEWER)
 
-        assert request.request_id not in waiting_ids(view)
-        text = all_text(view)
-        assert "`missing_scope`" in text and "countersign admin fixes it" in text, text
-        assert "open this tab again in a moment" not in text
-        stack.standin.grant(*scopes)
-        view = await open_home(stack, REVIEWER)
-        assert request.request_id in waiting_ids(view)
-        assert "missing_scope" not in all_text(view)
+async def left_out_while_refused(
+    stack: Stack, user: str, request: ApprovalRequest, scope: str
+) -> None:
+    """Without `scope`, `user`'s tab leaves `request` out and says who must fix what (not
+    "in a moment"); with it again, the tab lists it with no such note."""
+    scopes = stack.standin.core.config.scopes
+    stack.standin.grant(*(s for s in scopes if s != scope))
+    view = await open_home(stack, user)
+    assert request.request_id not in waiting_ids(view)
+    text = all_text(view)
+    assert "`missing_scope`" in text and "countersign admin fixes it" in text, text
+    assert "open this tab again in a moment" not in text
+    stack.standin.grant(*scopes)
+    view = await open_home(stack, user)
+    assert request.request_id in waiting_ids(view)
+    assert "missing_scope" not in all_text(view)
 
 
 async def test_a_forged_home_click_on_a_request_they_may_not_decide_changes_nothing(
