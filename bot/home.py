@@ -71,14 +71,14 @@ class HomeTab:
         waiting: list[ApprovalRequest] = []
         cursor: str | None = None
         more = unchecked = False
-        refused = viewer.refused
+        group_refused: str | None = None  # (a reviewer group's: viewer.refused)
         for scan in range(MAX_SCANS):
             page = await self.store.oldest_pending(cursor, SCAN_BATCH)
-            found, unsure, group_refused = await self._still_theirs(
+            found, unsure, escalation_refused = await self._still_theirs(
                 user_id, await viewer.decidable(page.requests, channels)
             )
             waiting, unchecked = waiting + found, unchecked or unsure
-            refused = refused or viewer.refused or group_refused or ""
+            group_refused = group_refused or escalation_refused
             if len(waiting) > WAITING_MAX:
                 more = True
                 break
@@ -100,7 +100,7 @@ class HomeTab:
             self.clock(),
             more=more,
             unsure=viewer.unsure or channels is None or unchecked,
-            refused=_refused_note(listed, refused),
+            refused=_refused_note(listed, viewer.refused or group_refused or ""),
             notice=notice,
             standing=standing,
         )

@@ -41,6 +41,7 @@ from agent_host.errors import ConfigurationError, StoreFull, StoreUnavailable
 from agent_host.settings import Settings
 
 __all__ = [
+    "FULL_ERRORS",
     "REDIS_FULL",
     "STORE_ERRORS",
     "as_text",
@@ -283,11 +284,12 @@ REDIS_FULL = (
 )
 FULL_SAID_EVERY = 60.0  # seconds: a full Redis is logged as an error once a minute
 _full_said = Every(FULL_SAID_EVERY)
+# Redis refusing a write for want of memory: raw, or as this layer translates it.
+FULL_ERRORS: tuple[type[Exception], ...] = (OutOfMemoryError, StoreFull)
 
 
 def is_full(exc: BaseException) -> bool:
-    """Whether `exc` is Redis refusing a write for want of memory (raw, or translated)."""
-    return isinstance(exc, OutOfMemoryError | StoreFull)
+    return isinstance(exc, FULL_ERRORS)
 
 
 def say_full(exc: BaseException) -> None:

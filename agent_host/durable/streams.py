@@ -18,7 +18,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from agent_host.durable.connections import as_text, is_full, say_full
+from agent_host.durable.connections import FULL_ERRORS, as_text, is_full, say_full
 from agent_host.durable.foreground import Foreground
 from agent_host.durable.poison import (
     KEPT_SECONDS,
@@ -622,21 +622,17 @@ class StreamConsumer:
             except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
                 log.warning("%s: Redis unavailable (%s); retrying", self.stream, exc)
                 await _sleep_or_stop(stop, 1.0)
+            except FULL_ERRORS as exc:  # said once a minute; a traceback a second helps nobody
+                say_full(exc)
+                await _sleep_or_stop(stop, 1.0)
             except ResponseError as exc:
-                if is_full(exc):  # said once a minute; a traceback a second helps nobody
-                    say_full(exc)
-                    await _sleep_or_stop(stop, 1.0)
-                    continue
                 if "NOGROUP" in str(exc):
                     self._group_ready = False  # the stream was lost (e.g. Redis without AOF)
                     continue
                 log.exception("%s: Redis refused a command; retrying", self.stream)
                 await _sleep_or_stop(stop, 1.0)
-            except Exception as exc:
-                if is_full(exc):
-                    say_full(exc)
-                else:
-                    log.exception("%s: unexpected error; retrying", self.stream)
+            except Exception:
+                log.exception("%s: unexpected error; retrying", self.stream)
                 await _sleep_or_stop(stop, 1.0)
 
 

@@ -183,7 +183,7 @@ def form_listener(approvals: ApprovalService, channels: MemberChannels) -> Liste
             errors = {form.block: form_error(result_text(DecideResult("unknown")))}
         except StoreUnavailable as exc:
             log.warning("a form submitted by %s could not use Redis: %s", submission.user, exc)
-            errors = {form.block: unavailable_in_form(exc)}
+            errors = {form.block: form_error(unavailable_in_form(exc))}
         if errors:
             await ack(response_action="errors", errors=errors)
         else:

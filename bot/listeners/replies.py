@@ -70,8 +70,9 @@ def unavailable(exc: BaseException) -> str:
 
 
 def unavailable_in_form(exc: BaseException) -> str:
-    """`unavailable`, for a form's error: submitted again, not clicked (plain and short)."""
-    return form_error(FULL_FORM if isinstance(exc, StoreFull) else UNAVAILABLE)
+    """`unavailable`, for a form: submitted again, not clicked (`form_error` makes it an
+    input's error)."""
+    return FULL_FORM if isinstance(exc, StoreFull) else UNAVAILABLE
 
 
 def unreachable(exc: BaseException) -> str:
